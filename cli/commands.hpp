@@ -1,0 +1,19 @@
+// The table of `memwall` subcommands. Each adds itself to the app and returns its runner, which
+// main calls when that subcommand was chosen. A new subcommand is one file and one line in main.cpp.
+#pragma once
+
+#include <functional>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+
+namespace memwall::cli {
+
+using Runner = std::function<int()>;  // returns the exit code; throws UsageError on bad input
+using Command = std::pair<CLI::App*, Runner>;
+
+Command add_analyze(CLI::App& app);
+Command add_models(CLI::App& app);
+Command add_profiles(CLI::App& app);
+
+}  // namespace memwall::cli

@@ -1,0 +1,172 @@
+#include "model/analysis.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/units.hpp"
+
+namespace memwall {
+
+double params_eq1(int nl, long hd) { return 12.0 * nl * double(hd) * double(hd); }
+double model_state_bytes_eq2(int nl, long hd) { return 240.0 * nl * double(hd) * double(hd); }
+double act_ckpt_bytes_eq3(double bsz, long seq, long hd, int nl, int ci) {
+  return 2.0 * bsz * double(seq) * double(hd) * nl / ci;
+}
+double mswm_bytes_eq4(long hd) { return 4.0 * double(hd) * 4.0 * double(hd); }
+double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads) {
+  return bsz * double(seq) * ci * (16.0 * double(hd) + 2.0 * heads * double(seq));
+}
+double computation_flops_eq7(double bsz, long seq, double params) { return 2.0 * 4.0 * bsz * double(seq) * params; }
+double ait_param_grad_eq9(double bsz, long seq) { return double(seq) * bsz; }
+double ait_optimizer_eq10(double bsz, long seq) { return double(seq) * bsz / 4.0; }
+double ait_act_ckpt_eq11(long hd, int ci) { return 24.0 * double(hd) * ci; }
+double efficiency_eq6(double ait, double bw_Bps, double peak_flops_per_s) {
+  return ait * bw_Bps / (ait * bw_Bps + peak_flops_per_s);
+}
+double bandwidth_for_efficiency(double ait, double efficiency, double peak_flops_per_s) {
+  return efficiency * peak_flops_per_s / ((1.0 - efficiency) * ait);
+}
+
+const char* to_string(AitState s) {
+  switch (s) {
+    case AitState::param_grad: return "param_grad";
+    case AitState::optimizer: return "optimizer";
+    case AitState::act_ckpt: return "act_ckpt";
+  }
+  return "?";
+}
+
+std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, const ModelSpec& m,
+                                                   const TrainingConfig& c, int dp) {
+  const double peak = p.peak_flops_per_s(m.hidden);
+  const int nodes_used = std::max(1, (dp * c.mp + p.gpus_per_node - 1) / p.gpus_per_node);
+  // A GPU receives a whole parameter over NVSwitch inside a node; across nodes a hierarchical
+  // all-gather brings each parameter into the node once through the node's NICs.
+  double allgather_Bps = p.gpu_gpu_Bps;
+  std::string allgather_basis = "GPU-GPU link " + format_bandwidth(p.gpu_gpu_Bps);
+  if (nodes_used > 1) {
+    allgather_Bps = std::min(p.gpu_gpu_Bps, p.inter_node_Bps);
+    allgather_basis = "min(GPU-GPU " + format_bandwidth(p.gpu_gpu_Bps) + ", inter-node " +
+                      format_bandwidth(p.inter_node_Bps) + " per node)";
+  }
+  if (dp <= 1) {  // nothing to gather: the slow tier alone limits
+    allgather_Bps = INFINITY;
+    allgather_basis = "no all-gather (dp 1)";
+  }
+  const double cpu_gpu = p.cpu_Bps_per_gpu_all_active();
+  const double nvme_gpu = std::min(p.nvme_read_Bps_per_gpu_all_active(), p.nvme_write_Bps_per_gpu_all_active());
+  const std::string dps = std::to_string(dp);
+
+  const double ait_pg = ait_param_grad_eq9(c.bsz, c.seq);
+  const double ait_os = ait_optimizer_eq10(c.bsz, c.seq);
+  const double ait_ac = ait_act_ckpt_eq11(m.hidden, c.ci);
+
+  std::vector<StateTierEfficiency> out;
+  auto add = [&](AitState s, std::string tier, std::string basis, double bw, double ait) {
+    out.push_back({s, std::move(tier), std::move(basis), bw, ait, efficiency_eq6(ait, bw, peak)});
+  };
+
+  if (dp > 1) add(AitState::param_grad, "gpu", "partitioned over GPUs, all-gather at " + allgather_basis,
+                  allgather_Bps, ait_pg);
+  add(AitState::param_grad, "cpu",
+      "min(" + dps + " GPUs x " + format_bandwidth(cpu_gpu) + " CPU->GPU each, " + allgather_basis + ")",
+      std::min(dp * cpu_gpu, allgather_Bps), ait_pg);
+  add(AitState::param_grad, "cpu-broadcast",
+      "one GPU's PCIe link " + format_bandwidth(p.pcie_single_gpu_Bps) + " (ZeRO-Offload broadcast)",
+      p.pcie_single_gpu_Bps, ait_pg);
+  add(AitState::param_grad, "nvme",
+      "min(" + dps + " GPUs x " + format_bandwidth(nvme_gpu) + " NVMe->GPU each, " + allgather_basis + ")",
+      std::min(dp * nvme_gpu, allgather_Bps), ait_pg);
+
+  const double nvme_rw = 2.0 / (1.0 / p.nvme_read_Bps + 1.0 / p.nvme_write_Bps);  // read once, write once
+  add(AitState::optimizer, "cpu",
+      std::to_string(nodes_used) + " node(s) x CPU memory " + format_bandwidth(p.cpu_memory_Bps) + " (CPU Adam)",
+      nodes_used * p.cpu_memory_Bps, ait_os);
+  add(AitState::optimizer, "nvme",
+      std::to_string(nodes_used) + " node(s) x NVMe " + format_bandwidth(nvme_rw) + " (read and write once)",
+      nodes_used * nvme_rw, ait_os);
+
+  add(AitState::act_ckpt, "cpu", "per GPU with all GPUs active, " + format_bandwidth(cpu_gpu), cpu_gpu, ait_ac);
+  add(AitState::act_ckpt, "nvme", "per GPU with all GPUs active, " + format_bandwidth(nvme_gpu), nvme_gpu, ait_ac);
+  return out;
+}
+
+Analysis analyze(const ModelSpec& m, const TrainingConfig& c, const HardwareProfile& p, int gpus) {
+  Analysis a;
+  a.model = m;
+  a.config = c;
+  a.profile_name = p.name;
+  a.gpus = gpus > 0 ? gpus : p.total_gpus();
+  const int dp = c.dp > 0 ? c.dp : std::max(1, a.gpus / c.mp);
+  a.peak_flops_per_s = p.peak_flops_per_s(m.hidden);
+  a.params = params_eq1(m.layers, m.hidden);
+  a.model_state_bytes = model_state_bytes_eq2(m.layers, m.hidden);
+  a.act_ckpt_bytes_per_gpu = act_ckpt_bytes_eq3(c.bsz, c.seq, m.hidden, m.layers, c.ci);
+  a.act_ckpt_bytes_total = act_ckpt_bytes_eq3(c.bsz * dp, c.seq, m.hidden, m.layers, c.ci);
+  a.mswm_bytes = mswm_bytes_eq4(m.hidden);
+  a.awm_bytes = awm_bytes_eq5(c.bsz, c.seq, c.ci, m.hidden, m.heads);
+  a.computation_flops = computation_flops_eq7(c.bsz, c.seq, a.params);
+  a.ait_param_grad = ait_param_grad_eq9(c.bsz, c.seq);
+  a.ait_optimizer = ait_optimizer_eq10(c.bsz, c.seq);
+  a.ait_act_ckpt = ait_act_ckpt_eq11(m.hidden, c.ci);
+  a.efficiencies = tier_efficiencies(p, m, c, dp);
+
+  const int nodes_used = std::max(1, (a.gpus + p.gpus_per_node - 1) / p.gpus_per_node);
+  const double gpu_all = a.gpus * p.gpu_memory_bytes;
+  const double cpu_all = nodes_used * p.cpu_memory_bytes;
+  const double nvme_all = nodes_used * p.nvme_capacity_bytes;
+  a.fits = {
+      {"model states", "gpu", "all GPUs", a.model_state_bytes, gpu_all},
+      {"model states", "cpu", "all nodes", a.model_state_bytes, cpu_all},
+      {"model states", "nvme", "all nodes", a.model_state_bytes, nvme_all},
+      {"activation checkpoints", "gpu", "one GPU", a.act_ckpt_bytes_per_gpu, p.gpu_memory_bytes},
+      {"activation checkpoints", "cpu", "all nodes", a.act_ckpt_bytes_total, cpu_all},
+      {"MSWM", "gpu", "one GPU", a.mswm_bytes, p.gpu_memory_bytes},
+      {"AWM", "gpu", "one GPU", a.awm_bytes, p.gpu_memory_bytes},
+  };
+  return a;
+}
+
+std::vector<Table3Row> table3(double v100_peak_flops_per_s, long seq, int devices) {
+  std::vector<Table3Row> rows;
+  for (double mult : {1.0, 10.0, 100.0}) {
+    Table3Row r;
+    r.compute_multiplier = mult;
+    r.devices = devices;
+    r.peak_flops_per_s = v100_peak_flops_per_s * mult;
+    // Slow memory: 20 B/param of model states read and 20 written: AIT = 8·bsz·seq / 40 at bsz 2.
+    const double bsz_slow = 2;
+    const double ait_slow = 8.0 * bsz_slow * double(seq) / 40.0;
+    r.slow_memory_aggregate_Bps = bandwidth_for_efficiency(ait_slow, 0.9, r.peak_flops_per_s);
+    r.slow_memory_Bps_per_device = r.slow_memory_aggregate_Bps / devices;
+    r.optimizer_only_Bps_per_device =
+        bandwidth_for_efficiency(ait_optimizer_eq10(bsz_slow, seq), 0.9, r.peak_flops_per_s) / devices;
+    r.gpu_gpu_Bps = bandwidth_for_efficiency(ait_param_grad_eq9(1, seq), 0.5, r.peak_flops_per_s);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::vector<SweepPoint> fig3_sweep(Fig3Panel panel, double peak, long seq, int ci) {
+  std::vector<SweepPoint> out;
+  std::vector<double> bws;
+  for (int i = 0; i <= 50; ++i) bws.push_back(1e8 * std::pow(10.0, i / 10.0));  // 0.1 GB/s .. 10 TB/s
+  auto emit = [&](const char* name, const std::string& series, double bsz, long hidden, double ait) {
+    for (double bw : bws) out.push_back({name, series, bsz, hidden, bw, ait, efficiency_eq6(ait, bw, peak)});
+  };
+  switch (panel) {
+    case Fig3Panel::a_param_grad:
+      for (double b : {1, 2, 4, 8, 16}) emit("fig3a", "bsz=" + format_g(b), b, 0, ait_param_grad_eq9(b, seq));
+      break;
+    case Fig3Panel::b_optimizer:
+      for (double b : {1, 2, 4, 8, 16}) emit("fig3b", "bsz=" + format_g(b), b, 0, ait_optimizer_eq10(b, seq));
+      break;
+    case Fig3Panel::c_act_ckpt:
+      for (long h : {2048L, 4096L, 8192L, 16384L, 32768L, 65536L})
+        emit("fig3c", "hidden=" + std::to_string(h), 0, h, ait_act_ckpt_eq11(h, ci));
+      break;
+  }
+  return out;
+}
+
+}  // namespace memwall

@@ -1,0 +1,135 @@
+#include "model/hardware_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/builtin_profiles.hpp"
+#include "model/yaml_reader.hpp"
+
+namespace memwall {
+
+double HardwareProfile::peak_flops_per_s(long hidden) const {
+  if (peak_by_hidden.empty() || hidden <= 0) return gpu_peak_flops_per_s;
+  if (hidden <= peak_by_hidden.front().hidden) return peak_by_hidden.front().flops_per_s;
+  if (hidden >= peak_by_hidden.back().hidden) return peak_by_hidden.back().flops_per_s;
+  for (size_t i = 1; i < peak_by_hidden.size(); ++i) {
+    const PeakPoint& a = peak_by_hidden[i - 1];
+    const PeakPoint& b = peak_by_hidden[i];
+    if (hidden <= b.hidden) {
+      double t = std::log2(double(hidden) / a.hidden) / std::log2(double(b.hidden) / a.hidden);
+      return a.flops_per_s + t * (b.flops_per_s - a.flops_per_s);
+    }
+  }
+  return gpu_peak_flops_per_s;
+}
+
+double HardwareProfile::cpu_Bps_per_gpu_all_active() const {
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, cpu_memory_Bps / gpus_per_node});
+}
+double HardwareProfile::nvme_read_Bps_per_gpu_all_active() const {
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, nvme_read_Bps / gpus_per_node});
+}
+double HardwareProfile::nvme_write_Bps_per_gpu_all_active() const {
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, nvme_write_Bps / gpus_per_node});
+}
+
+namespace {
+
+HardwareProfile read_profile(const YamlReader& r) {
+  const YAML::Node& root = r.root();
+  r.only_keys(root, "", {"name", "description", "nodes", "gpu", "links", "cpu", "nvme"});
+  HardwareProfile p;
+  p.name = r.text(root, "", "name");
+  p.description = r.text_or(root, "", "description", "");
+  p.nodes = int(r.integer_or(root, "", "nodes", 1, 1));
+
+  YAML::Node gpu = r.section(root, "", "gpu");
+  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "peak", "peak_by_hidden"});
+  p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1));
+  p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
+  p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
+  if (YAML::Node table = gpu["peak_by_hidden"]; table.IsDefined() && !table.IsNull()) {
+    if (!table.IsSequence() || table.size() == 0)
+      r.fail(table, "gpu.peak_by_hidden", "expected a list of {hidden: 8K, peak: 62 TFLOPS}");
+    for (size_t i = 0; i < table.size(); ++i) {
+      std::string path = "gpu.peak_by_hidden[" + std::to_string(i) + "]";
+      if (!table[i].IsMap()) r.fail(table[i], path, "expected {hidden: 8K, peak: 62 TFLOPS}");
+      r.only_keys(table[i], path, {"hidden", "peak"});
+      PeakPoint pt{r.hidden(table[i], path, "hidden"), r.quantity(table[i], path, "peak", Dimension::flops_rate)};
+      if (!p.peak_by_hidden.empty() && pt.hidden <= p.peak_by_hidden.back().hidden)
+        r.fail(table[i], path + ".hidden", "expected hidden sizes in ascending order");
+      p.peak_by_hidden.push_back(pt);
+    }
+  }
+
+  YAML::Node links = r.section(root, "", "links");
+  r.only_keys(links, "links", {"gpu_gpu", "pcie_single_gpu", "pcie_aggregate", "inter_node"});
+  p.gpu_gpu_Bps = p.gpus_per_node > 1 ? r.quantity(links, "links", "gpu_gpu", Dimension::bandwidth)
+                                      : r.quantity_or(links, "links", "gpu_gpu", Dimension::bandwidth, 0);
+  p.pcie_single_gpu_Bps = r.quantity(links, "links", "pcie_single_gpu", Dimension::bandwidth);
+  p.pcie_aggregate_Bps = r.quantity(links, "links", "pcie_aggregate", Dimension::bandwidth);
+  p.inter_node_Bps = p.nodes > 1 ? r.quantity(links, "links", "inter_node", Dimension::bandwidth)
+                                 : r.quantity_or(links, "links", "inter_node", Dimension::bandwidth, 0);
+  if (p.pcie_aggregate_Bps < p.pcie_single_gpu_Bps)
+    r.fail(links["pcie_aggregate"], "links.pcie_aggregate",
+           "expected at least links.pcie_single_gpu (the node's PCIe root carries at least one GPU's traffic)");
+
+  YAML::Node cpu = r.section(root, "", "cpu");
+  r.only_keys(cpu, "cpu", {"memory", "memory_bandwidth", "adam_throughput", "pinned_budget"});
+  p.cpu_memory_bytes = r.quantity(cpu, "cpu", "memory", Dimension::bytes);
+  p.cpu_memory_Bps = r.quantity(cpu, "cpu", "memory_bandwidth", Dimension::bandwidth);
+  p.cpu_adam_params_per_s = r.quantity(cpu, "cpu", "adam_throughput", Dimension::param_rate);
+  p.pinned_budget_bytes = r.quantity(cpu, "cpu", "pinned_budget", Dimension::bytes);
+  if (p.pinned_budget_bytes > p.cpu_memory_bytes)
+    r.fail(cpu["pinned_budget"], "cpu.pinned_budget", "expected at most cpu.memory");
+
+  YAML::Node nvme = r.section(root, "", "nvme");
+  r.only_keys(nvme, "nvme", {"capacity", "read", "write"});
+  p.nvme_capacity_bytes = r.quantity(nvme, "nvme", "capacity", Dimension::bytes);
+  p.nvme_read_Bps = r.quantity(nvme, "nvme", "read", Dimension::bandwidth);
+  p.nvme_write_Bps = r.quantity(nvme, "nvme", "write", Dimension::bandwidth);
+  return p;
+}
+
+}  // namespace
+
+Result<HardwareProfile> parse_profile(std::string_view yaml_text, const std::string& source) {
+  try {
+    YamlReader reader(source, yaml_text);
+    HardwareProfile p = read_profile(reader);
+    p.source = source;
+    return p;
+  } catch (const InputError& e) {
+    return make_error(e.what());
+  }
+}
+
+Result<HardwareProfile> load_profile(const std::string& name_or_path) {
+  if (auto text = builtin_profile_yaml(name_or_path)) return parse_profile(*text, "builtin:" + name_or_path);
+  std::filesystem::path path(name_or_path);
+  if (!std::filesystem::is_regular_file(path)) {
+    std::string names;
+    for (const auto& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
+    return make_error(name_or_path + ": no such profile file, and not a built-in profile (built-in: " + names + ")");
+  }
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) return make_error(name_or_path + ": cannot read file");
+  return parse_profile(text.str(), name_or_path);
+}
+
+Result<HardwareProfile> scale_to_nodes(const HardwareProfile& profile, int nodes) {
+  if (nodes < 1) return make_error("--nodes: expected an integer >= 1, got " + std::to_string(nodes));
+  if (nodes > 1 && profile.inter_node_Bps <= 0)
+    return make_error(profile.source + ": links.inter_node: missing field (needed to scale the profile to " +
+                      std::to_string(nodes) + " nodes)");
+  HardwareProfile scaled = profile;
+  scaled.nodes = nodes;
+  return scaled;
+}
+
+}  // namespace memwall

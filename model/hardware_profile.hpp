@@ -1,0 +1,70 @@
+// HardwareProfile: what one machine (and a cluster of N of them) offers: GPU memory and achievable
+// peak, link bandwidths, CPU memory, NVMe. Loaded from hardware_profiles/*.yaml or from the copies
+// embedded in the binary, validated on load. Per-node quantities stay per node; derived per-GPU
+// bandwidths ("3.0 GB/s per GPU when all 16 read") are computed here, once.
+// Value type; loading functions are thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/result.hpp"
+
+namespace memwall {
+
+struct PeakPoint {
+  long hidden = 0;
+  double flops_per_s = 0;
+};
+
+struct HardwareProfile {
+  std::string name;         // "dgx2"
+  std::string description;  // one line for humans
+  std::string source;       // file path, or "builtin:dgx2"
+
+  int nodes = 1;
+  int gpus_per_node = 0;
+
+  double gpu_memory_bytes = 0;           // per GPU
+  double gpu_peak_flops_per_s = 0;       // achievable peak (not the datasheet peak), per GPU
+  std::vector<PeakPoint> peak_by_hidden;  // optional, ascending hidden; interpolated in log2(hidden)
+
+  double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node
+  double pcie_single_gpu_Bps = 0;  // one GPU alone to or from CPU memory
+  double pcie_aggregate_Bps = 0;   // per node, all GPUs moving data at once (shared PCIe root)
+  double inter_node_Bps = 0;       // per node (all NICs); 0 when the profile describes one node only
+
+  double cpu_memory_bytes = 0;         // per node
+  double cpu_memory_Bps = 0;           // per node
+  double cpu_adam_params_per_s = 0;    // per node, CPU Adam (ZeRO-Offload's CPU-Adam)
+  double pinned_budget_bytes = 0;      // per node, page-locked host memory for staging buffers
+
+  double nvme_capacity_bytes = 0;  // per node
+  double nvme_read_Bps = 0;        // per node
+  double nvme_write_Bps = 0;       // per node
+
+  int total_gpus() const { return nodes * gpus_per_node; }
+
+  // Achievable peak for a model of this hidden size (the paper: 62-78 TFLOPS for 8K-64K on V100).
+  double peak_flops_per_s(long hidden) const;
+
+  // Per-GPU bandwidths when every GPU of the node moves data at once (Fig. 2b's convention).
+  double cpu_Bps_per_gpu_all_active() const;
+  double nvme_read_Bps_per_gpu_all_active() const;
+  double nvme_write_Bps_per_gpu_all_active() const;
+};
+
+// Parses and validates a profile from YAML text; `source` names the file in error messages.
+Result<HardwareProfile> parse_profile(std::string_view yaml_text, const std::string& source);
+
+// Loads a profile: a path to a .yaml file, or the name of an embedded one ("dgx2").
+Result<HardwareProfile> load_profile(const std::string& name_or_path);
+
+// The same machine, N of them ("--nodes N"). Needs the profile's inter-node bandwidth when N > 1.
+Result<HardwareProfile> scale_to_nodes(const HardwareProfile& profile, int nodes);
+
+// Names of the profiles compiled into the binary, sorted.
+std::vector<std::string> builtin_profile_names();
+
+}  // namespace memwall

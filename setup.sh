@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# setup.sh [run|test] [args...]
+#   run  (default): install what is missing, build, run the main job (memwall analyze; args pass through)
+#   test          : install what is missing, build, run every test through CTest
+# Idempotent and incremental: packages already installed are not reinstalled, the build folder
+# (build/) is reused, so a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")"
+mode=${1:-run}
+[ $# -gt 0 ] && shift
+
+# Debian packages memwall needs (DESIGN.md, "Dependencies").
+packages=(
+  cmake ninja-build g++ pkg-config
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libsimgrid-dev liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin
+  qt6-base-dev qt6-charts-dev xvfb xauth
+  fio python3-torch python3-numpy
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "setup.sh: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+cmake --build build --parallel "$(nproc)"
+
+case "$mode" in
+  run) exec ./build/memwall analyze "$@" ;;
+  test) cd build && exec ctest --output-on-failure --parallel "$(nproc)" "$@" ;;
+  *) echo "setup.sh: unknown mode \"$mode\" (expected run or test)" >&2; exit 2 ;;
+esac

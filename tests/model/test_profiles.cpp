@@ -1,0 +1,131 @@
+// Hardware profiles: every shipped profile loads and says what the paper (or its datasheet) says;
+// broken profiles are refused with file, line, field and what was expected.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "model/hardware_profile.hpp"
+
+namespace memwall {
+namespace {
+
+TEST(Profiles, EveryShippedProfileLoadsFromFileAndEmbedded) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(MEMWALL_SOURCE_DIR "/hardware_profiles")) {
+    Result<HardwareProfile> from_file = load_profile(entry.path().string());
+    ASSERT_TRUE(from_file.ok()) << from_file.error();
+    Result<HardwareProfile> embedded = load_profile(entry.path().stem().string());
+    ASSERT_TRUE(embedded.ok()) << entry.path() << " is not embedded: " << embedded.error();
+    EXPECT_EQ(from_file->name, entry.path().stem().string()) << "name field must match the file name";
+    EXPECT_EQ(from_file->gpu_memory_bytes, embedded->gpu_memory_bytes);
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+  for (const char* required : {"dgx2", "dgx-a100", "dgx-h100", "gh200", "workstation"})
+    EXPECT_TRUE(load_profile(required).ok()) << required;
+}
+
+TEST(Profiles, Dgx2HasThePapersNumbers) {
+  Result<HardwareProfile> r = load_profile("dgx2");
+  ASSERT_TRUE(r.ok()) << r.error();
+  const HardwareProfile& p = *r;
+  EXPECT_EQ(p.gpus_per_node, 16);
+  EXPECT_DOUBLE_EQ(p.gpu_memory_bytes, 32.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(p.gpu_gpu_Bps, 70e9);
+  EXPECT_DOUBLE_EQ(p.pcie_single_gpu_Bps, 12e9);
+  EXPECT_DOUBLE_EQ(p.cpu_memory_bytes, 1.5e12);
+  EXPECT_DOUBLE_EQ(p.cpu_memory_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(p.nvme_read_Bps, 25e9);
+  EXPECT_DOUBLE_EQ(p.inter_node_Bps, 100e9);  // 800 Gbps
+  // Fig. 2b / Sec. 6.1: 3.0 GB/s per GPU to CPU memory and ~1.6 GB/s per GPU from NVMe, 16 at once.
+  EXPECT_DOUBLE_EQ(p.cpu_Bps_per_gpu_all_active(), 3.0e9);
+  EXPECT_NEAR(p.nvme_read_Bps_per_gpu_all_active(), 1.6e9, 0.05e9);
+  // Sec. 4.2: 62-78 TFLOPS for hidden 8K-64K, flat outside.
+  EXPECT_DOUBLE_EQ(p.peak_flops_per_s(8192), 62e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops_per_s(65536), 78e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops_per_s(1024), 62e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops_per_s(163840), 78e12);
+  double mid = p.peak_flops_per_s(23170);  // between 16K and 32K
+  EXPECT_GT(mid, 62e12);
+  EXPECT_LT(mid, 78e12);
+}
+
+TEST(Profiles, NodesScaleTheCluster) {
+  HardwareProfile p = *load_profile("dgx2");
+  Result<HardwareProfile> c = scale_to_nodes(p, 32);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->total_gpus(), 512);
+  EXPECT_EQ(load_profile("dgx2-superpod")->total_gpus(), 512);
+  EXPECT_FALSE(scale_to_nodes(p, 0).ok());
+  HardwareProfile lone = *load_profile("workstation");
+  lone.inter_node_Bps = 0;
+  Result<HardwareProfile> bad = scale_to_nodes(lone, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("links.inter_node"), std::string::npos) << bad.error();
+}
+
+const char* kGood = R"(name: t
+nodes: 1
+gpu:
+  count_per_node: 2
+  memory: 16 GiB
+  peak: 10 TFLOPS
+links:
+  gpu_gpu: 50 GB/s
+  pcie_single_gpu: 10 GB/s
+  pcie_aggregate: 16 GB/s
+cpu:
+  memory: 64 GB
+  memory_bandwidth: 40 GB/s
+  adam_throughput: 1 G params/s
+  pinned_budget: 8 GiB
+nvme:
+  capacity: 1 TB
+  read: 3 GB/s
+  write: 2 GB/s
+)";
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+struct BadCase {
+  std::string yaml;
+  std::string expect;  // substring of the one-line error
+};
+
+TEST(Profiles, BadProfilesNameFileLineAndField) {
+  ASSERT_TRUE(parse_profile(kGood, "t.yaml").ok()) << parse_profile(kGood, "t.yaml").error();
+  std::vector<BadCase> cases = {
+      {replace(kGood, "memory: 16 GiB", "memory: 16"), "t.yaml:5: gpu.memory: expected a size with a unit"},
+      {replace(kGood, "gpu_gpu: 50 GB/s", "gpu_gpu: 0 GB/s"), "t.yaml:8: links.gpu_gpu: expected a positive value"},
+      {replace(kGood, "read: 3 GB/s", "read: -3 GB/s"), "t.yaml:18: nvme.read: expected a positive value"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", ""), "gpu.peak: missing field"},
+      {replace(kGood, "  write: 2 GB/s\n", "  write: 2 GB/s\n  speed: 9 GB/s\n"), "t.yaml:20: nvme.speed: unknown field"},
+      {replace(kGood, "count_per_node: 2", "count_per_node: two"), "t.yaml:4: gpu.count_per_node: expected an integer >= 1"},
+      {replace(kGood, "peak: 10 TFLOPS", "peak: 10 GB/s"), "gpu.peak: expected a compute rate"},
+      {replace(kGood, "gpu:\n", "gpu: [\n"), "t.yaml"},
+      {replace(kGood, "pcie_aggregate: 16 GB/s", "pcie_aggregate: 5 GB/s"), "links.pcie_aggregate: expected at least"},
+      {replace(kGood, "pinned_budget: 8 GiB", "pinned_budget: 80 GiB"), "cpu.pinned_budget: expected at most cpu.memory"},
+      {replace(kGood, "nodes: 1", "nodes: 2"), "links.inter_node: missing field"},
+      {"- just\n- a list\n", "t.yaml:1: expected a YAML mapping"},
+  };
+  for (const auto& c : cases) {
+    Result<HardwareProfile> r = parse_profile(c.yaml, "t.yaml");
+    ASSERT_FALSE(r.ok()) << "accepted:\n" << c.yaml;
+    EXPECT_NE(r.error().find(c.expect), std::string::npos) << "got: " << r.error() << "\nwanted: " << c.expect;
+    EXPECT_EQ(r.error().find('\n'), std::string::npos) << "not one line: " << r.error();
+  }
+}
+
+TEST(Profiles, UnknownNameListsBuiltins) {
+  Result<HardwareProfile> r = load_profile("dgx3");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("dgx2"), std::string::npos) << r.error();
+}
+
+}  // namespace
+}  // namespace memwall
