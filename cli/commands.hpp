@@ -13,6 +13,7 @@ using Runner = std::function<int()>;  // returns the exit code; throws UsageErro
 using Command = std::pair<CLI::App*, Runner>;
 
 Command add_analyze(CLI::App& app);
+Command add_schedule(CLI::App& app);
 Command add_models(CLI::App& app);
 Command add_profiles(CLI::App& app);
 

@@ -16,6 +16,8 @@ Result<TrainingConfig> validate(const TrainingConfig& c, int layers) {
   if (c.mp < 1) return make_error("--mp: expected a tensor-slicing degree >= 1, got " + std::to_string(c.mp));
   if (c.prefetch_depth < 0)
     return make_error("--prefetch-depth: expected an integer >= 0, got " + std::to_string(c.prefetch_depth));
+  if (c.micro_batches < 1)
+    return make_error("--micro-batches: expected an integer >= 1, got " + std::to_string(c.micro_batches));
   return c;
 }
 

@@ -17,6 +17,7 @@ struct TrainingConfig {
   int dp = 0;              // data-parallel degree; 0 = every GPU not used by mp
   int mp = 1;              // tensor-slicing degree inside a node
   int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
+  int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
 };
 
 // Checks ranges; `layers` bounds ci. Messages name the flag ("--ci: ...").

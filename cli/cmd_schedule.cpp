@@ -1,0 +1,117 @@
+// `memwall schedule`: the steps of one rank for one iteration, peak bytes per tier and traffic per
+// link class, as text or JSON. The schedule is model/'s; this file only parses and prints.
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "model/schedule.hpp"
+#include "model/units.hpp"
+
+namespace memwall::cli {
+namespace {
+
+struct ScheduleFlags {
+  ProfileFlags profile;
+  ModelFlags model;
+  TrainingConfig config;
+  std::string strategy = "zero_inf_nvme";
+  std::vector<std::string> place;
+  int rank = 0;
+  bool json = false;
+  bool text = false;
+  std::string output;
+};
+
+nlohmann::ordered_json schedule_json(const Schedule& s) {
+  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+  for (const Step& st : s.steps) {
+    nlohmann::ordered_json j = {{"id", st.id}, {"kind", to_string(st.kind)}, {"phase", to_string(st.phase)},
+                                {"op", st.op}, {"hop", st.hop}, {"bytes", st.bytes}, {"flops", st.flops},
+                                {"params", st.params}, {"src", to_string(st.src)}, {"dst", to_string(st.dst)},
+                                {"link", to_string(st.link)}, {"deps", st.deps}};
+    if (st.state) j["state"] = to_string(*st.state);
+    if (st.tile >= 0) j["tile"] = st.tile;
+    if (st.micro_batch >= 0) j["micro_batch"] = st.micro_batch;
+    steps.push_back(std::move(j));
+  }
+  nlohmann::ordered_json peak, cap, traffic;
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+    peak[to_string(t)] = s.peak_bytes[int(t)];
+    cap[to_string(t)] = s.capacity_bytes[int(t)];
+  }
+  for (int l = 1; l < kLinkClasses; ++l) traffic[to_string(LinkClass(l))] = s.traffic_bytes[l];
+  nlohmann::ordered_json j = {{"strategy", s.strategy}, {"rank", s.rank}, {"dp", s.dp}, {"mp", s.mp},
+                              {"compute_flops", s.compute_flops}, {"peak_bytes", peak}, {"capacity_bytes", cap},
+                              {"traffic_bytes", traffic}, {"fits", !s.overflow.has_value()}};
+  if (s.overflow) j["overflow"] = s.overflow->message;
+  j["steps"] = steps;
+  return j;
+}
+
+std::string summary_text(const Schedule& s) {
+  std::ostringstream o;
+  o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp << "), " << s.steps.size() << " steps, "
+    << format_sig(s.compute_flops / 1e12) << " TFLOP on the GPU\n";
+  std::vector<std::vector<std::string>> rows = {{"tier", "peak", "capacity per rank"}};
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
+    rows.push_back({to_string(t), format_bytes(s.peak_bytes[int(t)]), format_bytes(s.capacity_bytes[int(t)])});
+  o << render_table(rows);
+  rows = {{"link class", "bytes per iteration"}};
+  for (int l = 1; l < kLinkClasses; ++l) rows.push_back({to_string(LinkClass(l)), format_bytes(s.traffic_bytes[l])});
+  o << render_table(rows);
+  o << (s.overflow ? s.overflow->message : std::string("fits: every tier stays within its capacity")) << "\n";
+  return o.str();
+}
+
+}  // namespace
+
+Command add_schedule(CLI::App& app) {
+  auto f = std::make_shared<ScheduleFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "schedule",
+      "The ZeRO-Infinity schedule of one training iteration for one rank (paper Sec. 5-7): fetches\n"
+      "(nc NVMe->CPU, cg CPU->GPU, gg all-gather), computes, releases, gradient reduce/offload,\n"
+      "checkpoints and the chunked optimizer, with dependencies; peak bytes per tier; traffic per link.");
+  f->profile.add(*sub);
+  f->model.add(*sub);
+  sub->add_option("--strategy", f->strategy,
+                  "Placement preset (data_parallel, zero2, zero_offload, zero3, zero_inf_cpu, zero_inf_nvme, three_d, "
+                  "l2l) or a placement YAML file")
+      ->capture_default_str();
+  sub->add_option("--place", f->place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
+  sub->add_option("--bsz", f->config.bsz, "Micro-batch per GPU")->capture_default_str();
+  sub->add_option("--ci", f->config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
+  sub->add_option("--tiling", f->config.tiling_factor, "Memory-centric tiling factor for linear layers")
+      ->capture_default_str();
+  sub->add_option("--prefetch-depth", f->config.prefetch_depth, "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2")
+      ->capture_default_str();
+  sub->add_option("--dp", f->config.dp, "Data-parallel degree (default: all GPUs / mp)");
+  sub->add_option("--mp", f->config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
+  sub->add_option("--micro-batches", f->config.micro_batches, "l2l: micro-batches looped inside each layer")
+      ->capture_default_str();
+  sub->add_option("--rank", f->rank, "Which data-parallel rank to print")->capture_default_str();
+  sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, traffic_bytes");
+  sub->add_flag("--text", f->text, "Text: one step per line (the default)");
+  sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
+  return {sub, [f]() {
+            if (f->json && f->text) throw UsageError("--json and --text: give one, not both");
+            HardwareProfile p = f->profile.load();
+            if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
+            ModelSpec m = f->model.load();
+            Placement pl = take(load_placement(f->strategy, f->place));
+            TrainingConfig c = f->config;
+            c.seq = m.seq;
+            if (pl.name == "l2l" && c.micro_batches == 1) c.micro_batches = 4;
+            Schedule s = take(build_schedule(m, pl, c, p, f->rank));
+            std::vector<std::string> bad = check_invariants(s);
+            if (!bad.empty()) throw UsageError("internal error: schedule breaks an invariant: " + bad.front());
+            std::string out = f->json ? schedule_json(s).dump(1) + "\n" : schedule_text(s) + summary_text(s);
+            write_output(f->output, out);
+            return s.overflow ? 1 : 0;
+          }};
+}
+
+}  // namespace memwall::cli

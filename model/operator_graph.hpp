@@ -1,0 +1,58 @@
+// OperatorGraph: a GPT-style transformer as operators with data dependencies (Boost.Graph).
+// Each operator knows its forward, backward and recompute FLOPs, the parameters it owns (or, for
+// the tied LM head, whose parameters it uses: the paper's "external parameter", Sec. 7.1.1) and
+// the activation bytes it reads and writes, for a given micro-batch and sequence. Owns no
+// placement or schedule. Immutable after construction; safe to share between threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "model/model_spec.hpp"
+
+namespace memwall {
+
+enum class OpKind { embedding, layernorm, linear, attention_scores, attention_context, gelu, residual_add, lm_head };
+const char* to_string(OpKind k);
+
+// Shapes use the llm.c key: B micro-batch, T sequence, C hidden, NH heads, V vocabulary.
+struct Operator {
+  std::string name;        // "block3.fc1", "embed", "lm_head"
+  OpKind kind = OpKind::linear;
+  int block = -1;          // transformer block, -1 outside blocks
+  long in_features = 0;    // linear layers only: (C -> 3C) for qkv, ...
+  long out_features = 0;
+  double param_elems = 0;  // parameters this operator owns (weights + biases)
+  double weight_elems = 0; // the linear-layer weights among them (what Eq. 1 counts)
+  std::string param_owner; // operator whose parameters it uses: itself, or "embed" for lm_head
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+  double recompute_flops = 0;  // forward again in backward (operators inside checkpointed blocks)
+  double act_read_bytes = 0;   // fp16 activations read in forward
+  double act_write_bytes = 0;  // fp16 activations written in forward
+};
+
+using OpGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Operator>;
+
+struct OperatorGraph {
+  OpGraph graph;
+  std::vector<size_t> order;  // forward execution order (a topological order of `graph`)
+
+  const Operator& op(size_t v) const { return graph[v]; }
+  size_t size() const { return boost::num_vertices(graph); }
+
+  // FLOPs of one iteration: linear layers (what Eq. 7-8 counts) and the rest (attention score
+  // and context products, LM head, elementwise), forward + backward + recompute.
+  double linear_flops() const;
+  double other_flops() const;
+  double attention_flops() const;
+  double linear_weight_elems() const;  // equals Eq. 1's 12·nl·hd²
+  double param_elems() const;          // every parameter, embeddings and biases included
+};
+
+// Builds the graph for micro-batch `bsz` and sequence `seq`; activations are fp16 (2 bytes).
+OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq);
+
+}  // namespace memwall

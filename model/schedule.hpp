@@ -1,0 +1,81 @@
+// Schedule: the ordered steps of one training iteration for one data-parallel rank, with explicit
+// dependencies, generated from an operator graph, a placement, a training config and a profile
+// (paper Sec. 5-7). It is the contract between sim/ and exec/: both run these steps unchanged and
+// need not know which strategy produced them. Also the invariant checker every schedule passes.
+// Pure functions over value types: thread-safe.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/hardware_profile.hpp"
+#include "model/operator_graph.hpp"
+#include "model/placement.hpp"
+#include "model/training_config.hpp"
+
+namespace memwall {
+
+enum class StepKind { fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer };
+enum class Phase { forward, recompute, backward, optimizer };
+// Where bytes travel: NVMe<->CPU memory, CPU memory<->GPU (PCIe), GPU<->GPU in a node (NVLink),
+// between nodes (InfiniBand), or nowhere (a step on one device).
+enum class LinkClass { none, nvme_cpu, cpu_gpu, gpu_gpu, network };
+constexpr int kLinkClasses = 5;
+constexpr int kTiers = 3;
+const char* to_string(StepKind k);
+const char* to_string(Phase p);
+const char* to_string(LinkClass l);
+
+struct Step {
+  int id = 0;
+  StepKind kind = StepKind::compute;
+  Phase phase = Phase::forward;
+  std::string op;           // operator ("block3.fc1"), or "adam[chunk 4]" for the optimizer
+  std::string hop;          // fetch: "nc", "cg", "gg" or "bcast"; offload: "gc", "cn"; else empty
+  std::optional<State> state;  // the state a transfer moves (param16, grad16, optim32, act_ckpt)
+  std::string param;        // the parameters (tile) a compute needs, or a fetch/release moves
+  int tile = -1;            // memory-centric tiling: which tile of the operator, -1 if untiled
+  int micro_batch = -1;     // l2l inner loop index, -1 otherwise
+  double bytes = 0;         // bytes this rank moves (received for collectives) or frees
+  double flops = 0;         // compute on the GPU
+  double params = 0;        // optimizer: parameters updated
+  Tier src = Tier::gpu, dst = Tier::gpu;
+  LinkClass link = LinkClass::none;
+  std::vector<int> deps;    // ids of earlier steps that must finish first
+};
+
+struct Overflow {
+  Tier tier;
+  int step;  // first step at which the tier's capacity is exceeded
+  double needed_bytes;
+  double capacity_bytes;
+  std::string message;
+};
+
+struct Schedule {
+  std::string strategy;
+  int rank = 0, dp = 1, mp = 1, micro_batches = 1;
+  std::vector<Step> steps;
+  std::array<double, kTiers> capacity_bytes{};  // per rank: one GPU; its share of CPU memory / NVMe
+  std::array<double, kTiers> peak_bytes{};      // per rank, indexed by Tier
+  std::array<double, kLinkClasses> traffic_bytes{};  // per rank, indexed by LinkClass
+  std::optional<Overflow> overflow;             // first tier that would exceed its capacity
+  double compute_flops = 0;                     // GPU FLOPs of this rank per iteration
+};
+
+// `rank` in [0, dp). Fails only on inconsistent input (dp x mp larger than the profile, ...).
+// A schedule that does not fit is returned with `overflow` set: that is a result, not an error.
+Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                const HardwareProfile& profile, int rank = 0);
+
+// Invariants: deps point backwards (no cycles); every compute finds its parameters resident; every
+// fetched parameter is released after its last use; every transfer has a source, a destination and
+// bytes; fetched, gathered and released bytes balance. Empty when all hold.
+std::vector<std::string> check_invariants(const Schedule& s);
+
+// One line per step, for humans and golden files.
+std::string schedule_text(const Schedule& s);
+
+}  // namespace memwall

@@ -1,0 +1,285 @@
+// The schedule against its invariants and the closed form: every preset on small and paper-sized
+// models, per-link traffic, tiling, checkpoint interval, out-of-memory reporting, a golden dump.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "model/analysis.hpp"
+#include "model/schedule.hpp"
+
+namespace memwall {
+namespace {
+
+ModelSpec tiny() { return *model_from_shape(2, 256, 4, 64, 512); }
+HardwareProfile dgx2() { return *load_profile("dgx2"); }
+
+Schedule make(const ModelSpec& m, const std::string& strategy, TrainingConfig c, const HardwareProfile& p,
+              int rank = 0) {
+  c.seq = m.seq;
+  Placement pl = *preset(strategy);
+  if (strategy == "l2l" && c.micro_batches == 1) c.micro_batches = 4;
+  Result<Schedule> s = build_schedule(m, pl, c, p, rank);
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error());
+  return s.ok() ? *s : Schedule{};
+}
+
+double sum_bytes(const Schedule& s, StepKind k, State st, const std::string& hop = "") {
+  double b = 0;
+  for (const Step& x : s.steps)
+    if (x.kind == k && x.state == st && (hop.empty() || x.hop == hop)) b += x.bytes;
+  return b;
+}
+
+TEST(OperatorGraph, LinearFlopsAreEq7AndAttentionIsExtra) {
+  for (const char* name : {"fig2a-1T", "table8-h2K"}) {
+    ModelSpec m = *load_model(name);
+    OperatorGraph g = build_gpt_graph(m, 2, 1024);
+    EXPECT_DOUBLE_EQ(g.linear_weight_elems(), params_eq1(m.layers, m.hidden)) << name;
+    EXPECT_NEAR(g.linear_flops() / computation_flops_eq7(2, 1024, params_eq1(m.layers, m.hidden)), 1.0, 1e-12);
+    // Attention (2·B·T²·C twice per block, fwd + bwd + recompute) is what Eq. 7 leaves out.
+    EXPECT_DOUBLE_EQ(g.attention_flops(), m.layers * 2 * (2.0 * 2 * 1024.0 * 1024 * m.hidden) * 4);
+    EXPECT_GT(g.other_flops(), g.attention_flops());  // plus the LM head and elementwise work
+  }
+}
+
+TEST(OperatorGraph, HasEveryOperatorInDependencyOrder) {
+  ModelSpec m = tiny();
+  OperatorGraph g = build_gpt_graph(m, 1, 64);
+  EXPECT_EQ(g.size(), 1u + m.layers * 11u + 2u);  // embed, 11 per block, ln_f, lm_head
+  std::vector<size_t> pos(g.size());
+  for (size_t i = 0; i < g.order.size(); ++i) pos[g.order[i]] = i;
+  for (auto e : boost::make_iterator_range(boost::edges(g.graph)))
+    EXPECT_LT(pos[boost::source(e, g.graph)], pos[boost::target(e, g.graph)]);
+  EXPECT_EQ(g.op(g.order.front()).name, "embed");
+  EXPECT_EQ(g.op(g.order.back()).name, "lm_head");
+  EXPECT_EQ(g.op(g.order.back()).param_owner, "embed");  // tied: the external parameter
+}
+
+TEST(Schedule, EveryPresetKeepsItsInvariants) {
+  HardwareProfile p = dgx2();
+  for (const std::string& name : preset_names())
+    for (const char* model : {"tiny", "table1-1T"}) {
+      ModelSpec m = std::string(model) == "tiny" ? tiny() : *load_model(model);
+      TrainingConfig c;
+      c.mp = name == "three_d" ? 4 : 1;
+      c.tiling_factor = 2;
+      Schedule s = make(m, name, c, p);
+      std::vector<std::string> bad = check_invariants(s);
+      EXPECT_TRUE(bad.empty()) << name << " " << model << ": " << (bad.empty() ? "" : bad.front());
+      EXPECT_GT(s.steps.size(), 10u);
+    }
+}
+
+TEST(Schedule, OneTrillionFitsOnOneDgx2OnlyWithNvme) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = *load_model("table1-1T");
+  for (const std::string& name : preset_names()) {
+    TrainingConfig c;
+    c.mp = name == "three_d" ? 4 : 1;
+    Schedule s = make(m, name, c, p);
+    EXPECT_EQ(!s.overflow.has_value(), name == "zero_inf_nvme") << name << ": "
+                                                                 << (s.overflow ? s.overflow->message : "fits");
+  }
+}
+
+// Sec. 4.1: parameters cross the all-gather three times (forward, recompute, backward); the tied
+// embedding twice per pass (embed and lm_head) and ln_f twice (it is not recomputed). Gradients
+// are reduce-scattered once. Optimizer states are read and written once.
+TEST(Schedule, TrafficEqualsTheClosedForm) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  OperatorGraph g = build_gpt_graph(m, 1, m.seq);
+  double blocks = 0, embed = 0, lnf = 0;
+  for (size_t v : g.order) {
+    const Operator& o = g.op(v);
+    (o.block >= 0 ? blocks : o.name == "embed" ? embed : lnf) += 2 * o.param_elems;
+  }
+  const double all = blocks + embed + lnf;
+  for (int dp : {2, 4, 16}) {
+    TrainingConfig c;
+    c.dp = dp;
+    Schedule s = make(m, "zero_inf_nvme", c, p);
+    const double gathered = (3 * blocks + 2 * lnf + 4 * embed) * (dp - 1) / dp;
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, "gg"), gathered, 1e-6 * gathered) << dp;
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, "nc"), (3 * blocks + 2 * lnf + 4 * embed) / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::reduce_scatter, State::grad16), all * (dp - 1) / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::grad16, "gc"), all / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::optim32), 8 * all / dp, 1e-3);    // 16 B/param read
+    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::optim32), 8 * all / dp, 1e-3);  // 16 B/param written
+    EXPECT_NEAR(s.traffic_bytes[int(LinkClass::gpu_gpu)], gathered + all * (dp - 1) / dp, 1e-3);
+    EXPECT_EQ(s.traffic_bytes[int(LinkClass::network)], 0);
+  }
+}
+
+TEST(Schedule, BroadcastReadsWholeParametersThroughTheOwner) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  Placement pl = *preset("zero_inf_cpu");
+  pl.fetch = ParamFetch::broadcast;
+  TrainingConfig c;
+  c.dp = 4;
+  c.seq = m.seq;
+  double cg_total = 0, cg_largest = 0;
+  for (int r = 0; r < 4; ++r) {
+    Schedule s = *build_schedule(m, pl, c, p, r);
+    EXPECT_TRUE(check_invariants(s).empty()) << check_invariants(s).front();
+    for (const Step& x : s.steps)
+      if (x.kind == StepKind::fetch && x.hop == "cg" && x.phase != Phase::optimizer) {
+        cg_total += x.bytes;
+        cg_largest = std::max(cg_largest, x.bytes);
+      }
+  }
+  Schedule ag = make(m, "zero_inf_cpu", c, p);
+  double ag_largest = 0;
+  for (const Step& x : ag.steps)
+    if (x.kind == StepKind::fetch && x.hop == "cg") ag_largest = std::max(ag_largest, x.bytes);
+  // The owners together read each parameter once per use, as all ranks together do under
+  // bandwidth-centric partitioning, but each read is a whole parameter through one PCIe link
+  // instead of 1/dp of it through every link.
+  EXPECT_NEAR(cg_total, 4 * sum_bytes(ag, StepKind::fetch, State::param16, "cg"), 1e-3);
+  EXPECT_NEAR(cg_largest, 4 * ag_largest, 1e-3);
+}
+
+TEST(Schedule, TilingDividesTheLargestParameterBuffer) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = *load_model("table5-h64K");
+  auto largest = [&](int tiling) {
+    TrainingConfig c;
+    c.tiling_factor = tiling;
+    Schedule s = make(m, "zero_inf_nvme", c, p);
+    double mx = 0;
+    for (const Step& x : s.steps)
+      if (x.kind == StepKind::release && x.op.find("fc1") != std::string::npos) mx = std::max(mx, x.bytes);
+    return mx;
+  };
+  const double whole = largest(1);
+  EXPECT_NEAR(whole, 2.0 * (65536.0 * 4 * 65536 + 4 * 65536), 1);  // fc1 fp16 weights + bias
+  EXPECT_NEAR(largest(16), whole / 16, 1);
+  EXPECT_NEAR(mswm_bytes_eq4(65536) / 2, 2.0 * 65536.0 * 4 * 65536, 1);  // MSWM = parameter + gradient
+}
+
+TEST(Schedule, CheckpointIntervalTwoHalvesCheckpointBytes) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = *model_from_shape(8, 512, 8, 128, 1000);
+  for (const char* strategy : {"zero3", "zero_inf_cpu"}) {
+    TrainingConfig c1, c2;
+    c2.ci = 2;
+    Placement pl = *preset(strategy);
+    pl.act_ckpt.tier = Tier::cpu;
+    c1.seq = c2.seq = m.seq;
+    Schedule s1 = *build_schedule(m, pl, c1, p), s2 = *build_schedule(m, pl, c2, p);
+    EXPECT_DOUBLE_EQ(sum_bytes(s1, StepKind::save_ckpt, State::act_ckpt), act_ckpt_bytes_eq3(1, 128, 512, 8, 1));
+    EXPECT_DOUBLE_EQ(sum_bytes(s2, StepKind::save_ckpt, State::act_ckpt),
+                     sum_bytes(s1, StepKind::save_ckpt, State::act_ckpt) / 2);
+    EXPECT_DOUBLE_EQ(sum_bytes(s2, StepKind::load_ckpt, State::act_ckpt),
+                     sum_bytes(s2, StepKind::save_ckpt, State::act_ckpt));
+    EXPECT_TRUE(check_invariants(s2).empty());
+  }
+}
+
+TEST(Schedule, OverflowNamesTheStepAndTier) {
+  HardwareProfile p = dgx2();
+  p.gpu_memory_bytes = 16e9;  // the 64K layer's fc1 alone is 34 GB of fp16 weights
+  ModelSpec m = *model_from_shape(1, 65536, 32, 1024, 1000);
+  Schedule s = make(m, "zero_inf_nvme", TrainingConfig{}, p);
+  ASSERT_TRUE(s.overflow.has_value());
+  EXPECT_EQ(s.overflow->tier, Tier::gpu);
+  ASSERT_GE(s.overflow->step, 0);
+  EXPECT_NE(s.overflow->message.find("at step " + std::to_string(s.overflow->step)), std::string::npos)
+      << s.overflow->message;
+  // Tiling by 16 brings fc1 under the limit.
+  TrainingConfig tiled;
+  tiled.tiling_factor = 16;
+  Schedule t = make(m, "zero_inf_nvme", tiled, p);
+  EXPECT_FALSE(t.overflow.has_value()) << t.overflow->message;
+}
+
+TEST(Schedule, PrefetchRunsAhead) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  auto distance = [&](int depth) {  // most computes between an nc fetch and the compute it feeds
+    TrainingConfig c;
+    c.prefetch_depth = depth;
+    c.dp = 4;
+    Schedule s = make(m, "zero_inf_nvme", c, p);
+    std::map<std::string, int> issued;
+    int computes = 0, most = 0;
+    for (const Step& x : s.steps) {
+      if (x.kind == StepKind::fetch && x.hop == "nc" && !x.param.empty()) issued[x.param] = computes;
+      if (x.kind == StepKind::compute) {
+        ++computes;
+        if (issued.count(x.param)) most = std::max(most, computes - issued[x.param]);
+      }
+    }
+    return most;
+  };
+  EXPECT_EQ(distance(0), 1);
+  EXPECT_GT(distance(3), 3);
+}
+
+TEST(Schedule, L2lRelaysEachLayerOnceForAllMicroBatches) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  TrainingConfig c;
+  c.micro_batches = 4;
+  Schedule s = make(m, "l2l", c, p);
+  int fwd_cg = 0, fwd_fc1 = 0;
+  for (const Step& x : s.steps) {
+    if (x.phase == Phase::forward && x.kind == StepKind::fetch && x.hop == "cg") ++fwd_cg;
+    if (x.phase == Phase::forward && x.kind == StepKind::compute && x.op == "block0.fc1") ++fwd_fc1;
+  }
+  EXPECT_EQ(fwd_cg, 3 + 6 * m.layers);  // embed, ln_f, lm_head (the tied embedding again) + 6 per block
+  EXPECT_EQ(fwd_fc1, 4);
+}
+
+TEST(Placement, MeaninglessPlacementsAreRejectedWithAReason) {
+  Placement p = *preset("zero2");
+  p.grad16.tier = Tier::nvme;
+  p.optim32.tier = Tier::nvme;
+  Result<Placement> r = validate(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("grad16 on nvme with param16 unpartitioned"), std::string::npos) << r.error();
+  p = *preset("zero3");
+  p.act_ckpt.tier = Tier::nvme;
+  EXPECT_FALSE(validate(p).ok());
+  p = *preset("zero_inf_cpu");
+  p.param16.tier = Tier::nvme;  // parameters slower than optimizer states
+  EXPECT_FALSE(validate(p).ok());
+  EXPECT_FALSE(load_placement("zero9").ok());
+  EXPECT_TRUE(load_placement("zero3", {"act_ckpt=cpu"}).ok());
+  EXPECT_FALSE(load_placement("zero3", {"grad16=disk"}).ok());
+  for (const auto& name : preset_names()) EXPECT_TRUE(validate(*preset(name)).ok()) << name;
+}
+
+TEST(Placement, FromYaml) {
+  Result<Placement> p = parse_placement("preset: zero3\noptim32: {tier: cpu, partitioned: true}\n", "p.yaml");
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->optim32.tier, Tier::cpu);
+  Result<Placement> bad = parse_placement("preset: zero3\ngrad16: {tier: cpu, partitioned: true}\n", "p.yaml");
+  ASSERT_FALSE(bad.ok());  // gradients on cpu while optimizer states stay on gpu
+  EXPECT_NE(bad.error().find("p.yaml"), std::string::npos);
+  bad = parse_placement("preset: zero3\noptim32: {tier: tape}\n", "p.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("p.yaml:2: optim32.tier"), std::string::npos) << bad.error();
+}
+
+// A golden dump: any change to the schedule shows up in review. Regenerate with
+// MEMWALL_UPDATE_GOLDEN=1 ctest -R Golden, then read the diff.
+TEST(Golden, TinyZeroInfNvme) {
+  HardwareProfile p = dgx2();
+  TrainingConfig c;
+  c.dp = 2;
+  Schedule s = make(tiny(), "zero_inf_nvme", c, p);
+  const std::string path = MEMWALL_SOURCE_DIR "/tests/model/golden/schedule_tiny_zero_inf_nvme.txt";
+  const std::string text = schedule_text(s);
+  if (std::getenv("MEMWALL_UPDATE_GOLDEN")) std::ofstream(path) << text;
+  std::ifstream in(path);
+  std::stringstream golden;
+  golden << in.rdbuf();
+  EXPECT_EQ(text, golden.str()) << "schedule changed; if intended, regenerate " << path;
+}
+
+}  // namespace
+}  // namespace memwall
