@@ -14,6 +14,7 @@ using Command = std::pair<CLI::App*, Runner>;
 
 Command add_analyze(CLI::App& app);
 Command add_schedule(CLI::App& app);
+Command add_simulate(CLI::App& app);
 Command add_models(CLI::App& app);
 Command add_profiles(CLI::App& app);
 

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_analyze(app),
       add_schedule(app),
+      add_simulate(app),
       add_models(app),
       add_profiles(app),
   };

@@ -147,24 +147,31 @@ std::vector<Table3Row> table3(double v100_peak_flops_per_s, long seq, int device
   return rows;
 }
 
-std::vector<SweepPoint> fig3_sweep(Fig3Panel panel, double peak, long seq, int ci) {
+std::vector<SweepPoint> fig3_series(Fig3Panel panel, double bsz, long hidden, double peak, long seq, int ci) {
   std::vector<SweepPoint> out;
-  std::vector<double> bws;
-  for (int i = 0; i <= 50; ++i) bws.push_back(1e8 * std::pow(10.0, i / 10.0));  // 0.1 GB/s .. 10 TB/s
-  auto emit = [&](const char* name, const std::string& series, double bsz, long hidden, double ait) {
-    for (double bw : bws) out.push_back({name, series, bsz, hidden, bw, ait, efficiency_eq6(ait, bw, peak)});
+  auto emit = [&](const char* name, const std::string& series, double b, long h, double ait) {
+    for (int i = 0; i <= 50; ++i) {  // 0.1 GB/s .. 10 TB/s, 10 points per decade
+      const double bw = 1e8 * std::pow(10.0, i / 10.0);
+      out.push_back({name, series, b, h, bw, ait, efficiency_eq6(ait, bw, peak)});
+    }
   };
   switch (panel) {
-    case Fig3Panel::a_param_grad:
-      for (double b : {1, 2, 4, 8, 16}) emit("fig3a", "bsz=" + format_g(b), b, 0, ait_param_grad_eq9(b, seq));
-      break;
-    case Fig3Panel::b_optimizer:
-      for (double b : {1, 2, 4, 8, 16}) emit("fig3b", "bsz=" + format_g(b), b, 0, ait_optimizer_eq10(b, seq));
-      break;
+    case Fig3Panel::a_param_grad: emit("fig3a", "bsz=" + format_g(bsz), bsz, 0, ait_param_grad_eq9(bsz, seq)); break;
+    case Fig3Panel::b_optimizer: emit("fig3b", "bsz=" + format_g(bsz), bsz, 0, ait_optimizer_eq10(bsz, seq)); break;
     case Fig3Panel::c_act_ckpt:
-      for (long h : {2048L, 4096L, 8192L, 16384L, 32768L, 65536L})
-        emit("fig3c", "hidden=" + std::to_string(h), 0, h, ait_act_ckpt_eq11(h, ci));
+      emit("fig3c", "hidden=" + std::to_string(hidden), 0, hidden, ait_act_ckpt_eq11(hidden, ci));
       break;
+  }
+  return out;
+}
+
+std::vector<SweepPoint> fig3_sweep(Fig3Panel panel, double peak, long seq, int ci) {
+  std::vector<SweepPoint> out;
+  auto append = [&](std::vector<SweepPoint> s) { out.insert(out.end(), s.begin(), s.end()); };
+  if (panel == Fig3Panel::c_act_ckpt) {
+    for (long h : {2048L, 4096L, 8192L, 16384L, 32768L, 65536L}) append(fig3_series(panel, 0, h, peak, seq, ci));
+  } else {
+    for (double b : {1, 2, 4, 8, 16}) append(fig3_series(panel, b, 0, peak, seq, ci));
   }
   return out;
 }

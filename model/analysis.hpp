@@ -113,5 +113,7 @@ struct SweepPoint {
 };
 // Bandwidths from 0.1 GB/s to 10 TB/s, 10 points per decade; bsz 1-16 (a, b) or hidden 2K-64K (c).
 std::vector<SweepPoint> fig3_sweep(Fig3Panel panel, double peak_flops_per_s = 70e12, long seq = 1024, int ci = 1);
+// One curve of a panel on the same grid: bsz for (a) and (b), hidden for (c); the other is ignored.
+std::vector<SweepPoint> fig3_series(Fig3Panel panel, double bsz, long hidden, double peak_flops_per_s, long seq, int ci);
 
 }  // namespace memwall

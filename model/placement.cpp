@@ -69,8 +69,6 @@ constexpr PresetRow kPresets[] = {
     {"l2l", C, C, C, ParamFetch::allgather, true},
 };
 
-int speed_rank(Tier t) { return t == Tier::gpu ? 0 : t == Tier::cpu ? 1 : 2; }
-
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -121,9 +119,6 @@ Result<Placement> validate(const Placement& p) {
         return make_error(who + to_string(s) + " on " + to_string(p.of(s).tier) +
                           " must be partitioned: every data-parallel rank would otherwise move a full copy");
   }
-  if (speed_rank(p.param16.tier) > speed_rank(p.optim32.tier))
-    return make_error(who + "param16 on " + std::string(to_string(p.param16.tier)) + " is slower than optim32 on " +
-                      to_string(p.optim32.tier) + ": the optimizer states (16 B/param) leave the GPU before parameters (2 B/param)");
   return p;
 }
 

@@ -125,9 +125,13 @@ class Generator {
 
   void place_persistent_states() {
     const double n = model_param_elems();
-    hold(pl_.param16.tier, kParamBytes * n * shard(pl_.param16), -1);
-    hold(pl_.grad16.tier, kParamBytes * n * shard(pl_.grad16), -1);
-    hold(pl_.optim32.tier, kOptimBytes * n * shard(pl_.optim32), -1);
+    persist(State::param16, kParamBytes * n * shard(pl_.param16));
+    persist(State::grad16, kParamBytes * n * shard(pl_.grad16));
+    persist(State::optim32, kOptimBytes * n * shard(pl_.optim32));
+  }
+  void persist(State st, double bytes) {
+    s_.persistent_bytes[int(pl_.of(st).tier)][int(st)] += bytes;
+    hold(pl_.of(st).tier, bytes, -1);
   }
 
   // ---- step emission -----------------------------------------------------------------------
@@ -468,6 +472,12 @@ class Generator {
       int id = emit(std::move(st));
       refresh_params(id, n);
       return;
+    }
+    // Gradients kept on the GPU go to the CPU that runs the optimizer (ZeRO-Offload, ZeRO-2 + CPU).
+    if (pl_.grad16.tier == Tier::gpu) {
+      int id = emit(transfer(StepKind::offload, Phase::optimizer, "grads", "gc", State::grad16, kParamBytes * n,
+                             Tier::gpu, Tier::cpu, LinkClass::cpu_gpu, all_grads));
+      all_grads = {id};
     }
     // Pinned staging: three chunk buffers per rank (read-ahead, update, write-behind).
     const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;

@@ -60,6 +60,9 @@ struct Schedule {
   std::vector<Step> steps;
   std::array<double, kTiers> capacity_bytes{};  // per rank: one GPU; its share of CPU memory / NVMe
   std::array<double, kTiers> peak_bytes{};      // per rank, indexed by Tier
+  // Per rank, [Tier][State]: the model states placed before the first step (act_ckpt stays 0;
+  // checkpoints, fetched parameters and buffers come and go and are only in peak_bytes).
+  std::array<std::array<double, 4>, kTiers> persistent_bytes{};
   std::array<double, kLinkClasses> traffic_bytes{};  // per rank, indexed by LinkClass
   std::optional<Overflow> overflow;             // first tier that would exceed its capacity
   double compute_flops = 0;                     // GPU FLOPs of this rank per iteration

@@ -245,7 +245,7 @@ TEST(Placement, MeaninglessPlacementsAreRejectedWithAReason) {
   p.act_ckpt.tier = Tier::nvme;
   EXPECT_FALSE(validate(p).ok());
   p = *preset("zero_inf_cpu");
-  p.param16.tier = Tier::nvme;  // parameters slower than optimizer states
+  p.grad16.partitioned = false;  // partitioned parameters need partitioned gradients
   EXPECT_FALSE(validate(p).ok());
   EXPECT_FALSE(load_placement("zero9").ok());
   EXPECT_TRUE(load_placement("zero3", {"act_ckpt=cpu"}).ok());

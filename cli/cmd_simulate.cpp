@@ -1,0 +1,101 @@
+// `memwall simulate`: one training iteration replayed on a SimGrid platform built from the
+// profile. Parses flags and prints; sim/ does the work.
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "model/units.hpp"
+#include "sim/replay.hpp"
+
+namespace memwall::cli {
+namespace {
+
+struct SimulateFlags {
+  ProfileFlags profile;
+  ModelFlags model;
+  TrainingConfig config;
+  std::string strategy = "zero_inf_nvme";
+  std::vector<std::string> place;
+  bool no_overlap = false;
+  std::string trace;
+  bool json = false;
+};
+
+}  // namespace
+
+Command add_simulate(CLI::App& app) {
+  auto f = std::make_shared<SimulateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "simulate",
+      "Replay one training iteration on a SimGrid model of the profile (GPUs, PCIe, NVLink/NVSwitch,\n"
+      "NVMe, InfiniBand) and report iteration time, TFLOPS per GPU, efficiency, busy time per resource.");
+  f->profile.add(*sub);
+  f->model.add(*sub);
+  sub->add_option("--strategy", f->strategy, "Placement preset or placement YAML (see memwall schedule --help)")
+      ->capture_default_str();
+  sub->add_option("--place", f->place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
+  sub->add_option("--bsz", f->config.bsz, "Micro-batch per GPU")->capture_default_str();
+  sub->add_option("--ci", f->config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
+  sub->add_option("--tiling", f->config.tiling_factor, "Memory-centric tiling factor")->capture_default_str();
+  sub->add_option("--prefetch-depth", f->config.prefetch_depth, "Prefetch distance")->capture_default_str();
+  sub->add_option("--dp", f->config.dp, "Data-parallel degree (default: all GPUs / mp)");
+  sub->add_option("--mp", f->config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
+  sub->add_option("--micro-batches", f->config.micro_batches, "l2l: micro-batches per layer")->capture_default_str();
+  sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
+  sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
+  sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
+  return {sub, [f]() {
+            HardwareProfile p = f->profile.load();
+            if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
+            ModelSpec m = f->model.load();
+            Placement pl = take(load_placement(f->strategy, f->place));
+            TrainingConfig c = f->config;
+            c.seq = m.seq;
+            if (pl.name == "l2l" && c.micro_batches == 1) c.micro_batches = 4;
+            c = take(validate(c, m.layers));
+            sim::SimOptions o;
+            o.overlap = !f->no_overlap;
+            o.trace = !f->trace.empty();
+            sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
+            nlohmann::ordered_json j = {{"strategy", r.strategy}, {"model", m.name}, {"profile", p.name},
+                                        {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};
+            std::ostringstream o_text;
+            if (r.overflow) {
+              j["overflow"] = r.overflow->message;
+              o_text << "does not fit: " << r.overflow->message << "\n";
+            } else {
+              j["iteration_s"] = r.iteration_s;
+              j["tflops_per_gpu"] = r.tflops_per_gpu;
+              j["efficiency"] = r.efficiency;
+              j["peak_flops_per_s"] = r.peak_flops_per_s;
+              j["busy_fraction"] = r.busy_fraction;
+              j["ranks_simulated"] = r.ranks_simulated;
+              j["activities"] = r.activities;
+              o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << r.gpus << " GPUs: dp " << r.dp
+                     << " x mp " << r.mp << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
+                     << c.ci << (o.overlap ? "" : ", no overlap") << "\n";
+              o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)
+                     << " TFLOPS per GPU, " << format_sig(100 * r.efficiency, 3) << " % of the achievable "
+                     << format_flops_rate(r.peak_flops_per_s) << "\n";
+              std::vector<std::vector<std::string>> rows = {{"resource", "busy"}};
+              for (const auto& [k, v] : r.busy_fraction) rows.push_back({k, format_sig(100 * v, 3) + " %"});
+              o_text << render_table(rows);
+            }
+            nlohmann::ordered_json peak;
+            std::vector<std::vector<std::string>> rows = {{"tier", "peak bytes per rank"}};
+            for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+              peak[to_string(t)] = r.peak_bytes[int(t)];
+              rows.push_back({to_string(t), format_bytes(r.peak_bytes[int(t)])});
+            }
+            j["peak_bytes"] = peak;
+            o_text << render_table(rows);
+            if (!f->trace.empty() && !r.overflow) write_output(f->trace, sim::chrome_trace_json(r));
+            write_output("", f->json ? j.dump(2) + "\n" : o_text.str());
+            return r.overflow ? 1 : 0;
+          }};
+}
+
+}  // namespace memwall::cli

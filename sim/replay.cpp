@@ -1,0 +1,300 @@
+#include "sim/replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/platform.hpp"
+
+namespace memwall::sim {
+namespace {
+
+// add_successor is public only on the typed activities (Exec, Comm, Io), so keep the type.
+using Act = std::variant<sg4::ExecPtr, sg4::CommPtr, sg4::IoPtr>;
+sg4::Activity* base(const Act& a) {
+  return std::visit([](const auto& p) -> sg4::Activity* { return p.get(); }, a);
+}
+void then(const Act& first, const Act& next) {
+  sg4::ActivityPtr n = std::visit([](const auto& p) -> sg4::ActivityPtr { return p; }, next);
+  std::visit([&](const auto& p) { p->add_successor(n); }, first);
+}
+
+// A step's activities and how to wait for it. Steps that cost nothing (release, a checkpoint kept
+// on the GPU) forward their dependencies.
+struct StepActs {
+  std::vector<Act> own;   // what this step does
+  std::vector<Act> done;  // what a dependent waits for
+  std::string track;
+};
+
+class Replayer {
+ public:
+  // `symmetric`: one rank stands for all (platform built with share = ranks_in_node); collective
+  // traffic from the other GPUs of the node arrives from the platform's peer host.
+  Replayer(const HardwareProfile& p, const Platform& pf, const SimOptions& o, int mp, int dp, int ranks_in_node,
+           int nodes_spanned, bool symmetric)
+      : p_(p), pf_(pf), o_(o), mp_(mp), dp_(dp), local_(ranks_in_node), nodes_(nodes_spanned), sym_(symmetric) {}
+
+  void add_rank(const Schedule& s, int li) {
+    sg4::Host* gpu = pf_.gpu_at(0, li * mp_);
+    std::vector<StepActs> acts(s.steps.size());
+    const std::string G = "gpu" + std::to_string(li * mp_);
+    for (const Step& st : s.steps) {
+      StepActs& a = acts[st.id];
+      make(st, li, gpu, G, a);
+      std::vector<Act> waits;
+      auto add_waits = [&](const StepActs& d) {
+        for (const Act& x : d.done)
+          if (std::none_of(waits.begin(), waits.end(), [&](const Act& w) { return base(w) == base(x); }))
+            waits.push_back(x);
+      };
+      for (int d : st.deps) add_waits(acts[d]);
+      if (!o_.overlap && st.id > 0) add_waits(acts[st.id - 1]);
+      if (a.own.empty()) {
+        if (waits.size() > 1) {  // join so that dependents wait on one activity, not a growing set
+          sg4::ExecPtr j = sg4::Exec::init();
+          j->set_host(gpu)->set_flops_amount(0);
+          a.own.push_back(j);
+        } else {
+          a.done = waits;
+          continue;
+        }
+      }
+      for (auto& w : waits)
+        for (auto& x : a.own) then(w, x);
+      if (a.own.size() > 1) {
+        sg4::ExecPtr j = sg4::Exec::init();
+        j->set_host(gpu)->set_flops_amount(0);
+        for (auto& x : a.own) then(x, Act(j));
+        a.done = {Act(j)};
+        joins_.push_back(j);
+      } else {
+        a.done = a.own;
+      }
+      for (auto& x : a.own) all_.push_back({x, st.id, a.track, label(st), li});
+    }
+  }
+
+  void start_all() {
+    for (auto& r : all_) base(r.act)->vetoable_start();
+    for (auto& j : joins_) j->vetoable_start();
+  }
+
+  void fill(SimReport& rep) {
+    double end = 0;
+    std::map<std::string, std::vector<std::pair<double, double>>> by_class;
+    for (auto& r : all_) {
+      double s = base(r.act)->get_start_time(), f = base(r.act)->get_finish_time();
+      end = std::max(end, f);
+      if (r.track.empty()) continue;  // joins: bookkeeping, not work
+      by_class[klass(r.track)].push_back({s, f});
+      if (o_.trace) rep.trace.push_back({r.name, r.track, s, f, r.step});
+    }
+    rep.iteration_s = end;
+    rep.activities = long(all_.size() + joins_.size());
+    for (auto& [k, iv] : by_class) {
+      std::sort(iv.begin(), iv.end());
+      double busy = 0, cs = -1, ce = -1;
+      for (auto [s, f] : iv) {
+        if (s > ce) {
+          if (ce > cs) busy += ce - cs;
+          cs = s;
+          ce = f;
+        } else {
+          ce = std::max(ce, f);
+        }
+      }
+      if (ce > cs) busy += ce - cs;
+      rep.busy_fraction[k] = end > 0 ? busy / end : 0;
+    }
+  }
+
+ private:
+  struct Rec {
+    Act act;
+    int step;
+    std::string track, name;
+    int rank;
+  };
+
+  static std::string label(const Step& st) {
+    std::string n = to_string(st.kind);
+    if (!st.hop.empty()) n += "." + st.hop;
+    return n + " " + st.op;
+  }
+  // "gpu3 pcie" -> "pcie": busy fractions are per resource class, the union over its instances.
+  static std::string klass(const std::string& track) {
+    auto sp = track.rfind(' ');
+    return sp == std::string::npos ? track : track.substr(sp + 1);
+  }
+
+  sg4::CommPtr comm(sg4::Host* from, sg4::Host* to, double bytes) {
+    sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
+    c->set_payload_size(uint64_t(std::max(1.0, std::round(bytes))));
+    return c;
+  }
+  sg4::ExecPtr exec(sg4::Host* h, double amount) {
+    sg4::ExecPtr e = sg4::Exec::init();
+    e->set_host(h)->set_flops_amount(std::max(0.0, amount));
+    return e;
+  }
+  sg4::IoPtr io(bool read, double bytes) {
+    return pf_.nvme[0]->io_init(sg_size_t(std::max(1.0, std::round(bytes))), read ? sg4::Io::OpType::READ
+                                                                                  : sg4::Io::OpType::WRITE);
+  }
+
+  // The flows of a collective that delivers `whole` bytes' worth to this rank: hierarchical, the
+  // node's share of remote data through its NIC, the rest from local peers over NVSwitch.
+  void gather_flows(int li, sg4::Host* gpu, double whole, StepActs& a) {
+    const double remote = nodes_ > 1 ? whole * (nodes_ - 1) / (double(nodes_) * local_) : 0;
+    if (remote > 0 && pf_.fabric) a.own.push_back(comm(pf_.fabric, gpu, remote));
+    if (sym_) {
+      if (local_ > 1) a.own.push_back(comm(pf_.peer, gpu, whole * (local_ - 1) / local_));
+      return;
+    }
+    for (int j = 0; j < local_; ++j)
+      if (j != li) a.own.push_back(comm(pf_.gpu_at(0, j * mp_), gpu, whole / local_));
+  }
+
+  void make(const Step& st, int li, sg4::Host* gpu, const std::string& G, StepActs& a) {
+    sg4::Host* cpu = pf_.cpu[0];
+    switch (st.kind) {
+      case StepKind::compute:
+        a.track = G + " gpu_compute";
+        a.own.push_back(exec(gpu, st.flops));
+        return;
+      case StepKind::optimizer:
+        if (st.src == Tier::cpu) {
+          a.track = "cpu";
+          a.own.push_back(exec(cpu, st.params));  // CPU host speed is Adam params/s
+        } else {
+          a.track = G + " gpu_compute";
+          a.own.push_back(exec(gpu, st.params * 32.0 / o_.gpu_hbm_Bps * pf_.gpu[0]->get_speed()));
+        }
+        return;
+      case StepKind::release:
+        return;
+      default:
+        break;
+    }
+    if (st.bytes <= 0) return;
+    switch (st.link) {
+      case LinkClass::none:
+        return;
+      case LinkClass::nvme_cpu:
+        a.track = "nvme";
+        a.own.push_back(io(st.src == Tier::nvme, st.bytes));
+        return;
+      case LinkClass::cpu_gpu:
+        a.track = G + " pcie";
+        a.own.push_back(st.src == Tier::gpu ? comm(gpu, cpu, st.bytes) : comm(cpu, gpu, st.bytes));
+        return;
+      case LinkClass::gpu_gpu:
+      case LinkClass::network: {
+        a.track = st.link == LinkClass::network ? "network" : G + " nvlink";
+        if (st.hop == "mp") {  // Megatron all-reduce among the mp GPUs of this rank
+          if (sym_) {
+            a.own.push_back(comm(pf_.peer, gpu, st.bytes));
+            return;
+          }
+          for (int k = 1; k < mp_; ++k) a.own.push_back(comm(pf_.gpu_at(0, li * mp_ + k), gpu, st.bytes / (mp_ - 1)));
+          return;
+        }
+        if (st.hop == "bcast") {  // the owner sends the whole parameter
+          sg4::Host* owner = local_ > 1 ? pf_.gpu_at(0, ((li + 1) % local_) * mp_) : pf_.fabric;
+          if (owner) a.own.push_back(comm(owner, gpu, st.bytes));
+          return;
+        }
+        double factor = st.kind == StepKind::allreduce ? 2.0 : 1.0;  // reduce-scatter + all-gather
+        double whole = st.bytes / factor * dp_ / std::max(1, dp_ - 1);
+        for (int r = 0; r < int(factor); ++r) gather_flows(li, gpu, whole, a);
+        return;
+      }
+    }
+  }
+
+  const HardwareProfile& p_;
+  const Platform& pf_;
+  const SimOptions& o_;
+  int mp_, dp_, local_, nodes_;
+  bool sym_;
+  std::vector<Rec> all_;
+  std::vector<sg4::ExecPtr> joins_;
+};
+
+}  // namespace
+
+Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                           const HardwareProfile& profile, const SimOptions& options) {
+  TrainingConfig c = config;
+  if (Result<Schedule> check = build_schedule(model, placement, c, profile, 0); !check) return make_error(check.error());
+  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / c.mp;
+  c.dp = dp;
+  const int per_node = std::max(1, profile.gpus_per_node / c.mp);
+  const int local = std::min(dp, per_node);
+  const int nodes_spanned = (dp + per_node - 1) / per_node;
+
+  SimReport rep;
+  rep.strategy = placement.name;
+  rep.dp = dp;
+  rep.mp = c.mp;
+  rep.gpus = dp * c.mp;
+  rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
+  rep.nodes_simulated = 1;
+
+  std::vector<Schedule> schedules;
+  for (int r = 0; r < local; ++r) {
+    Result<Schedule> s = build_schedule(model, placement, c, profile, r);
+    if (!s) return make_error(s.error());
+    if (s->overflow) {
+      rep.overflow = s->overflow;
+      rep.peak_bytes = s->peak_bytes;
+      return rep;
+    }
+    schedules.push_back(std::move(s).value());
+    // Ranks are identical under bandwidth-centric partitioning: one schedule serves all.
+    if (placement.fetch == ParamFetch::allgather) break;
+  }
+  rep.peak_bytes = schedules[0].peak_bytes;
+
+  // SimGrid's informational lines ("Configuration change ...") are not ours to print.
+  int argc = 2;
+  char name[] = "memwall";
+  char quiet[] = "--log=root.thres:warning";
+  char* argv[] = {name, quiet, nullptr};
+  sg4::Engine engine(&argc, argv);
+  configure_engine(engine);
+  // Ranks are identical under bandwidth-centric partitioning: replay one and give it 1/local of
+  // every shared resource. The broadcast variant is not symmetric: replay every rank of the node.
+  const bool symmetric = placement.fetch == ParamFetch::allgather || dp == 1;
+  const int replayed = symmetric ? 1 : local;
+  rep.ranks_simulated = replayed;
+  Platform pf = build_platform(engine, profile, 1, rep.peak_flops_per_s, symmetric ? local : 1);
+  Replayer rp(profile, pf, options, c.mp, dp, local, nodes_spanned, symmetric);
+  for (int r = 0; r < replayed; ++r) rp.add_rank(schedules[std::min<size_t>(r, schedules.size() - 1)], r);
+  rp.start_all();
+  engine.run();
+  rp.fill(rep);
+  const double flops = schedules[0].compute_flops;
+  rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;
+  rep.efficiency = rep.iteration_s > 0 ? flops / rep.iteration_s / rep.peak_flops_per_s : 0;
+  return rep;
+}
+
+std::string chrome_trace_json(const SimReport& rep) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  std::map<std::string, int> tid;
+  for (const TraceEvent& e : rep.trace)
+    if (!tid.count(e.track)) tid[e.track] = int(tid.size());
+  for (const auto& [track, id] : tid)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", id}, {"args", {{"name", track}}}});
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "node 0 (" + rep.strategy + ")"}}}});
+  for (const TraceEvent& e : rep.trace)
+    events.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", 0}, {"tid", tid[e.track]},
+                      {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"step", e.step}}}});
+  return nlohmann::ordered_json{{"displayTimeUnit", "ms"}, {"traceEvents", events}}.dump() + "\n";
+}
+
+}  // namespace memwall::sim
