@@ -564,13 +564,13 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   if (!ok) return make_error(ok.error());
   Result<TrainingConfig> cfg = validate(config, model.layers);
   if (!cfg) return make_error(cfg.error());
+  if (config.mp > profile.gpus_per_node)
+    return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(profile.gpus_per_node) +
+                      " GPUs, got " + std::to_string(config.mp));
   const int dp = config.dp > 0 ? config.dp : profile.total_gpus() / config.mp;
   if (dp < 1 || dp * config.mp > profile.total_gpus())
     return make_error("--dp/--mp: " + std::to_string(dp) + " x " + std::to_string(config.mp) + " GPUs asked, profile " +
                       profile.name + " has " + std::to_string(profile.total_gpus()) + "; add nodes with --nodes");
-  if (config.mp > profile.gpus_per_node)
-    return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(profile.gpus_per_node) +
-                      " GPUs, got " + std::to_string(config.mp));
   if (rank < 0 || rank >= dp)
     return make_error("--rank: expected 0.." + std::to_string(dp - 1) + ", got " + std::to_string(rank));
   if (config.micro_batches > 1 && !placement.layer_major)
