@@ -15,7 +15,11 @@ using Command = std::pair<CLI::App*, Runner>;
 Command add_analyze(CLI::App& app);
 Command add_schedule(CLI::App& app);
 Command add_simulate(CLI::App& app);
+Command add_reproduce(CLI::App& app);
 Command add_models(CLI::App& app);
 Command add_profiles(CLI::App& app);
+Command add_io_bench(CLI::App& app);
+Command add_adam_bench(CLI::App& app);
+Command add_plan(CLI::App& app);
 
 }  // namespace memwall::cli

@@ -18,8 +18,12 @@ int main(int argc, char** argv) {
       add_analyze(app),
       add_schedule(app),
       add_simulate(app),
+      add_reproduce(app),
       add_models(app),
       add_profiles(app),
+      add_io_bench(app),
+      add_adam_bench(app),
+      add_plan(app),
   };
 
   std::string name = "memwall";

@@ -4,6 +4,12 @@
 #include <cmath>
 #include <variant>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "sim/platform.hpp"
@@ -73,7 +79,7 @@ class Replayer {
       } else {
         a.done = a.own;
       }
-      for (auto& x : a.own) all_.push_back({x, st.id, a.track, label(st), li});
+      for (auto& x : a.own) all_.push_back({x, st.id, a.track, label(st), li, st.phase});
     }
   }
 
@@ -88,6 +94,8 @@ class Replayer {
     for (auto& r : all_) {
       double s = base(r.act)->get_start_time(), f = base(r.act)->get_finish_time();
       end = std::max(end, f);
+      const char* ph = r.phase == Phase::recompute ? "bwd" : to_string(r.phase);
+      rep.phase_end_s[ph] = std::max(rep.phase_end_s[ph], f);
       if (r.track.empty()) continue;  // joins: bookkeeping, not work
       by_class[klass(r.track)].push_back({s, f});
       if (o_.trace) rep.trace.push_back({r.name, r.track, s, f, r.step});
@@ -117,6 +125,7 @@ class Replayer {
     int step;
     std::string track, name;
     int rank;
+    Phase phase;
   };
 
   static std::string label(const Step& st) {
@@ -281,6 +290,84 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;
   rep.efficiency = rep.iteration_s > 0 ? flops / rep.iteration_s / rep.peak_flops_per_s : 0;
   return rep;
+}
+
+double SimReport::backward_s() const {
+  auto f = phase_end_s.find("fwd"), b = phase_end_s.find("bwd");
+  return f == phase_end_s.end() || b == phase_end_s.end() ? 0 : b->second - f->second;
+}
+
+namespace {
+
+nlohmann::json to_json(const SimReport& r) {
+  nlohmann::json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
+                      {"efficiency", r.efficiency}, {"peak_flops_per_s", r.peak_flops_per_s}, {"gpus", r.gpus},
+                      {"dp", r.dp}, {"mp", r.mp}, {"ranks_simulated", r.ranks_simulated},
+                      {"nodes_simulated", r.nodes_simulated}, {"activities", r.activities},
+                      {"busy_fraction", r.busy_fraction}, {"peak_bytes", r.peak_bytes}, {"phase_end_s", r.phase_end_s}};
+  if (r.overflow)
+    j["overflow"] = {{"tier", int(r.overflow->tier)}, {"step", r.overflow->step},
+                     {"needed_bytes", r.overflow->needed_bytes}, {"capacity_bytes", r.overflow->capacity_bytes},
+                     {"message", r.overflow->message}};
+  return j;
+}
+
+SimReport from_json(const nlohmann::json& j) {
+  SimReport r;
+  r.strategy = j["strategy"];
+  r.iteration_s = j["iteration_s"];
+  r.tflops_per_gpu = j["tflops_per_gpu"];
+  r.efficiency = j["efficiency"];
+  r.peak_flops_per_s = j["peak_flops_per_s"];
+  r.gpus = j["gpus"];
+  r.dp = j["dp"];
+  r.mp = j["mp"];
+  r.ranks_simulated = j["ranks_simulated"];
+  r.nodes_simulated = j["nodes_simulated"];
+  r.activities = j["activities"];
+  r.busy_fraction = j["busy_fraction"].get<std::map<std::string, double>>();
+  r.peak_bytes = j["peak_bytes"].get<std::array<double, kTiers>>();
+  r.phase_end_s = j["phase_end_s"].get<std::map<std::string, double>>();
+  if (j.contains("overflow")) {
+    const auto& o = j["overflow"];
+    r.overflow = Overflow{Tier(o["tier"].get<int>()), o["step"], o["needed_bytes"], o["capacity_bytes"], o["message"]};
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                    const HardwareProfile& profile, const SimOptions& options) {
+  int fd[2];
+  if (pipe(fd) != 0) return make_error(std::string("simulate: pipe: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) return make_error(std::string("simulate: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    close(fd[0]);
+    SimOptions o = options;
+    o.trace = false;
+    Result<SimReport> r = simulate(model, placement, config, profile, o);
+    std::string out = r ? to_json(*r).dump() : nlohmann::json{{"error", r.error()}}.dump();
+    for (size_t off = 0; off < out.size();) {
+      ssize_t n = write(fd[1], out.data() + off, out.size() - off);
+      if (n <= 0) _exit(3);
+      off += size_t(n);
+    }
+    _exit(0);
+  }
+  close(fd[1]);
+  std::string text;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd[0], buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
+    return make_error("simulate: the simulation process failed (status " + std::to_string(status) + ")");
+  nlohmann::json j = nlohmann::json::parse(text);
+  if (j.contains("error")) return make_error(j["error"].get<std::string>());
+  return from_json(j);
 }
 
 std::string chrome_trace_json(const SimReport& rep) {

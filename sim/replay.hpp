@@ -43,11 +43,19 @@ struct SimReport {
   std::map<std::string, double> busy_fraction;  // gpu_compute, pcie, nvme, nvlink, network, cpu
   std::array<double, kTiers> peak_bytes{};
   std::optional<Overflow> overflow;             // set: the schedule does not fit, nothing simulated
+  std::map<std::string, double> phase_end_s;    // "fwd", "bwd" (recompute included), "optim"
   std::vector<TraceEvent> trace;
+
+  double backward_s() const;  // from the end of forward to the end of backward
 };
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options);
+
+// The same in a forked child process, so one process can run many simulations (SimGrid keeps one
+// engine per process). The trace is not carried back.
+Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                    const HardwareProfile& profile, const SimOptions& options);
 
 // The trace as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
 std::string chrome_trace_json(const SimReport& report);

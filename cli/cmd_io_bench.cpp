@@ -1,0 +1,137 @@
+// `memwall io-bench`: sequential and random read/write bandwidth of the NVMe engine (exec/io) on
+// one directory's filesystem. Parses flags and prints; exec/io/io_bench.cpp measures.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "exec/io/io_bench.hpp"
+#include "model/units.hpp"
+
+namespace memwall::cli {
+namespace {
+
+struct IoBenchFlags {
+  std::string dir;
+  std::string size = "4GiB";
+  std::string block = "1MiB";
+  long qd = 32;
+  long rings = 1;
+  std::string engine = "uring";
+  bool json = false;
+};
+
+std::uint64_t parse_size_flag(const std::string& flag, const std::string& text) {
+  Result<double> v = parse_quantity(text, Dimension::bytes);
+  if (!v) throw UsageError(flag + ": " + v.error());
+  if (*v <= 0 || *v != static_cast<double>(static_cast<std::uint64_t>(*v)))
+    throw UsageError(flag + ": expected a positive whole number of bytes, got \"" + text + "\"");
+  return static_cast<std::uint64_t>(*v);
+}
+
+io::IoBenchOptions validate(const IoBenchFlags& f) {
+  io::IoBenchOptions o;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(f.dir, ec)) throw UsageError("--dir: " + f.dir + ": no such directory");
+  o.dir = f.dir;
+  o.block_bytes = parse_size_flag("--block", f.block);
+  if (o.block_bytes % io::kIoAlignment || o.block_bytes > (1u << 30))
+    throw UsageError("--block: expected a multiple of 4 KiB (O_DIRECT) up to 1 GiB, got " + f.block);
+  o.size_bytes = parse_size_flag("--size", f.size);
+  if (o.size_bytes < o.block_bytes || o.size_bytes % o.block_bytes)
+    throw UsageError("--size: expected a whole number of --block (" + format_bytes(double(o.block_bytes)) +
+                     ") blocks, got " + f.size);
+  if (f.qd < 1 || f.qd > 4096) throw UsageError("--qd: expected a queue depth from 1 to 4096, got " + std::to_string(f.qd));
+  o.queue_depth = static_cast<unsigned>(f.qd);
+  if (f.rings < 1 || f.rings > 64) throw UsageError("--rings: expected 1 to 64, got " + std::to_string(f.rings));
+  o.rings = static_cast<unsigned>(f.rings);
+  Result<io::EngineKind> k = io::parse_engine_kind(f.engine);
+  if (!k) throw UsageError("--engine: " + k.error());
+  o.engine = *k;
+  return o;
+}
+
+}  // namespace
+
+Command add_io_bench(CLI::App& app) {
+  auto f = std::make_shared<IoBenchFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "io-bench",
+      "Measure sequential and random read/write bandwidth of the NVMe offload engine on one filesystem.\n"
+      "Writes one temporary file of --size in --dir (removed afterwards), then reads it, with --qd requests\n"
+      "of --block bytes in flight, O_DIRECT and pinned buffers. Progress goes to stderr when it is a terminal.\n"
+      "Compare with fio in the same run: bench/io/io_vs_fio.sh DIR");
+  sub->add_option("--dir", f->dir, "Directory on the filesystem to measure (must exist)")->required();
+  sub->add_option("--size", f->size, "Bytes per phase: the temporary file's size, a multiple of --block")
+      ->capture_default_str();
+  sub->add_option("--block", f->block, "Bytes per request, a multiple of 4 KiB up to 1 GiB")->capture_default_str();
+  sub->add_option("--qd", f->qd, "Queue depth: requests in flight")->capture_default_str();
+  sub->add_option("--rings", f->rings, "io_uring instances, one submitting thread each (uring only)")
+      ->capture_default_str();
+  sub->add_option("--engine", f->engine, "uring (liburing) or psync (pread/pwrite threads, one per --qd)")
+      ->capture_default_str();
+  sub->add_flag("--json", f->json, "JSON output (read_Bps, write_Bps, rand_read_Bps, rand_write_Bps, phases)");
+  return {sub, [f]() {
+            io::IoBenchOptions o = validate(*f);
+            const bool tty = ::isatty(STDERR_FILENO);
+            o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+            if (!tty) o.progress = nullptr;  // progress is for people watching; logs get the result only
+            o.warn = [](const std::string& w) { std::cerr << w << "\n"; };
+            Result<io::IoBenchResult> r = io::run_io_bench(o);
+            if (!r) {
+              std::cerr << "memwall io-bench: " << r.error() << "\n";
+              return 1;
+            }
+            const io::IoBenchResult& b = *r;
+            const std::string page_cache_note =
+                "buffered I/O (the filesystem does not do O_DIRECT): these numbers include the page cache";
+            if (f->json) {
+              nlohmann::ordered_json j;
+              j["dir"] = o.dir;
+              j["engine"] = io::to_string(o.engine);
+              j["direct"] = b.direct;
+              j["pinned"] = b.pinned;
+              j["registered_buffers"] = b.registered_buffers;
+              j["size_bytes"] = o.size_bytes;
+              j["block_bytes"] = o.block_bytes;
+              j["queue_depth"] = o.queue_depth;
+              j["rings"] = o.rings;
+              j["read_Bps"] = b.read_Bps;
+              j["write_Bps"] = b.write_Bps;
+              j["rand_read_Bps"] = b.rand_read_Bps;
+              j["rand_write_Bps"] = b.rand_write_Bps;
+              nlohmann::ordered_json phases = nlohmann::ordered_json::array();
+              for (const auto& p : b.phases)
+                phases.push_back({{"name", p.name}, {"bytes", p.bytes}, {"seconds", p.seconds}, {"Bps", p.Bps}});
+              j["phases"] = phases;
+              if (!b.direct) j["note"] = page_cache_note;
+              write_output("", j.dump(2) + "\n");
+            } else {
+              std::ostringstream out;
+              out << "memwall io-bench: " << o.dir << ", " << io::to_string(o.engine) << " engine, "
+                  << (b.direct ? "O_DIRECT" : "buffered") << ", " << format_bytes(double(o.size_bytes)) << " file, "
+                  << format_bytes(double(o.block_bytes)) << " blocks, queue depth " << o.queue_depth;
+              if (o.engine == io::EngineKind::uring) out << ", " << o.rings << " ring(s)";
+              out << "\nbuffers: " << format_bytes(double(io::kWindowPerQueueSlot * o.queue_depth) * double(o.block_bytes))
+                  << (b.pinned ? " pinned (mlock)" : " NOT pinned")
+                  << (b.registered_buffers ? ", registered with io_uring" : "") << "\n\n";
+              std::vector<std::vector<std::string>> t = {{"phase", "bandwidth", "bytes", "time"}};
+              for (const auto& p : b.phases)
+                t.push_back({p.name, format_bandwidth(p.Bps), format_bytes(double(p.bytes)),
+                             format_sig(p.seconds) + " s"});
+              out << render_table(t);
+              if (!b.direct) out << "\nnote: " << page_cache_note << "\n";
+              if (!b.notes.empty()) out << "note: " << b.notes << "\n";
+              write_output("", out.str());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace memwall::cli

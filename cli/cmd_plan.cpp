@@ -1,0 +1,324 @@
+// `memwall plan`: the fastest placement, micro-batch, checkpoint interval and tiling factor for a
+// model on a profile, why it won, the runners-up; the largest model a strategy trains (Fig. 6);
+// the reproduction tables of Fig. 6 and Fig. 7. The search and every sentence are planner/'s;
+// this file only parses flags and prints.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "model/schedule.hpp"
+#include "model/units.hpp"
+#include "planner/plan_file.hpp"
+#include "planner/search.hpp"
+
+namespace memwall::cli {
+namespace {
+
+using namespace memwall::planner;
+
+struct PlanFlags {
+  ProfileFlags profile;
+  ModelFlags model;
+  std::string objective = "throughput";
+  std::vector<std::string> fix;
+  std::string output;
+  std::string deepspeed;
+  std::string nvme_path = "/local_nvme";
+  std::string max_alloc;
+  bool json = false;
+  bool max_model_size = false;
+  std::string strategy;
+  std::string reproduce;
+  std::string check;
+  int runners = 5;
+};
+
+nlohmann::ordered_json placement_json(const Placement& pl) {
+  nlohmann::ordered_json j = {{"fetch", pl.fetch == ParamFetch::broadcast ? "broadcast" : "allgather"}};
+  for (State s : {State::param16, State::grad16, State::optim32, State::act_ckpt})
+    j[to_string(s)] = {{"tier", to_string(pl.of(s).tier)}, {"partitioned", pl.of(s).partitioned}};
+  return j;
+}
+
+nlohmann::ordered_json evaluated_json(const Evaluated& e) {
+  const TrainingConfig& c = e.candidate.config;
+  nlohmann::ordered_json checks = nlohmann::ordered_json::array();
+  for (const LimitCheck& lc : e.fit.checks) {
+    nlohmann::ordered_json parts = nlohmann::ordered_json::object();
+    for (const Part& p : lc.parts) parts[p.what] = p.bytes;
+    checks.push_back({{"resource", resource_key(lc.resource)}, {"scope", lc.scope}, {"needed_bytes", lc.needed_bytes},
+                      {"capacity_bytes", lc.capacity_bytes}, {"fits", lc.fits()}, {"parts", parts}});
+  }
+  nlohmann::ordered_json j = {{"strategy", placement_label(e.candidate.placement)},
+                              {"placement", placement_json(e.candidate.placement)},
+                              {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
+                              {"dp", c.dp}, {"prefetch_depth", c.prefetch_depth},
+                              {"tflops_per_gpu", e.time.tflops_per_gpu}, {"iteration_s", e.time.iteration_s},
+                              {"samples_per_s", e.time.samples_per_s},
+                              {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
+                                          {"act_ckpt_traffic", e.time.act_ckpt_s}, {"optimizer", e.time.optimizer_s},
+                                          {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
+                                          {"exposed", e.time.exposed_s}}},
+                              {"fits", e.fit.fits()}, {"binding", resource_key(e.fit.binding().resource)},
+                              {"checks", checks}};
+  if (e.simulated_s) j["simulated_iteration_s"] = *e.simulated_s;
+  return j;
+}
+
+std::string config_words(const Evaluated& e) {
+  const TrainingConfig& c = e.candidate.config;
+  return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
+         ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp);
+}
+
+double parse_alloc(const std::string& text) {
+  if (text.empty()) return 0;
+  Result<double> v = parse_quantity(text, Dimension::bytes);
+  if (!v || !(*v > 0)) throw UsageError("--max-alloc: expected a size such as 2 GiB, got \"" + text + "\"");
+  return *v;
+}
+
+int run_reproduce(const PlanFlags& f) {
+  if (f.reproduce != "fig6" && f.reproduce != "fig7")
+    throw UsageError("--reproduce: expected fig6 or fig7, got \"" + f.reproduce + "\"");
+  HardwareProfile p = f.profile.load();
+  const double alloc = f.max_alloc.empty() ? 2.0 * (1 << 30) : parse_alloc(f.max_alloc);
+  Reproduction r = take(f.reproduce == "fig6" ? reproduce_fig6(p) : reproduce_fig7(p, alloc));
+  if (!f.output.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.output, ec);
+    if (ec) throw UsageError(f.output + ": cannot create directory: " + ec.message());
+    write_output((std::filesystem::path(f.output) / (f.reproduce + ".csv")).string(), r.csv);
+    write_output((std::filesystem::path(f.output) / (f.reproduce + ".md")).string(), r.markdown);
+  }
+  write_output("", f.json ? nlohmann::ordered_json{{"figure", f.reproduce}, {"csv", r.csv}}.dump(1) + "\n" : r.markdown);
+  return 0;
+}
+
+// Loads a plan file, cross-checks it against the profile and re-checks its memory fit.
+int run_check(const PlanFlags& f) {
+  HardwareProfile p = f.profile.load();
+  Plan plan = take(load_plan(f.check, &p));
+  FitOptions o;
+  o.max_alloc_bytes = parse_alloc(f.max_alloc);
+  Evaluated e = evaluate(plan.model, plan.candidate, p, o);
+  nlohmann::ordered_json j = evaluated_json(e);
+  if (f.json) {
+    write_output("", j.dump(1) + "\n");
+  } else {
+    std::string out = "plan ok: " + f.check + ": " + plan.model.name + " on " + p.name + ", " + config_words(e) + ", " +
+                      format_sig(e.time.tflops_per_gpu) + " TFLOPS per GPU predicted; " +
+                      (e.fit.fits() ? "fits: " : "does not fit: ") + e.fit.binding().sentence() + "\n";
+    write_output("", out);
+  }
+  return e.fit.fits() ? 0 : 1;
+}
+
+int run_max_model(const PlanFlags& f) {
+  if (f.strategy.empty()) throw UsageError("--strategy: missing (--max-model-size needs a strategy, e.g. zero_inf_nvme)");
+  if (!f.fix.empty()) throw UsageError("--fix: not used with --max-model-size (the strategy fixes the placement)");
+  if (f.model.given()) throw UsageError("--model: not used with --max-model-size (the planner grows the model)");
+  HardwareProfile p = f.profile.load();
+  FitOptions o;
+  o.max_alloc_bytes = parse_alloc(f.max_alloc);
+  MaxModel mm = take(max_model_size(f.strategy, p, o));
+  if (f.json) {
+    nlohmann::ordered_json j = {{"strategy", mm.strategy}, {"profile", p.name}, {"gpus", p.total_gpus()},
+                                {"max_params", mm.max_params}, {"layers", mm.layers}, {"hidden", mm.hidden},
+                                {"heads", mm.heads}, {"plan", evaluated_json(mm.plan)}};
+    write_output(f.output, j.dump(1) + "\n");
+    return 0;
+  }
+  std::ostringstream o2;
+  o2 << "memwall plan --max-model-size: " << mm.strategy << " on " << p.name << " (" << p.total_gpus() << " GPUs)\n"
+     << "  largest model: " << format_count(mm.max_params) << " parameters (Eq. 1), " << mm.layers << " layers x hidden "
+     << mm.hidden << ", " << mm.heads << " heads (grown along Table 4's rows)\n"
+     << "  fits with " << config_words(mm.plan) << ": " << mm.plan.fit.binding().sentence() << "\n";
+  write_output(f.output, o2.str());
+  return 0;
+}
+
+int run_plan(const PlanFlags& f) {
+  if (f.objective != "throughput" && f.objective != "max-model")
+    throw UsageError("--objective: expected throughput or max-model, got \"" + f.objective + "\"");
+  if (!f.strategy.empty()) throw UsageError("--strategy: only with --max-model-size (use --fix strategy=NAME)");
+  HardwareProfile p = f.profile.load();
+  if (!f.model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
+  ModelSpec m = f.model.load();
+  Fixes fixes = take(parse_fixes(f.fix));
+  SearchSpace space = take(make_space(m, p, fixes));
+  SearchOptions so;
+  so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
+  so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
+  so.keep = f.runners + 1;
+  SearchResult r = search(m, p, space, so);
+  const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
+                           ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
+                           std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))";
+
+  if (!r.fits()) {
+    const std::string advice = shortfall_advice(m, p, fixes, r, so);
+    if (f.json) {
+      nlohmann::ordered_json j = {{"model", m.name}, {"profile", p.name}, {"fits", false}, {"shortfall", advice},
+                                  {"candidates", r.space_size}, {"evaluated", r.evaluated}};
+      if (r.closest) j["closest"] = evaluated_json(*r.closest);
+      write_output("", j.dump(1) + "\n");
+    } else {
+      std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << ": " << advice << "\n";
+    }
+    return 1;
+  }
+
+  // The detailed accounting confirms the analytic choice: build_schedule's per-rank peaks. When the
+  // analytic best overflows there, the next-best candidates are tried (at most 4 schedules).
+  const Evaluated* chosen = &r.top.front();
+  std::string sched_line, rejected;
+  bool sched_fits = false;
+  for (size_t i = 0; i < std::min<size_t>(r.top.size(), 4); ++i) {
+    const Evaluated& e = r.top[i];
+    Result<Schedule> sched = build_schedule(m, e.candidate.placement, e.candidate.config, p, 0);
+    if (!sched) {
+      sched_line = "schedule check: " + sched.error();
+      break;
+    }
+    sched_line = "schedule check (build_schedule, rank 0): GPU peak " + format_bytes(sched->peak_bytes[0]) + " of " +
+                 format_bytes(sched->capacity_bytes[0]) + ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
+                 format_bytes(sched->capacity_bytes[1]) + " per rank: " +
+                 (sched->overflow ? sched->overflow->message : std::string("fits"));
+    if (!sched->overflow) {
+      chosen = &e;
+      sched_fits = true;
+      break;
+    }
+    rejected += "analytic rank " + std::to_string(i + 1) + " (" + config_words(e) + ") overflows in the detailed schedule: " +
+                sched->overflow->message + "\n";
+  }
+  if (!sched_fits) chosen = &r.top.front();
+  const Evaluated& best = *chosen;
+  std::vector<std::string> why = explain(m, p, space, best, so);
+  if (!rejected.empty() && sched_fits) why.insert(why.begin(), rejected.substr(0, rejected.size() - 1));
+  // Runners-up: the best of every other placement, then other micro-batches and checkpoint
+  // intervals of any placement (variants that differ only in tiling or slicing are not shown).
+  std::vector<const Evaluated*> runners;
+  auto key = [](const Evaluated& e) {
+    return placement_label(e.candidate.placement) + "/" + format_g(e.candidate.config.bsz) + "/" +
+           std::to_string(e.candidate.config.ci);
+  };
+  std::set<std::string> shown = {key(best)};
+  for (const auto* list : {&r.ranked, &r.top})
+    for (const Evaluated& e : *list)
+      if (int(runners.size()) < f.runners && shown.insert(key(e)).second) runners.push_back(&e);
+
+  Plan plan;
+  plan.profile = p.name;
+  plan.nodes = p.nodes;
+  plan.gpus = best.candidate.config.dp * best.candidate.config.mp;
+  plan.objective = f.objective;
+  plan.model = m;
+  plan.candidate = best.candidate;
+  plan.candidate.placement.name = placement_label(best.candidate.placement);
+  plan.predicted_iteration_s = best.time.iteration_s;
+  plan.predicted_tflops_per_gpu = best.time.tflops_per_gpu;
+  std::string ds_text;
+  if (!f.deepspeed.empty()) ds_text = take(deepspeed_config(m, best.candidate, f.nvme_path)).dump(2) + "\n";
+
+  std::string out;
+  if (f.json) {
+    nlohmann::ordered_json j = evaluated_json(best);
+    j["model"] = m.name;
+    j["profile"] = p.name;
+    j["explanation"] = why;
+    nlohmann::ordered_json ru = nlohmann::ordered_json::array();
+    for (const Evaluated* e : runners) ru.push_back(evaluated_json(*e));
+    j["runners_up"] = ru;
+    j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"elapsed_s", r.elapsed_s},
+                   {"ranking", "analytic"}};
+    j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
+    out = j.dump(1) + "\n";
+  } else {
+    std::ostringstream o;
+    const TimeBreakdown& t = best.time;
+    o << "memwall plan: " << head << "\n"
+      << "chosen: " << config_words(best) << "\n"
+      << "  " << format_sig(t.tflops_per_gpu) << " TFLOPS per GPU, iteration " << format_sig(t.iteration_s) << " s = compute "
+      << format_sig(t.compute_s) << " s + exposed " << format_sig(t.exposed_s) << " s (parameter/gradient traffic "
+      << format_sig(t.param_grad_s) << " s and checkpoint traffic " << format_sig(t.act_ckpt_s)
+      << " s behind compute; optimizer " << format_sig(t.optimizer_s) << " s";
+    if (t.refresh_s > 0) o << ", parameter refresh " << format_sig(t.refresh_s) << " s";
+    if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
+    o << ")\n  memory:";
+    for (const LimitCheck& lc : best.fit.checks)
+      if (lc.needed_bytes > 0) o << " " << lc.sentence() << ";";
+    o << "\nwhy it won:\n";
+    for (const std::string& w : why) o << "  - " << w << "\n";
+    if (!runners.empty()) {
+      o << "runners-up:\n";
+      std::vector<std::vector<std::string>> rows = {{"strategy", "bsz", "ci", "tiling", "mp", "TFLOPS/GPU", "iteration s", "binding limit"}};
+      for (const Evaluated* ep : runners) {
+        const Evaluated& e = *ep;
+        const TrainingConfig& c = e.candidate.config;
+        rows.push_back({placement_label(e.candidate.placement), format_g(c.bsz), std::to_string(c.ci),
+                        std::to_string(c.tiling_factor), std::to_string(c.mp), format_sig(e.time.tflops_per_gpu),
+                        format_sig(e.time.iteration_s), e.fit.binding().sentence()});
+      }
+      o << render_table(rows, 2);
+    }
+    o << "search: " << r.space_size << " candidates in the space, " << r.evaluated << " checked (larger bsz pruned once "
+      << "one misses), " << format_sig(r.elapsed_s * 1e3) << " ms; ranking analytic (the simulator refines it once sim/ exists)\n"
+      << sched_line << "\n";
+    if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1)
+      o << "note: tiling and tensor slicing are model code in DeepSpeed (TiledLinear, Megatron), not config keys\n";
+    out = o.str();
+  }
+  // Everything computed: now write, plan and config first so stdout comes last.
+  if (!f.output.empty()) write_output(f.output, plan_yaml(plan));
+  if (!f.deepspeed.empty()) write_output(f.deepspeed, ds_text);
+  write_output("", out);
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "plan",
+      "The fastest way to train a model on a profile, and whether it fits at all: searches placements\n"
+      "(Table 2 presets and per-state tiers), micro-batch, checkpoint interval, tiling factor and tensor\n"
+      "slicing, ranks by analytic iteration time (Sec. 4-6) and says why the plan won. Also the largest\n"
+      "model a strategy trains (--max-model-size, Fig. 6) and the Fig. 6 / Fig. 7 tables (--reproduce).");
+  f->profile.add(*sub);
+  f->model.add(*sub);
+  sub->add_option("--objective", f->objective, "throughput (most samples/s) or max-model (most memory headroom)")
+      ->capture_default_str();
+  sub->add_option("--fix", f->fix,
+                  "Pin one dimension: strategy=zero3, param16|grad16|optim32|act_ckpt=gpu|cpu|nvme, fetch=allgather|"
+                  "broadcast, bsz=N, ci=N, tiling=N, mp=N, prefetch_depth=N (repeatable)");
+  sub->add_option("-o,--output", f->output,
+                  "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
+  sub->add_option("--deepspeed", f->deepspeed, "Write the equivalent DeepSpeed JSON config here");
+  sub->add_option("--nvme-path", f->nvme_path, "nvme_path in the DeepSpeed config")->capture_default_str();
+  sub->add_option("--max-alloc", f->max_alloc,
+                  "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
+                  "for --reproduce fig7)");
+  sub->add_option("--runners", f->runners, "Runners-up to show")->capture_default_str();
+  sub->add_flag("--max-model-size", f->max_model_size, "The largest model --strategy trains on the profile (Fig. 6)");
+  sub->add_option("--strategy", f->strategy, "With --max-model-size: a placement preset");
+  sub->add_option("--reproduce", f->reproduce, "fig6 or fig7: the paper's table beside memwall's (CSV + Markdown into -o DIR)");
+  sub->add_option("--check", f->check, "Load a plan YAML, cross-check it against --profile and re-check its fit");
+  sub->add_flag("--json", f->json, "JSON: strategy, bsz, ci, tiling_factor, tflops_per_gpu, fits, checks, runners_up ...");
+  return {sub, [f]() {
+            if (!f->reproduce.empty()) return run_reproduce(*f);
+            if (!f->check.empty()) return run_check(*f);
+            if (f->max_model_size) return run_max_model(*f);
+            return run_plan(*f);
+          }};
+}
+
+}  // namespace memwall::cli

@@ -1,0 +1,101 @@
+// PinnedPool: the pinned memory management layer of Sec. 6.3. Owns one page-aligned, mlock'd
+// region of at most `budget_bytes`, cut into fixed-size slabs that are handed out and reused (never
+// reallocated, so the pool cannot fragment). It does not own what callers put in the slabs, nor
+// the engines that read into them (register_buffers hands the region to io_uring).
+// Thread-safety: acquire/try_acquire/stats may be called from any thread; a PinnedBuffer may be
+// released (destroyed) on any thread. The pool must outlive every PinnedBuffer it handed out.
+// Alignment: every slab starts on a 4096-byte boundary and is a multiple of 4096 bytes long, so
+// slabs satisfy IoEngine's O_DIRECT rules. Locking: the whole budget is locked at create(); if
+// mlock fails (RLIMIT_MEMLOCK without CAP_IPC_LOCK) create() fails with the limit in the message,
+// unless require_lock is false, in which case the pool works unlocked and stats().locked says so.
+// (cudaHostRegister is not done here yet: exec/io builds without CUDA.)
+#pragma once
+
+#include <sys/uio.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "model/result.hpp"
+
+namespace memwall::io {
+
+struct PinnedPoolOptions {
+  std::size_t budget_bytes = 0;        // hard cap on pinned bytes; rounded down to whole slabs
+  std::size_t slab_bytes = 1 << 20;    // every buffer is one slab; a positive multiple of 4096
+  bool require_lock = true;            // mlock failure is an error (true) or reported in stats (false)
+};
+
+struct PinnedPoolStats {
+  std::size_t budget_bytes = 0;        // as asked
+  std::size_t slab_bytes = 0;
+  std::size_t slabs = 0;               // budget_bytes / slab_bytes
+  std::size_t in_use_bytes = 0;        // slabs handed out now, times slab_bytes
+  std::size_t high_water_bytes = 0;    // the most in_use_bytes ever reached
+  std::uint64_t acquires = 0;          // successful acquisitions
+  std::uint64_t reuses = 0;            // of those, slabs that had been handed out before
+  bool locked = false;                 // mlock succeeded
+};
+
+class PinnedPool;
+
+// One slab, returned to its pool when destroyed. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  ~PinnedBuffer();
+
+  void* data() const { return data_; }
+  std::size_t size() const { return size_; }  // the slab size, >= what was asked
+  explicit operator bool() const { return data_ != nullptr; }
+  void release();  // gives the slab back now
+
+ private:
+  friend class PinnedPool;
+  PinnedPool* pool_ = nullptr;
+  std::size_t slab_ = 0;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+class PinnedPool {
+ public:
+  static Result<std::unique_ptr<PinnedPool>> create(const PinnedPoolOptions& options);
+  ~PinnedPool();
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+
+  // A slab for `bytes` (<= slab_bytes). Blocks until one is free; fails at once, with the sizes in
+  // the message, when the request can never fit.
+  Result<PinnedBuffer> acquire(std::size_t bytes);
+  // Same, but fails at once when every slab is in use (the budget is reached).
+  Result<PinnedBuffer> try_acquire(std::size_t bytes);
+
+  PinnedPoolStats stats() const;
+  // The pool's memory, in pieces io_uring accepts (<= 1 GiB each), for IoEngine::register_buffers.
+  std::vector<iovec> regions() const;
+
+ private:
+  explicit PinnedPool(const PinnedPoolOptions& o) : options_(o) {}
+  Result<PinnedBuffer> take(std::size_t bytes, bool block);
+  void give_back(std::size_t slab);
+  friend class PinnedBuffer;
+
+  PinnedPoolOptions options_;
+  char* base_ = nullptr;
+  std::size_t mapped_bytes_ = 0;
+  bool locked_ = false;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::size_t> free_;   // slab indices, LIFO so a just-released slab is reused first
+  std::vector<bool> used_before_;   // per slab
+  PinnedPoolStats stats_;
+};
+
+}  // namespace memwall::io

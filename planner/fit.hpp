@@ -1,0 +1,102 @@
+// Memory fit and analytic iteration time of one planner candidate (placement x bsz x ci x tiling x
+// mp x dp) on a hardware profile. The closed forms (Eq. 1-11) are model/analysis.hpp's; this file
+// only adds them up per tier and says which limit binds and by how much. Not the detailed
+// accounting: build_schedule's peak bytes are (the planner confirms its chosen plan with it).
+// Pure functions over value types: thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/analysis.hpp"
+#include "model/hardware_profile.hpp"
+#include "model/model_spec.hpp"
+#include "model/placement.hpp"
+#include "model/training_config.hpp"
+
+namespace memwall::planner {
+
+// One point of the search space. config.dp is resolved (never 0); config.seq is the model's.
+struct Candidate {
+  Placement placement;
+  TrainingConfig config;
+};
+
+enum class Resource { gpu_memory, gpu_largest_alloc, cpu_memory, pinned, nvme };
+const char* to_string(Resource r);   // "GPU memory", "largest GPU allocation", "CPU memory", ...
+const char* resource_key(Resource r);  // "gpu_memory", ... (JSON keys)
+
+struct Part {
+  const char* what;  // "param16 (partitioned 1/16)", "AWM (Eq. 5)", ...
+  double bytes = 0;
+};
+
+struct LimitCheck {
+  Resource resource = Resource::gpu_memory;
+  const char* scope = "per GPU";  // "per GPU" or "per node"
+  double needed_bytes = 0;
+  double capacity_bytes = 0;
+  std::vector<Part> parts;
+  bool fits() const { return needed_bytes <= capacity_bytes * (1 + 1e-12); }
+  double use() const { return capacity_bytes > 0 ? needed_bytes / capacity_bytes : (needed_bytes > 0 ? 1e30 : 0); }
+  double shortfall_bytes() const { return needed_bytes > capacity_bytes ? needed_bytes - capacity_bytes : 0; }
+  // "CPU memory 1.50 TB < 2.05 TB needed per node" or "GPU memory 30.1 GiB of 32.0 GiB per GPU".
+  std::string sentence() const;
+};
+
+struct FitOptions {
+  double max_alloc_bytes = 0;  // largest contiguous GPU allocation (Sec. 8.5's 2 GB chunks); 0 = no limit
+  // DeepSpeed-style staging buffers for NVMe (Sec. 6.3): buffers per rank for parameters and for
+  // the optimizer, each as large as the largest parameter partition.
+  int param_buffer_count = 5;
+  int optim_buffer_count = 4;
+};
+
+struct FitReport {
+  std::vector<LimitCheck> checks;
+  bool fits() const;
+  const LimitCheck& binding() const;  // the most used limit (the first to break)
+  double worst_use() const { return binding().use(); }
+};
+
+// Parameters the memory accounting counts: Eq. 1 plus the token and position embeddings (which
+// Eq. 1 leaves out but which the GPT of model/operator_graph.hpp has).
+double embedding_params(const ModelSpec& m);
+// Elements of the largest tensor of state `s` one rank swaps (DeepSpeed's offload buffers must hold
+// it): the fc1 weight (hd x 4hd, Eq. 4's operator) sliced by mp and tiling, or the embedding,
+// divided over `dp` ranks when that state is partitioned.
+double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s);
+
+FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o = {});
+
+// Analytic time of one iteration (Sec. 4-6): compute (Eq. 7-8 at the achievable peak) plus the part
+// of each offloaded state's traffic that cannot hide behind it. Traffic time per state is Eq. 6's
+// flops / (AIT x bandwidth) with the effective bandwidths of tier_efficiencies():
+//   parameters and gradients (Eq. 9): 3/4 of the bytes are parameter fetches (forward, recompute,
+//     backward), 1/4 gradients; overlapped with compute by prefetching (Sec. 6.2) when depth > 0,
+//     sharing the PCIe link with checkpoint traffic;
+//   optimizer states (Eq. 10): after backward, not overlapped (Sec. 4.2); CPU Adam runs alongside
+//     the NVMe reads and writes (Sec. 5.2.2), the slower of the two counts;
+//   activation checkpoints (Eq. 11): overlapped with compute, on the same PCIe link as parameters;
+//   tensor slicing: Megatron's activation all-reduces (6 per layer), not overlapped.
+struct TimeBreakdown {
+  double compute_s = 0;
+  double param_grad_s = 0;   // traffic time, before overlap
+  double act_ckpt_s = 0;     // traffic time, before overlap
+  double optimizer_s = 0;    // exposed
+  double refresh_s = 0;      // updated fp16 parameters back to GPU-resident copies (ZeRO-Offload), behind the optimizer
+  double mp_allreduce_s = 0; // exposed
+  double exposed_s = 0;      // everything added to compute
+  double iteration_s = 0;
+  double tflops_per_gpu = 0;  // Eq. 7-8 FLOPs per GPU / iteration time
+  double samples_per_s = 0;   // bsz x dp / iteration time
+};
+
+// `eff` is tier_efficiencies(p, m, c.config, dp) (cached by the search; recomputed when empty).
+TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
+                            const std::vector<StateTierEfficiency>& eff = {});
+
+// Nodes the candidate's dp x mp GPUs span.
+int nodes_used(const Candidate& c, const HardwareProfile& p);
+
+}  // namespace memwall::planner

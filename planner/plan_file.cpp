@@ -1,0 +1,234 @@
+#include "planner/plan_file.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/units.hpp"
+#include "model/yaml_reader.hpp"
+
+namespace memwall::planner {
+namespace {
+
+constexpr State kStates[] = {State::param16, State::grad16, State::optim32, State::act_ckpt};
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
+  const YAML::Node& root = r.root();
+  r.only_keys(root, "", {"version", "profile", "nodes", "gpus", "objective", "model", "placement", "training", "predicted"});
+  if (r.integer(root, "", "version", 1) != 1) r.fail(root["version"], "version", "expected 1 (the only plan format so far)");
+  Plan plan;
+  plan.profile = r.text(root, "", "profile");
+  plan.nodes = int(r.integer_or(root, "", "nodes", 1, 1));
+  plan.gpus = int(r.integer(root, "", "gpus", 1));
+  plan.objective = r.text_or(root, "", "objective", "throughput");
+  if (plan.objective != "throughput" && plan.objective != "max-model")
+    r.fail(root["objective"], "objective", "expected throughput or max-model, got \"" + plan.objective + "\"");
+
+  YAML::Node mn = r.section(root, "", "model");
+  r.only_keys(mn, "model", {"name", "layers", "hidden", "heads", "seq", "vocab"});
+  ModelSpec& m = plan.model;
+  m.name = r.text_or(mn, "model", "name", "custom");
+  m.source = r.source();
+  m.layers = int(r.integer(mn, "model", "layers", 1));
+  m.hidden = r.hidden(mn, "model", "hidden");
+  m.heads = int(r.integer(mn, "model", "heads", 1));
+  m.seq = r.integer_or(mn, "model", "seq", 1, 1024);
+  m.vocab = r.integer_or(mn, "model", "vocab", 1, 50257);
+  if (m.hidden % m.heads != 0) r.fail(mn["heads"], "model.heads", "expected a divisor of hidden " + std::to_string(m.hidden));
+
+  YAML::Node pn = r.section(root, "", "placement");
+  r.only_keys(pn, "placement", {"name", "fetch", "param16", "grad16", "optim32", "act_ckpt"});
+  Placement& pl = plan.candidate.placement;
+  pl.name = r.text_or(pn, "placement", "name", "custom");
+  const std::string fetch = r.text_or(pn, "placement", "fetch", "allgather");
+  if (fetch != "allgather" && fetch != "broadcast")
+    r.fail(pn["fetch"], "placement.fetch", "expected allgather or broadcast, got \"" + fetch + "\"");
+  pl.fetch = fetch == "broadcast" ? ParamFetch::broadcast : ParamFetch::allgather;
+  for (State s : kStates) {
+    const std::string path = std::string("placement.") + to_string(s);
+    YAML::Node sn = r.section(pn, "placement", to_string(s));
+    r.only_keys(sn, path, {"tier", "partitioned"});
+    Result<Tier> t = parse_tier(r.text(sn, path, "tier"));
+    if (!t) r.fail(sn["tier"], path + ".tier", t.error());
+    const std::string part = r.text_or(sn, path, "partitioned", "false");
+    if (part != "true" && part != "false")
+      r.fail(sn["partitioned"], path + ".partitioned", "expected true or false, got \"" + part + "\"");
+    pl.of(s) = {*t, part == "true"};
+  }
+  if (Result<Placement> ok = validate(pl); !ok) r.fail(pn, "placement", ok.error());
+
+  YAML::Node tn = r.section(root, "", "training");
+  r.only_keys(tn, "training", {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth"});
+  TrainingConfig& c = plan.candidate.config;
+  c.seq = m.seq;
+  c.bsz = r.quantity(tn, "training", "bsz", Dimension::count);
+  c.ci = int(r.integer(tn, "training", "ci", 1));
+  c.tiling_factor = int(r.integer_or(tn, "training", "tiling_factor", 1, 1));
+  c.dp = int(r.integer(tn, "training", "dp", 1));
+  c.mp = int(r.integer_or(tn, "training", "mp", 1, 1));
+  c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, 3));
+  if (c.ci > m.layers)
+    r.fail(tn["ci"], "training.ci", "expected a checkpoint interval between 1 and the model's " +
+                                        std::to_string(m.layers) + " layers, got " + std::to_string(c.ci));
+  if (c.dp * c.mp != plan.gpus)
+    r.fail(root["gpus"], "gpus", "expected training.dp x training.mp = " + std::to_string(c.dp) + " x " +
+                                     std::to_string(c.mp) + " = " + std::to_string(c.dp * c.mp) + ", got " +
+                                     std::to_string(plan.gpus));
+
+  if (YAML::Node pr = root["predicted"]; pr.IsDefined() && !pr.IsNull()) {
+    if (!pr.IsMap()) r.fail(pr, "predicted", "expected a mapping of fields");
+    r.only_keys(pr, "predicted", {"iteration_s", "tflops_per_gpu", "samples_per_s", "fits"});
+    plan.predicted_iteration_s = r.quantity_or(pr, "predicted", "iteration_s", Dimension::count, 0);
+    plan.predicted_tflops_per_gpu = r.quantity_or(pr, "predicted", "tflops_per_gpu", Dimension::count, 0);
+  }
+
+  if (profile) {
+    const HardwareProfile& p = *profile;
+    if (plan.profile != p.name && plan.profile != p.source)
+      r.fail(root["profile"], "profile", "plan was made for \"" + plan.profile + "\", checked against \"" + p.name + "\"");
+    if (plan.nodes != p.nodes)
+      r.fail(root["nodes"].IsDefined() ? root["nodes"] : root["profile"], "nodes",
+             "plan names " + std::to_string(plan.nodes) + " node(s), profile " + p.name + " has " +
+                 std::to_string(p.nodes) + " (scale it with --nodes " + std::to_string(plan.nodes) + ")");
+    if (plan.gpus > p.total_gpus())
+      r.fail(root["gpus"], "gpus", "plan names " + std::to_string(plan.gpus) + " GPUs, profile " + p.name + " has " +
+                                       std::to_string(p.total_gpus()));
+    if (c.mp > p.gpus_per_node)
+      r.fail(tn["mp"], "training.mp", "tensor slicing stays inside a node of " + std::to_string(p.gpus_per_node) +
+                                          " GPUs, got " + std::to_string(c.mp));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::string plan_yaml(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  const Placement& pl = plan.candidate.placement;
+  const TrainingConfig& c = plan.candidate.config;
+  std::ostringstream o;
+  o << "# memwall plan: what `memwall simulate --plan` and `memwall run --plan` take.\n"
+    << "version: 1\n"
+    << "profile: " << plan.profile << "\n"
+    << "nodes: " << plan.nodes << "\n"
+    << "gpus: " << plan.gpus << "              # dp x mp\n"
+    << "objective: " << plan.objective << "\n"
+    << "model:\n"
+    << "  name: " << m.name << "\n"
+    << "  layers: " << m.layers << "\n"
+    << "  hidden: " << m.hidden << "\n"
+    << "  heads: " << m.heads << "\n"
+    << "  seq: " << m.seq << "\n"
+    << "  vocab: " << m.vocab << "\n"
+    << "placement:\n"
+    << "  name: " << pl.name << "\n"
+    << "  fetch: " << (pl.fetch == ParamFetch::broadcast ? "broadcast" : "allgather") << "\n";
+  for (State s : kStates)
+    o << "  " << to_string(s) << ": {tier: " << to_string(pl.of(s).tier)
+      << ", partitioned: " << (pl.of(s).partitioned ? "true" : "false") << "}\n";
+  o << "training:\n"
+    << "  bsz: " << format_g(c.bsz) << "               # micro-batch per GPU\n"
+    << "  ci: " << c.ci << "                # transformer blocks between checkpoints\n"
+    << "  tiling_factor: " << c.tiling_factor << "\n"
+    << "  dp: " << c.dp << "\n"
+    << "  mp: " << c.mp << "\n"
+    << "  prefetch_depth: " << c.prefetch_depth << "\n"
+    << "predicted:            # the planner's analytic estimate\n"
+    << "  iteration_s: " << fixed(plan.predicted_iteration_s, 3) << "\n"
+    << "  tflops_per_gpu: " << fixed(plan.predicted_tflops_per_gpu, 2) << "\n";
+  return o.str();
+}
+
+Result<Plan> parse_plan(std::string_view yaml_text, const std::string& source, const HardwareProfile* profile) {
+  try {
+    YamlReader reader(source, yaml_text);
+    return read_plan(reader, profile);
+  } catch (const InputError& e) {
+    return make_error(e.what());
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": " + e.what());
+  }
+}
+
+Result<Plan> load_plan(const std::string& path, const HardwareProfile* profile) {
+  if (!std::filesystem::is_regular_file(path)) return make_error(path + ": no such plan file");
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) return make_error(path + ": cannot read file");
+  return parse_plan(text.str(), path, profile);
+}
+
+Result<nlohmann::ordered_json> deepspeed_config(const ModelSpec& m, const Candidate& c, const std::string& nvme_path) {
+  const Placement& pl = c.placement;
+  const TrainingConfig& k = c.config;
+  if (k.bsz != std::floor(k.bsz))
+    return make_error("--deepspeed: train_micro_batch_size_per_gpu must be an integer, the plan has bsz " + format_g(k.bsz));
+  const int stage = pl.param16.partitioned ? 3 : pl.grad16.partitioned ? 2 : pl.optim32.partitioned ? 1 : 0;
+  // Swap buffers hold one parameter partition each: round the largest one up to 1 Mi elements so
+  // DeepSpeed's alignment padding cannot push it past the buffer.
+  const double mi = 1 << 20;
+  const auto largest = (long long)(std::ceil(std::max(largest_partition_elems(m, c, State::param16),
+                                                      largest_partition_elems(m, c, State::optim32)) / mi) * mi);
+  const auto op_elems = (long long)std::ceil(mswm_bytes_eq4(m.hidden) / 4.0 / k.mp / k.tiling_factor);  // fc1 (tile), Eq. 4's operator
+  nlohmann::ordered_json zero = {{"stage", stage}, {"overlap_comm", true}, {"contiguous_gradients", true},
+                                 {"reduce_bucket_size", op_elems}};
+  if (stage == 3) {
+    zero["stage3_prefetch_bucket_size"] = op_elems * std::max(1, k.prefetch_depth - 1);
+    zero["stage3_max_live_parameters"] = op_elems * std::max(1, k.prefetch_depth);
+    zero["stage3_param_persistence_threshold"] = 10LL * m.hidden;
+    zero["sub_group_size"] = largest;
+  }
+  bool nvme = false;
+  if (pl.param16.tier != Tier::gpu) {
+    nlohmann::ordered_json op = {{"device", to_string(pl.param16.tier)}};
+    if (pl.param16.tier == Tier::nvme) {
+      op["nvme_path"] = nvme_path;
+      op["buffer_count"] = 5;
+      op["buffer_size"] = largest;
+      op["max_in_cpu"] = largest;
+      nvme = true;
+    }
+    op["pin_memory"] = true;
+    zero["offload_param"] = op;
+  }
+  if (pl.optim32.tier != Tier::gpu) {
+    nlohmann::ordered_json oo = {{"device", to_string(pl.optim32.tier)}};
+    if (pl.optim32.tier == Tier::nvme) {
+      oo["nvme_path"] = nvme_path;
+      oo["buffer_count"] = 4;
+      oo["fast_init"] = false;
+      nvme = true;
+    }
+    oo["pin_memory"] = true;
+    zero["offload_optimizer"] = oo;
+  }
+  nlohmann::ordered_json ds = {
+      {"train_micro_batch_size_per_gpu", long(k.bsz)},
+      {"gradient_accumulation_steps", 1},
+      {"train_batch_size", long(k.bsz) * k.dp},
+      {"fp16", {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}}},
+      {"zero_optimization", zero},
+      {"activation_checkpointing",
+       {{"partition_activations", k.mp > 1},
+        {"cpu_checkpointing", pl.act_ckpt.tier == Tier::cpu},
+        {"contiguous_memory_optimization", false},
+        {"number_checkpoints", (m.layers + k.ci - 1) / k.ci},
+        {"synchronize_checkpoint_boundary", false},
+        {"profile", false}}},
+  };
+  if (nvme)
+    ds["aio"] = {{"block_size", 1048576}, {"queue_depth", 8}, {"thread_count", 1}, {"single_submit", false},
+                 {"overlap_events", true}};
+  return ds;
+}
+
+}  // namespace memwall::planner

@@ -1,0 +1,138 @@
+// The planner's search: every placement the paper's Table 2 allows plus per-state tier choices
+// (placement validate() rejects meaningless ones) x micro-batch x checkpoint interval x tiling
+// factor x tensor-slicing degree, filtered by memory fit and ranked by analytic iteration time
+// (planner/fit.hpp). The placement order of the paper's evaluation (seed 001) is not coded here:
+// it falls out of the ranking, and explain() checks the chosen plan against it in words.
+// A Refiner (the simulator, once sim/ exists) may re-rank the best few.
+// Pure functions over value types; a Refiner is called from the calling thread only.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/result.hpp"
+#include "planner/fit.hpp"
+
+namespace memwall::planner {
+
+// --fix key=value: pins one dimension of the space. Keys: strategy (a preset), param16, grad16,
+// optim32, act_ckpt (a tier), fetch (allgather|broadcast), bsz, ci, tiling, mp, prefetch_depth.
+struct Fixes {
+  std::optional<std::string> strategy;
+  std::map<State, Tier> tiers;
+  std::optional<ParamFetch> fetch;
+  std::optional<double> bsz;
+  std::optional<int> ci, tiling, mp, prefetch_depth;
+};
+// Errors (one line, for exit code 2): unknown key, bad value, the same key twice with different values.
+Result<Fixes> parse_fixes(const std::vector<std::string>& key_values);
+
+struct SearchSpace {
+  std::vector<Placement> placements;
+  std::vector<double> bsz;    // ascending: fit is monotone in bsz, the search stops at the first miss
+  std::vector<int> ci;
+  std::vector<int> tiling;    // applies to placements with partitioned parameters; others use 1
+  std::vector<int> mp;
+  int prefetch_depth = 3;
+  size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp)
+};
+
+// Every valid (placement x act_ckpt tier x fetch) combination, then the fixes applied; errors
+// when a fix contradicts the model or profile (mp larger than a node, ci above the layers, ...)
+// or leaves no valid placement.
+Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes);
+
+// Name of a placement: the Table 2 preset it equals (act_ckpt=cpu appended), else "custom".
+std::string placement_label(const Placement& pl);
+
+enum class Objective {
+  throughput,  // most samples per second (equivalently TFLOPS per GPU)
+  max_model,   // most memory headroom: the plan that would still fit the largest model
+};
+
+// A simulated iteration time for a candidate, or nothing when it cannot be simulated. sim/'s
+// simulate() runs one SimGrid engine per process, so a refiner built on it runs each candidate in
+// a child process (or replays a schedule another way); search() calls it at most 2 x refine_top
+// times, each distinct candidate once.
+using Refiner = std::function<std::optional<double>(const Candidate&)>;
+
+struct SearchOptions {
+  Objective objective = Objective::throughput;
+  FitOptions fit;
+  Refiner refine;          // empty: analytic only
+  int refine_top = 5;      // how many of the best the refiner re-ranks
+  int keep = 6;            // runners-up kept, one per distinct placement
+};
+
+struct Evaluated {
+  Candidate candidate;
+  FitReport fit;
+  TimeBreakdown time;
+  std::optional<double> simulated_s;  // from the refiner
+  double score() const;  // iteration time per sample (lower is better), simulated when available
+};
+
+struct SearchResult {
+  std::vector<Evaluated> ranked;    // fitting candidates, best first, one per distinct placement
+  std::vector<Evaluated> top;       // the best 4 x keep fitting candidates of any placement, best first
+  std::optional<Evaluated> closest; // nothing fits: the least oversubscribed candidate
+  size_t space_size = 0;            // candidates in the space
+  size_t evaluated = 0;             // candidates whose fit was checked (the rest pruned by bsz monotonicity)
+  double elapsed_s = 0;
+  bool fits() const { return !ranked.empty(); }
+};
+
+Evaluated evaluate(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o = {});
+
+SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
+                    const SearchOptions& options = {});
+
+// Why the plan won, in sentences a user can check against the profile: per state why it is on its
+// tier (what a faster tier would need), then bsz, ci, tiling and mp, then the placement-order rule.
+std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
+                                 const Evaluated& best, const SearchOptions& options = {});
+
+// Nothing fits: the smallest shortfall and what to add, e.g. "needs 3.10 TB more NVMe per node
+// (28.0 TB < 31.1 TB needed per node) or 2 more nodes".
+std::string shortfall_advice(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes,
+                             const SearchResult& result, const SearchOptions& options = {});
+
+// ---- Model scale (paper Sec. 8.5) ----
+
+// Fig. 6: the largest model one strategy trains on a profile, grown as in Table 4: along Table 4's
+// rows, layers grow at a row's hidden size (and heads) until the next row's parameter count, then
+// that row takes over. bsz 1, mp 1 (4 for three_d, as in Table 4), act_ckpt gpu or cpu, ci and
+// tiling free. Parameters are Eq. 1's.
+struct MaxModel {
+  std::string strategy;
+  double max_params = 0;  // Eq. 1
+  int layers = 0;
+  long hidden = 0;
+  int heads = 0;
+  Evaluated plan;         // the configuration that fits it
+  std::string stops_because;  // the binding limit of the next model on the path
+};
+Result<MaxModel> max_model_size(const std::string& strategy, const HardwareProfile& p, const FitOptions& o = {});
+
+// Fig. 7: the largest hidden size (multiple of 1024, 16 heads) of a one-layer model that fits with
+// a given tiling factor, parameters partitioned (ZeRO-3 family), bsz 1.
+struct MaxHidden {
+  int tiling = 1;
+  long hidden = 0;           // on a 1K grid
+  long hidden_pow2 = 0;      // on the paper's grid (Table 5: 8K, 16K, 32K, 64K)
+  Evaluated plan;
+};
+MaxHidden max_hidden_size(int tiling, const HardwareProfile& p, const FitOptions& o);
+
+// The reproduction tables: CSV and Markdown, the paper's numbers beside memwall's.
+struct Reproduction {
+  std::string csv;
+  std::string markdown;
+};
+Result<Reproduction> reproduce_fig6(const HardwareProfile& p);
+Result<Reproduction> reproduce_fig7(const HardwareProfile& p, double max_alloc_bytes);
+
+}  // namespace memwall::planner

@@ -1,0 +1,41 @@
+// Reproduction of the paper's evaluation (seed 000, Sec. 8: Fig. 5a-c, 8, 9, 10) by simulation:
+// one profile (dgx2, scaled with nodes), the catalogue's Table 1 and Table 6-8 configurations,
+// no constants tuned per figure. Each row carries the paper's number where the paper states one
+// and says when the simulation disagrees by more than 15 %. Runs each simulation in a child
+// process (simulate_isolated). Not thread-safe (forks).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/replay.hpp"
+
+namespace memwall::sim {
+
+struct ReproRow {
+  std::string figure;     // "fig5a"
+  std::string label;      // "10T on 512 GPUs"
+  std::string model;      // catalogue name
+  std::string strategy;   // placement actually simulated
+  int gpus = 0;
+  double bsz = 0;
+  int mp = 1;
+  std::string metric;     // "tflops_per_gpu", "backward_speedup", ...
+  double value = 0;       // simulated
+  double paper = 0;       // the paper's number, 0 when it gives none
+  std::string paper_text; // what the paper says, in its words
+  bool disagrees = false; // |value - paper| > 15 % of paper
+  std::string note;
+};
+
+using Progress = std::function<void(const std::string&)>;
+
+std::vector<std::string> reproduction_figures();  // fig5a, fig5b, fig5c, fig8, fig9, fig10
+Result<std::vector<ReproRow>> reproduce(const std::string& figure, const HardwareProfile& node,
+                                        const Progress& progress = {});
+
+std::string repro_csv(const std::vector<ReproRow>& rows);
+std::string repro_markdown(const std::string& figure, const std::vector<ReproRow>& rows);
+
+}  // namespace memwall::sim

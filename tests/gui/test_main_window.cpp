@@ -1,0 +1,261 @@
+// The real memwall-gui main window under Xvfb: controls moved with QTest change the plotted
+// points and marker labels exactly as Eq. 6 (model/analysis.hpp) gives; a broken profile shows
+// load_profile's message in a QMessageBox and keeps the previous profile; a bad what-if value is
+// refused; the memory view shows build_schedule's bytes. Tolerance: 1e-12 relative (the window
+// and this test call the same functions in the same order, so values agree to the last bit).
+#include <QApplication>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTimer>
+#include <QtTest/QtTest>
+#include <cmath>
+
+#include "gui/efficiency_chart.hpp"
+#include "gui/main_window.hpp"
+#include "gui/memory_view.hpp"
+#include "gui/profile_form.hpp"
+#include "model/units.hpp"
+
+using namespace memwall;
+using namespace memwall::gui;
+
+namespace {
+
+bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max({1.0, std::abs(a), std::abs(b)}); }
+
+// The bandwidth grid of Fig. 3: 0.1 GB/s to 10 TB/s, 10 points per decade.
+double grid_Bps(int i) { return 1e8 * std::pow(10.0, i / 10.0); }
+
+// Checks a plotted curve point by point against Eq. 6 at `ait`.
+void expect_curve(QLineSeries* s, double ait, double peak) {
+  const QList<QPointF> pts = s->points();
+  QCOMPARE(pts.size(), 51);
+  for (int i = 0; i < pts.size(); ++i) {
+    QVERIFY2(close(pts[i].x(), grid_Bps(i) * 1e-9), qPrintable(QString("x[%1] = %2").arg(i).arg(pts[i].x())));
+    const double want = 100.0 * efficiency_eq6(ait, grid_Bps(i), peak);
+    QVERIFY2(close(pts[i].y(), want), qPrintable(QString("y[%1] = %2, Eq. 6 gives %3").arg(i).arg(pts[i].y()).arg(want)));
+  }
+}
+
+// The four marker labels the window must show for `ait` on profile `p`, written independently.
+QStringList expected_labels(const HardwareProfile& p, double ait, double peak) {
+  auto label = [&](const char* name, double bw) {
+    return QString("%1 %2: %3 %")
+        .arg(name, QString::fromStdString(format_bandwidth(bw)))
+        .arg(100.0 * efficiency_eq6(ait, bw, peak), 0, 'f', 1);
+  };
+  return {label("GPU-GPU", p.gpu_gpu_Bps), label("PCIe 1 GPU", p.pcie_single_gpu_Bps),
+          label("CPU/GPU", p.cpu_Bps_per_gpu_all_active()),
+          label("NVMe/GPU", std::min(p.nvme_read_Bps_per_gpu_all_active(), p.nvme_write_Bps_per_gpu_all_active()))};
+}
+
+// Labels as drawn, and the efficiency behind each one to 1e-12.
+void expect_markers(EfficiencyChart* chart, const HardwareProfile& p, double ait, double peak) {
+  QCOMPARE(chart->marker_labels(), expected_labels(p, ait, peak));
+  const double bws[] = {p.gpu_gpu_Bps, p.pcie_single_gpu_Bps, p.cpu_Bps_per_gpu_all_active(),
+                        std::min(p.nvme_read_Bps_per_gpu_all_active(), p.nvme_write_Bps_per_gpu_all_active())};
+  QCOMPARE(chart->data().markers.size(), size_t(4));
+  for (int i = 0; i < 4; ++i) {
+    QCOMPARE(chart->data().markers[i].bw_Bps, bws[i]);
+    QVERIFY(close(chart->data().markers[i].efficiency, efficiency_eq6(ait, bws[i], peak)));
+  }
+}
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+  std::unique_ptr<MainWindow> w_;
+  HardwareProfile dgx2_;
+
+  // The bars drawn equal build_schedule's persistent bytes per state, and their sum its peak.
+  void check_memory(const std::string& preset_name, bool overflows) {
+    const Session& s = w_->session();
+    QCOMPARE(QString::fromStdString(s.placement), QString::fromStdString(preset_name));
+    Result<Schedule> sc = build_schedule(s.model, *preset(preset_name), s.config, s.profile, 0);
+    QVERIFY(sc.ok());
+    QCOMPARE(sc->overflow.has_value(), overflows);
+    const auto drawn = w_->memory_view()->drawn_bytes();
+    for (int t = 0; t < 3; ++t) {
+      double persistent = 0;
+      for (int st = 0; st < 3; ++st) {
+        QCOMPARE(drawn[t][st], sc->persistent_bytes[t][st]);
+        persistent += drawn[t][st];
+      }
+      QVERIFY(close(persistent + drawn[t][3], sc->peak_bytes[t]));
+    }
+    // Both presets partition every model state onto one tier: 2 + 2 + 16 bytes per parameter (Sec. 3).
+    const int tier = int(preset(preset_name)->param16.tier);
+    QVERIFY(drawn[tier][0] > 0);
+    QVERIFY(close(drawn[tier][1], drawn[tier][0]));
+    QVERIFY(close(drawn[tier][2], 8 * drawn[tier][0]));
+  }
+
+ private slots:
+  void init() {
+    Result<Session> s = make_session(SessionRequest{});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    dgx2_ = s->profile;
+    w_ = std::make_unique<MainWindow>(*s);
+    w_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w_.get()));
+  }
+  void cleanup() { w_.reset(); }
+
+  void opens_on_dgx2_with_eq6_curves_and_markers() {
+    const Session& s = w_->session();
+    QCOMPARE(QString::fromStdString(s.profile.name), QString("dgx2"));
+    QCOMPARE(s.config.bsz, 2.0);
+    QCOMPARE(s.peak_flops_per_s, 70e12);
+    EfficiencyChart* a = w_->chart(Fig3Panel::a_param_grad);
+    QCOMPARE(a->family_series().size(), 5);  // bsz 1, 2, 4, 8, 16 as in the paper
+    QCOMPARE(w_->chart(Fig3Panel::c_act_ckpt)->family_series().size(), 6);  // hd 2K .. 64K
+    expect_curve(a->config_series(), ait_param_grad_eq9(2, 1024), 70e12);
+    expect_markers(a, dgx2_, ait_param_grad_eq9(2, 1024), 70e12);
+    // The paper's check (Sec. 4.2): 70 GB/s for parameters gives > 50 % at bsz 1.
+    expect_curve(a->family_series()[0], ait_param_grad_eq9(1, 1024), 70e12);
+    QVERIFY(efficiency_eq6(ait_param_grad_eq9(1, 1024), 70e9, 70e12) > 0.5);
+  }
+
+  void bsz_spin_box_moves_panels_a_and_b_exactly_as_eq6() {
+    EfficiencyChart* a = w_->chart(Fig3Panel::a_param_grad);
+    EfficiencyChart* b = w_->chart(Fig3Panel::b_optimizer);
+    EfficiencyChart* c = w_->chart(Fig3Panel::c_act_ckpt);
+    const QStringList labels_before = a->marker_labels();
+    const QList<QPointF> c_before = c->config_series()->points();
+
+    QDoubleSpinBox* bsz = w_->bsz_box();
+    bsz->setFocus();
+    QTest::keyClick(bsz, Qt::Key_Up);  // 2 -> 3
+    QCOMPARE(w_->session().config.bsz, 3.0);
+
+    expect_curve(a->config_series(), ait_param_grad_eq9(3, 1024), 70e12);
+    expect_curve(b->config_series(), ait_optimizer_eq10(3, 1024), 70e12);
+    expect_markers(a, dgx2_, ait_param_grad_eq9(3, 1024), 70e12);
+    expect_markers(b, dgx2_, ait_optimizer_eq10(3, 1024), 70e12);
+    QVERIFY(a->marker_labels() != labels_before);
+    QCOMPARE(c->config_series()->points(), c_before);  // checkpoints' AIT does not depend on bsz
+    QCOMPARE(a->config_series()->name(), QString("this run: bsz 3"));
+  }
+
+  void hidden_size_moves_panel_c_exactly_as_eq6() {
+    EfficiencyChart* c = w_->chart(Fig3Panel::c_act_ckpt);
+    QSpinBox* hidden = w_->hidden_box();
+    const long before = w_->session().model.hidden;
+    hidden->setFocus();
+    QTest::keyClick(hidden, Qt::Key_Up);  // + 1024
+    const long hd = before + 1024;
+    QCOMPARE(w_->session().model.hidden, hd);
+    expect_curve(c->config_series(), ait_act_ckpt_eq11(hd, 1), 70e12);
+    expect_markers(c, dgx2_, ait_act_ckpt_eq11(hd, 1), 70e12);
+  }
+
+  void peak_spin_box_moves_every_panel() {
+    auto* peak = w_->findChild<QDoubleSpinBox*>("peak");
+    QVERIFY(peak);
+    peak->setValue(140);
+    const double pk = 140e12;
+    expect_curve(w_->chart(Fig3Panel::a_param_grad)->config_series(), ait_param_grad_eq9(2, 1024), pk);
+    expect_curve(w_->chart(Fig3Panel::b_optimizer)->family_series()[4], ait_optimizer_eq10(16, 1024), pk);
+    expect_markers(w_->chart(Fig3Panel::c_act_ckpt), dgx2_, ait_act_ckpt_eq11(w_->session().model.hidden, 1), pk);
+  }
+
+  void broken_profile_shows_the_error_and_keeps_the_previous_one() {
+    const std::string broken = MEMWALL_GUI_FIXTURES "/broken_profile.yaml";
+    const std::string expected = load_profile(broken).error();
+    QVERIFY(!expected.empty());
+    // First a good profile from a file, so "previous" is not simply the default.
+    QVERIFY(w_->open_profile(MEMWALL_SOURCE_DIR "/hardware_profiles/dgx-a100.yaml"));
+    QCOMPARE(QString::fromStdString(w_->session().profile.name), QString("dgx-a100"));
+    const QStringList labels = w_->chart(Fig3Panel::a_param_grad)->marker_labels();
+
+    // The real dialog: find the modal QMessageBox, read it, close it.
+    QString shown;
+    QTimer poll;
+    connect(&poll, &QTimer::timeout, [&] {
+      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+        shown = box->text();
+        box->accept();
+      }
+    });
+    poll.start(20);
+    const bool ok = w_->open_profile(QString::fromStdString(broken));
+    poll.stop();
+    QVERIFY(!ok);
+    QCOMPARE(shown, QString::fromStdString(expected));
+    QVERIFY(shown.contains("broken_profile.yaml:25: nvme.read: expected a bandwidth"));
+    QCOMPARE(QString::fromStdString(w_->session().profile.name), QString("dgx-a100"));
+    QCOMPARE(w_->chart(Fig3Panel::a_param_grad)->marker_labels(), labels);
+    QCOMPARE(w_->findChild<QComboBox*>("profile_combo")->currentText(), QString("dgx-a100.yaml"));
+
+    // The injectable reporter gets the same line.
+    QString injected;
+    w_->set_error_reporter([&](QWidget*, const QString& m) { injected = m; });
+    QVERIFY(!w_->open_profile(QString::fromStdString(broken)));
+    QCOMPARE(injected, QString::fromStdString(expected));
+  }
+
+  void what_if_edit_refuses_bad_values_and_applies_good_ones() {
+    QLineEdit* e = w_->profile_form()->field("links.gpu_gpu");
+    QVERIFY(e);
+    e->setFocus();
+    e->selectAll();
+    QTest::keyClicks(e, "fast");
+    QTest::keyClick(e, Qt::Key_Return);
+    QCOMPARE(w_->session().profile.gpu_gpu_Bps, 70e9);
+    QVERIFY2(w_->profile_form()->error_text().startsWith("links.gpu_gpu: ") &&
+                 w_->profile_form()->error_text().endsWith("; kept 70.0 GB/s"),
+             qPrintable(w_->profile_form()->error_text()));
+    QCOMPARE(e->text(), QString("70.0 GB/s"));
+
+    e->selectAll();
+    QTest::keyClicks(e, "140 GB/s");
+    QTest::keyClick(e, Qt::Key_Return);
+    QCOMPARE(w_->session().profile.gpu_gpu_Bps, 140e9);
+    QVERIFY(w_->profile_form()->error_text().isEmpty());
+    HardwareProfile edited = dgx2_;
+    edited.gpu_gpu_Bps = 140e9;
+    expect_markers(w_->chart(Fig3Panel::a_param_grad), edited, ait_param_grad_eq9(2, 1024), 70e12);
+
+    QTest::mouseClick(w_->findChild<QPushButton*>("undo_what_if"), Qt::LeftButton);
+    QCOMPARE(w_->session().profile.gpu_gpu_Bps, 70e9);
+    QCOMPARE(e->text(), QString("70.0 GB/s"));
+    expect_markers(w_->chart(Fig3Panel::a_param_grad), dgx2_, ait_param_grad_eq9(2, 1024), 70e12);
+  }
+
+  void memory_view_shows_the_schedule_bytes_and_what_does_not_fit() {
+    w_->wait_for_memory();
+    check_memory("zero_inf_nvme", false);
+    QVERIFY(w_->memory_view()->status_text().startsWith("fits"));
+
+    w_->findChild<QComboBox*>("placement")->setCurrentText("zero_inf_cpu");
+    w_->wait_for_memory();
+    check_memory("zero_inf_cpu", true);  // 1T parameters' optimizer states do not fit in CPU memory
+    QVERIFY2(w_->memory_view()->status_text().startsWith("does not fit: out of memory on cpu"),
+             qPrintable(w_->memory_view()->status_text()));
+  }
+
+  // fig2a-100T's schedule takes seconds: the memory tab shows its busy bar while the Fig. 3 panels
+  // keep answering controls, then shows the schedule's result.
+  void long_schedule_runs_off_the_gui_thread() {
+    auto* models = w_->findChild<QComboBox*>("model_combo");
+    const int i = models->findText("fig2a-100T");
+    QVERIFY(i >= 0);
+    models->setCurrentIndex(i);
+    emit models->activated(i);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->memory_view()->busy(), 2000);
+    w_->bsz_box()->setValue(5);
+    expect_curve(w_->chart(Fig3Panel::a_param_grad)->config_series(), ait_param_grad_eq9(5, 1024), 70e12);
+    QVERIFY(w_->memory_view()->busy());  // the GUI thread answered while the schedule still runs
+    w_->wait_for_memory();
+    QVERIFY(!w_->memory_view()->busy());
+    check_memory("zero_inf_nvme", true);  // 100T does not fit one DGX-2
+  }
+};
+
+QTEST_MAIN(MainWindowTest)
+#include "test_main_window.moc"

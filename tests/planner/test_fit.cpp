@@ -1,0 +1,129 @@
+// Memory fit and analytic time of single candidates, against sums done by hand from Eq. 1-11.
+#include <gtest/gtest.h>
+
+#include "model/analysis.hpp"
+#include "planner/fit.hpp"
+#include "planner_test_util.hpp"
+
+namespace memwall::planner {
+namespace {
+
+using testing::check_of;
+using testing::make_candidate;
+using testing::make_model;
+using testing::make_profile;
+
+// 2 layers, hidden 1024, 16 heads, vocab 1000, seq 1024:
+//   Eq. 1: 12 * 2 * 1024^2 = 25,165,824; embeddings (1000 + 1024) * 1024 = 2,072,576;
+//   20 B/param of model states (Eq. 2 plus the embeddings): 544,768,000 bytes.
+constexpr double kStates = 544'768'000.0;
+
+TEST(Fit, DataParallelOnOneGpuByHand) {
+  HardwareProfile p = make_profile({});
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  FitReport f = check_fit(m, make_candidate("data_parallel", 1, 1, 1, 1), p);
+  // states + AWM (Eq. 5: 1024 * (16*1024 + 2*16*1024) = 50,331,648) + checkpoints (Eq. 3: 2*1024*1024*2 = 4,194,304)
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes, kStates + 50'331'648.0 + 4'194'304.0);
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, 0);
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::nvme).needed_bytes, 0);
+  EXPECT_TRUE(f.fits());
+}
+
+TEST(Fit, ZeroInfinityNvmeOnFourGpusByHand) {
+  testing::ProfileSpec s;
+  s.gpus_per_node = 4;
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  FitReport f = check_fit(m, make_candidate("zero_inf_nvme", 2, 1, 1, 4), p);
+  // GPU: MSWM (Eq. 4: 16*1024^2 = 16,777,216) + two prefetched fc1 weights (2 * 8,388,608)
+  //      + AWM at bsz 2 (100,663,296) + checkpoints at bsz 2 (8,388,608).
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes, 16'777'216.0 * 2 + 100'663'296.0 + 8'388'608.0);
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::nvme).needed_bytes, kStates);
+  // Swap buffers hold the largest partition: fc1 (4*1024^2 elements) / 4 ranks = 1,048,576 elements;
+  // parameters 5 buffers x 2 B, optimizer 4 buffers x 18 B (states + gradient), 4 ranks.
+  const double pinned = 5 * 1'048'576.0 * 2 * 4 + 4 * 1'048'576.0 * 18 * 4;
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::pinned).needed_bytes, pinned);
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, pinned);
+}
+
+TEST(Fit, TilingDividesTheWorkingMemoryAndCheckpointsMoveToCpu) {
+  testing::ProfileSpec s;
+  s.gpus_per_node = 4;
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  Candidate c = make_candidate("zero_inf_cpu", 2, 1, 4, 4);
+  c.placement.act_ckpt.tier = Tier::cpu;
+  FitReport f = check_fit(m, c, p);
+  // MSWM / 4 + 2 prefetched quarter weights + AWM + one loaded checkpoint (2*2*1024*1024).
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes,
+                   16'777'216.0 / 4 * 2 + 100'663'296.0 + 4'194'304.0);
+  // CPU: all model states + the checkpoints of 4 GPUs (Eq. 3 at bsz 2: 8,388,608 each).
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, kStates + 4 * 8'388'608.0);
+}
+
+TEST(Fit, BindingLimitSaysWhichAndByHowMuch) {
+  testing::ProfileSpec s;
+  s.cpu_memory = "100 MB";
+  s.pinned = "50 MB";
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  FitReport f = check_fit(m, make_candidate("zero_inf_cpu", 1, 1, 1, 1), p);
+  EXPECT_FALSE(f.fits());
+  EXPECT_EQ(f.binding().resource, Resource::cpu_memory);
+  EXPECT_DOUBLE_EQ(f.binding().shortfall_bytes(), kStates - 100e6);
+  EXPECT_EQ(f.binding().sentence(), "CPU memory 100 MB < 545 MB needed per node");
+}
+
+TEST(Fit, LargestAllocationIsTheFc1WeightTile) {
+  HardwareProfile p = make_profile({});
+  FitOptions o;
+  o.max_alloc_bytes = 2.0 * (1 << 30);
+  // 2 x 16K x 64K bytes = exactly 2 GiB: accepted; 17K is not.
+  FitReport at16k = check_fit(make_model(1, 16384, 16), make_candidate("zero_inf_cpu", 1, 1, 1, 1), p, o);
+  EXPECT_DOUBLE_EQ(check_of(at16k, Resource::gpu_largest_alloc).needed_bytes, 2.0 * (1 << 30));
+  EXPECT_TRUE(check_of(at16k, Resource::gpu_largest_alloc).fits());
+  FitReport at17k = check_fit(make_model(1, 17408, 16), make_candidate("zero_inf_cpu", 1, 1, 1, 1), p, o);
+  EXPECT_FALSE(check_of(at17k, Resource::gpu_largest_alloc).fits());
+  // 64K in 16 tiles is 2 GiB again.
+  FitReport at64k = check_fit(make_model(1, 65536, 16), make_candidate("zero_inf_cpu", 1, 1, 16, 1), p, o);
+  EXPECT_DOUBLE_EQ(check_of(at64k, Resource::gpu_largest_alloc).needed_bytes, 2.0 * (1 << 30));
+  // No limit given: no check.
+  FitReport none = check_fit(make_model(1, 65536, 16), make_candidate("zero_inf_cpu", 1, 1, 1, 1), p);
+  for (const LimitCheck& c : none.checks) EXPECT_NE(c.resource, Resource::gpu_largest_alloc);
+}
+
+TEST(Time, EverythingOnOneGpuIsComputeAtPeak) {
+  HardwareProfile p = make_profile({});
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  TimeBreakdown t = estimate_time(m, make_candidate("data_parallel", 4, 1, 1, 1), p);
+  const double flops = computation_flops_eq7(4, 1024, params_eq1(2, 1024));
+  EXPECT_DOUBLE_EQ(t.compute_s, flops / 100e12);
+  EXPECT_DOUBLE_EQ(t.iteration_s, t.compute_s);
+  EXPECT_NEAR(t.tflops_per_gpu, 100.0, 1e-9);
+}
+
+TEST(Time, CpuOptimizerIsTheSlowerOfTrafficAndCpuAdam) {
+  HardwareProfile p = make_profile({});
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  TimeBreakdown t = estimate_time(m, make_candidate("zero_inf_cpu", 1, 1, 1, 1), p);
+  const double params = params_eq1(2, 1024);
+  // Eq. 10 traffic: 32 B/param over 100 GB/s = 8.05 ms; CPU Adam 1.5 G params/s = 16.8 ms.
+  EXPECT_DOUBLE_EQ(t.optimizer_s, params / 1.5e9);
+  EXPECT_GT(t.optimizer_s, 32 * params / 100e9);
+  // Parameters and gradients (Eq. 9: 8 B/param) over one GPU's 12 GB/s, hidden behind compute when shorter.
+  EXPECT_NEAR(t.param_grad_s, 8 * params / 12e9, 1e-12);
+  EXPECT_NEAR(t.exposed_s, std::max(0.0, t.param_grad_s - t.compute_s) + t.optimizer_s, 1e-12);
+}
+
+TEST(Time, PrefetchDepthZeroExposesEveryTransfer) {
+  HardwareProfile p = make_profile({});
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  Candidate c = make_candidate("zero_inf_cpu", 8, 1, 1, 1);
+  TimeBreakdown overlapped = estimate_time(m, c, p);
+  c.config.prefetch_depth = 0;
+  TimeBreakdown serial = estimate_time(m, c, p);
+  EXPECT_NEAR(serial.iteration_s - overlapped.iteration_s, std::min(overlapped.param_grad_s, overlapped.compute_s), 1e-12);
+}
+
+}  // namespace
+}  // namespace memwall::planner

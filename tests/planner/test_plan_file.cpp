@@ -1,0 +1,140 @@
+// Plan files (write, load, file:line:field errors, cross-checks against a profile) and the
+// DeepSpeed export.
+#include <gtest/gtest.h>
+
+#include "model/analysis.hpp"
+#include "planner/plan_file.hpp"
+#include "planner/search.hpp"
+
+namespace memwall::planner {
+namespace {
+
+Plan one_tb_plan() {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-1T");
+  SearchResult r = search(m, p, *make_space(m, p, {}));
+  EXPECT_TRUE(r.fits());
+  Plan plan;
+  plan.profile = p.name;
+  plan.nodes = 1;
+  plan.model = m;
+  plan.candidate = r.ranked.front().candidate;
+  plan.candidate.placement.name = placement_label(plan.candidate.placement);
+  plan.gpus = plan.candidate.config.dp * plan.candidate.config.mp;
+  plan.predicted_iteration_s = r.ranked.front().time.iteration_s;
+  plan.predicted_tflops_per_gpu = r.ranked.front().time.tflops_per_gpu;
+  return plan;
+}
+
+TEST(PlanFile, RoundTrip) {
+  Plan a = one_tb_plan();
+  HardwareProfile p = *load_profile("dgx2");
+  Result<Plan> b = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b->profile, "dgx2");
+  EXPECT_EQ(b->gpus, 16);
+  EXPECT_EQ(b->model.layers, 128);
+  EXPECT_EQ(b->model.hidden, 25600);
+  EXPECT_EQ(b->model.heads, 256);
+  for (State s : {State::param16, State::grad16, State::optim32, State::act_ckpt}) {
+    EXPECT_EQ(b->candidate.placement.of(s).tier, a.candidate.placement.of(s).tier);
+    EXPECT_EQ(b->candidate.placement.of(s).partitioned, a.candidate.placement.of(s).partitioned);
+  }
+  EXPECT_EQ(b->candidate.config.bsz, a.candidate.config.bsz);
+  EXPECT_EQ(b->candidate.config.ci, a.candidate.config.ci);
+  EXPECT_EQ(b->candidate.config.tiling_factor, a.candidate.config.tiling_factor);
+  EXPECT_EQ(b->candidate.config.dp, 16);
+  EXPECT_NEAR(b->predicted_tflops_per_gpu, a.predicted_tflops_per_gpu, 0.01);
+  // Loaded plans evaluate like the planned candidate.
+  EXPECT_TRUE(evaluate(b->model, b->candidate, p).fit.fits());
+  EXPECT_EQ(plan_yaml(*b).substr(plan_yaml(*b).find("model:")), plan_yaml(a).substr(plan_yaml(a).find("model:")));
+}
+
+// Replaces the first occurrence of `from` in the written 1T plan.
+std::string edited(const std::string& from, const std::string& to) {
+  std::string y = plan_yaml(one_tb_plan());
+  auto at = y.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return y.replace(at, from.size(), to);
+}
+
+std::string error_of(const std::string& yaml, bool with_profile = true) {
+  HardwareProfile p = *load_profile("dgx2");
+  Result<Plan> r = parse_plan(yaml, "bad.yaml", with_profile ? &p : nullptr);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.error();
+}
+
+TEST(PlanFile, BadFilesNameFileLineAndField) {
+  // Line numbers of the written plan: 2 version, 3 profile, 4 nodes, 5 gpus, ...
+  EXPECT_EQ(error_of(edited("gpus: 16", "gpus: 32")).substr(0, 20), "bad.yaml:5: gpus: ex");  // != dp x mp
+  EXPECT_NE(error_of(edited("gpus: 16", "gpus: 8")).find("expected training.dp x training.mp = 16 x 1 = 16, got 8"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("  dp: 16", "  colour: 16")).find("training.colour: unknown field"), std::string::npos);
+  EXPECT_NE(error_of(edited("tier: nvme", "tier: disk")).find("placement.param16.tier: expected a tier"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("layers: 128", "layers: 1")).find("training.ci: expected a checkpoint interval"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("bsz: ", "bsz: -")).find("training.bsz"), std::string::npos);
+  EXPECT_NE(error_of(edited("grad16: {tier: nvme", "grad16: {tier: cpu")).find("placement: placement"),
+            std::string::npos);
+  EXPECT_NE(error_of("version: 1\n").find("bad.yaml:1: profile: missing field"), std::string::npos);
+  EXPECT_NE(error_of("version: [1\n").find("malformed YAML"), std::string::npos);
+}
+
+TEST(PlanFile, CrossChecksAgainstTheProfile) {
+  // A plan for 32 GPUs (dp 32) against the 16-GPU DGX-2.
+  std::string y = edited("gpus: 16", "gpus: 32");
+  y = y.replace(y.find("  dp: 16"), 8, "  dp: 32");
+  EXPECT_TRUE(parse_plan(y, "bad.yaml", nullptr).ok());
+  EXPECT_EQ(error_of(y), "bad.yaml:5: gpus: plan names 32 GPUs, profile dgx2 has 16");
+  EXPECT_NE(error_of(edited("nodes: 1", "nodes: 2")).find("bad.yaml:4: nodes: plan names 2 node(s), profile dgx2 has 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("profile: dgx2", "profile: dgx-a100")).find("bad.yaml:3: profile: plan was made for"),
+            std::string::npos);
+}
+
+TEST(DeepSpeed, OneTbPlanOnNvme) {
+  Plan plan = one_tb_plan();
+  Result<nlohmann::ordered_json> ds = deepspeed_config(plan.model, plan.candidate, "/local_nvme");
+  ASSERT_TRUE(ds.ok()) << ds.error();
+  const auto& z = (*ds)["zero_optimization"];
+  EXPECT_EQ(z["stage"], 3);
+  EXPECT_EQ(z["offload_param"]["device"], "nvme");
+  EXPECT_EQ(z["offload_param"]["nvme_path"], "/local_nvme");
+  EXPECT_EQ(z["offload_optimizer"]["device"], "nvme");
+  EXPECT_EQ(z["offload_optimizer"]["nvme_path"], "/local_nvme");
+  // "More elements than buffer size" cannot happen: the buffer holds every parameter partition:
+  // the embedding (50257 x 25600) and fc1 (25600 x 102400 / tiling) over 16 ranks.
+  const double buffer = z["offload_param"]["buffer_size"].get<double>();
+  const int t = plan.candidate.config.tiling_factor;
+  EXPECT_GE(buffer, 50257.0 * 25600 / 16);
+  EXPECT_GE(buffer, 25600.0 * 102400 / t / 16);
+  EXPECT_GE(z["sub_group_size"].get<double>(), buffer);
+  EXPECT_EQ((*ds)["train_micro_batch_size_per_gpu"], long(plan.candidate.config.bsz));
+  EXPECT_EQ((*ds)["activation_checkpointing"]["cpu_checkpointing"], plan.candidate.placement.act_ckpt.tier == Tier::cpu);
+  EXPECT_TRUE(ds->contains("aio"));
+}
+
+TEST(DeepSpeed, StagesFromPartitioning) {
+  ModelSpec m = *load_model("table1-10B");
+  Candidate c;
+  c.config.bsz = 2;
+  c.config.dp = 16;
+  c.placement = *preset("zero2");
+  EXPECT_EQ((*deepspeed_config(m, c))["zero_optimization"]["stage"], 2);
+  EXPECT_FALSE((*deepspeed_config(m, c))["zero_optimization"].contains("offload_param"));
+  c.placement = *preset("zero_offload");
+  auto off = *deepspeed_config(m, c);
+  EXPECT_EQ(off["zero_optimization"]["stage"], 2);
+  EXPECT_EQ(off["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_FALSE(off["zero_optimization"]["offload_optimizer"].contains("nvme_path"));
+  EXPECT_FALSE(off.contains("aio"));
+  c.placement = *preset("data_parallel");
+  EXPECT_EQ((*deepspeed_config(m, c))["zero_optimization"]["stage"], 0);
+  c.config.bsz = 1.25;
+  EXPECT_FALSE(deepspeed_config(m, c).ok());
+}
+
+}  // namespace
+}  // namespace memwall::planner

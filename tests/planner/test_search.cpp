@@ -1,0 +1,298 @@
+// The search on constructed profiles: the placement order of the paper's evaluation (seed 001)
+// must come out of the ranking; --fix parsing; the shortfall advice; Fig. 6 and Fig. 7.
+#include <gtest/gtest.h>
+
+#include "model/analysis.hpp"
+#include "planner/search.hpp"
+#include "planner_test_util.hpp"
+
+namespace memwall::planner {
+namespace {
+
+using testing::make_model;
+using testing::make_profile;
+using testing::ProfileSpec;
+
+// One GPU per node (dp 1, so partitioning changes nothing) and a 1.6B model: 8 layers, hidden 4096.
+// Per state: param16 3.24 GB, grad16 3.24 GB, optim32 25.9 GB. At bsz 8, ci 1: checkpoints 0.54 GB,
+// AWM 1.07 GB, working memory 0.54 GB (0.13 GB with parameters resident), no tiling. GPU needs:
+//   everything on GPU ~34 GB; optimizer + gradients off ~5.0 GB; and parameters off ~2.15 GB;
+//   and checkpoints off instead of parameters ~4.5 GB; both off ~1.7 GB.
+Evaluated plan_for(const ProfileSpec& s, const std::vector<std::string>& fixes = {"bsz=8", "ci=1", "tiling=1"}) {
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(8, 4096, 32);
+  Fixes fx = *parse_fixes(fixes);
+  Result<SearchSpace> space = make_space(m, p, fx);
+  EXPECT_TRUE(space.ok()) << (space.ok() ? "" : space.error());
+  SearchResult r = search(m, p, *space);
+  EXPECT_TRUE(r.fits());
+  return r.fits() ? r.ranked.front() : Evaluated{};
+}
+
+TEST(PlacementOrder, NothingOffloadedWhenGpuMemorySuffices) {
+  ProfileSpec s;
+  s.gpu_memory = "80 GB";
+  const Placement& pl = plan_for(s).candidate.placement;
+  for (State st : {State::param16, State::grad16, State::optim32, State::act_ckpt}) EXPECT_EQ(pl.of(st).tier, Tier::gpu);
+}
+
+TEST(PlacementOrder, OptimizerStatesAndGradientsLeaveFirst) {
+  ProfileSpec s;
+  s.gpu_memory = "6 GB";
+  const Placement& pl = plan_for(s).candidate.placement;
+  EXPECT_EQ(pl.optim32.tier, Tier::cpu);
+  EXPECT_EQ(pl.grad16.tier, Tier::cpu);
+  EXPECT_EQ(pl.param16.tier, Tier::gpu);
+  EXPECT_EQ(pl.act_ckpt.tier, Tier::gpu);
+}
+
+TEST(PlacementOrder, OptimizerStatesGoToTheFastestTierWithRoom) {
+  ProfileSpec s;
+  s.gpu_memory = "6 GB";
+  s.cpu_memory = "20 GB";  // < 25.9 GB of optimizer states
+  s.pinned = "10 GB";
+  const Placement& pl = plan_for(s).candidate.placement;
+  EXPECT_EQ(pl.optim32.tier, Tier::nvme);
+  EXPECT_EQ(pl.param16.tier, Tier::gpu);
+}
+
+TEST(PlacementOrder, OnlyOneOfParametersOrCheckpointsLeavesAndItIsTheFasterChoice) {
+  ProfileSpec s;
+  s.gpu_memory = "4.75 GB";
+  Evaluated best = plan_for(s);
+  const Placement& pl = best.candidate.placement;
+  const bool params_off = pl.param16.tier != Tier::gpu, ckpt_off = pl.act_ckpt.tier != Tier::gpu;
+  EXPECT_NE(params_off, ckpt_off) << placement_label(pl);
+  // The other choice fits too and is not faster.
+  Candidate other = best.candidate;
+  if (params_off) {
+    other.placement.param16 = {Tier::gpu, true};
+    other.placement.act_ckpt = {Tier::cpu, false};
+  } else {
+    other.placement.param16 = {other.placement.optim32.tier, true};
+    other.placement.grad16 = {other.placement.optim32.tier, true};
+    other.placement.act_ckpt = {Tier::gpu, false};
+  }
+  ASSERT_TRUE(validate(other.placement).ok());
+  HardwareProfile p = make_profile(s);
+  Evaluated alt = evaluate(make_model(8, 4096, 32), other, p);
+  EXPECT_TRUE(alt.fit.fits());
+  EXPECT_GE(alt.score(), best.score());
+}
+
+TEST(PlacementOrder, BothLeaveCheckpointsToCpuParametersToTheFastestTierWithRoom) {
+  ProfileSpec s;
+  s.gpu_memory = "2 GB";
+  const Placement& pl = plan_for(s).candidate.placement;
+  EXPECT_EQ(pl.act_ckpt.tier, Tier::cpu);
+  EXPECT_EQ(pl.param16.tier, Tier::cpu);
+  // CPU memory too small for the parameters (3.24 GB) but enough for checkpoints (0.54 GB) and the
+  // NVMe swap buffers once tiling shrinks them; GPU memory below AWM + checkpoints (1.61 GB) even
+  // with tiling.
+  s.gpu_memory = "1.5 GB";
+  s.cpu_memory = "3 GB";
+  s.pinned = "2 GB";
+  const Placement& pl2 = plan_for(s, {"bsz=8", "ci=1"}).candidate.placement;
+  EXPECT_EQ(pl2.act_ckpt.tier, Tier::cpu);
+  EXPECT_EQ(pl2.param16.tier, Tier::nvme);
+}
+
+TEST(PlacementOrder, ExplanationStatesTheRule) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-1T");
+  SearchSpace space = *make_space(m, p, {});
+  SearchResult r = search(m, p, space);
+  ASSERT_TRUE(r.fits());
+  std::vector<std::string> why = explain(m, p, space, r.ranked.front());
+  std::string all;
+  for (const auto& w : why) all += w + "\n";
+  EXPECT_NE(all.find("parameters on NVMe: GPU memory 32.0 GiB <"), std::string::npos) << all;
+  EXPECT_NE(all.find("CPU memory 1.50 TB <"), std::string::npos) << all;
+  EXPECT_NE(all.find("optimizer states and gradients left the GPU first: yes"), std::string::npos) << all;
+  EXPECT_NE(all.find("checkpoints on CPU, parameters on NVMe"), std::string::npos) << all;
+  EXPECT_GT(r.space_size, 100000u);
+}
+
+TEST(Search, RefinerReRanksTheBestFew) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-100B");
+  SearchSpace space = *make_space(m, p, {});
+  SearchOptions o;
+  SearchResult analytic = search(m, p, space, o);
+  ASSERT_GE(analytic.ranked.size(), 2u);
+  // A "simulator" that finds the analytic winner 10x slower: the runner-up must take its place.
+  const std::string winner = placement_label(analytic.ranked.front().candidate.placement);
+  int calls = 0;
+  o.refine = [&](const Candidate& c) -> std::optional<double> {
+    ++calls;
+    Evaluated e = evaluate(m, c, p);
+    return placement_label(c.placement) == winner ? 10 * e.time.iteration_s : e.time.iteration_s;
+  };
+  SearchResult refined = search(m, p, space, o);
+  EXPECT_GT(calls, 0);
+  EXPECT_NE(placement_label(refined.ranked.front().candidate.placement), winner);
+  EXPECT_TRUE(refined.ranked.front().simulated_s.has_value());
+}
+
+TEST(Search, PruningFindsWhatBruteForceFinds) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-100B");
+  SearchSpace space = *make_space(m, p, {});
+  SearchResult r = search(m, p, space);
+  ASSERT_TRUE(r.fits());
+  EXPECT_LT(r.evaluated, r.space_size);
+  double best = 1e300;
+  size_t n = 0;
+  for (const Placement& pl : space.placements)
+    for (int mp : space.mp)
+      for (int ci : space.ci)
+        for (int t : pl.param16.partitioned ? space.tiling : std::vector<int>{1})
+          for (double b : space.bsz) {
+            Candidate c{pl, {}};
+            c.config.bsz = b;
+            c.config.seq = m.seq;
+            c.config.ci = ci;
+            c.config.tiling_factor = t;
+            c.config.mp = mp;
+            c.config.dp = p.total_gpus() / mp;
+            ++n;
+            Evaluated e = evaluate(m, c, p);
+            if (e.fit.fits()) best = std::min(best, e.score());
+          }
+  EXPECT_EQ(n, r.space_size);
+  EXPECT_NEAR(r.ranked.front().score(), best, 1e-12 * best);
+}
+
+TEST(Search, MaxModelObjectiveKeepsMoreHeadroom) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-1T");
+  SearchSpace space = *make_space(m, p, {});
+  SearchOptions o;
+  const Evaluated fast = search(m, p, space, o).ranked.front();
+  o.objective = Objective::max_model;
+  const Evaluated roomy = search(m, p, space, o).ranked.front();
+  EXPECT_LT(roomy.fit.worst_use(), fast.fit.worst_use());
+  EXPECT_GE(roomy.score(), fast.score());
+}
+
+TEST(Fixes, ParsesAndRejects) {
+  Result<Fixes> f = parse_fixes({"strategy=zero3", "optim32=cpu", "bsz=4", "ci=2", "tiling=8", "mp=2"});
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(*f->strategy, "zero3");
+  EXPECT_EQ(f->tiers.at(State::optim32), Tier::cpu);
+  EXPECT_EQ(*f->bsz, 4);
+  EXPECT_EQ(*f->tiling, 8);
+  EXPECT_TRUE(parse_fixes({"bsz=4", "bsz=4"}).ok());  // repeated, same value
+  EXPECT_NE(parse_fixes({"bsz=4", "bsz=2"}).error().find("given twice with different values"), std::string::npos);
+  EXPECT_NE(parse_fixes({"colour=red"}).error().find("unknown key \"colour\""), std::string::npos);
+  EXPECT_NE(parse_fixes({"ci=0"}).error().find("--fix ci: expected an integer >= 1"), std::string::npos);
+  EXPECT_NE(parse_fixes({"param16=disk"}).error().find("--fix param16"), std::string::npos);
+  EXPECT_FALSE(parse_fixes({"strategy=three_d", "mp=1"}).ok());
+  EXPECT_FALSE(parse_fixes({"bsz"}).ok());
+}
+
+TEST(Fixes, SpaceRejectsContradictions) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-10B");
+  EXPECT_NE(make_space(m, p, *parse_fixes({"strategy=zero2", "tiling=4"})).error().find("tiling applies to partitioned"),
+            std::string::npos);
+  EXPECT_NE(make_space(m, p, *parse_fixes({"mp=32"})).error().find("inside a node of 16 GPUs"), std::string::npos);
+  EXPECT_NE(make_space(m, p, *parse_fixes({"ci=51"})).error().find("50 layers"), std::string::npos);
+  EXPECT_NE(make_space(m, p, *parse_fixes({"grad16=nvme", "optim32=cpu"})).error().find("no valid placement"),
+            std::string::npos);
+  SearchSpace fixed = *make_space(m, p, *parse_fixes({"strategy=zero_inf_nvme", "act_ckpt=cpu", "bsz=2"}));
+  ASSERT_EQ(fixed.placements.size(), 1u);
+  EXPECT_EQ(fixed.placements.front().act_ckpt.tier, Tier::cpu);
+  EXPECT_EQ(fixed.bsz, std::vector<double>{2});
+}
+
+TEST(Shortfall, NamesTheResourceAndTheNodesThatFit) {
+  ProfileSpec s;
+  s.gpu_memory = "16 GB";
+  s.cpu_memory = "8 GB";
+  s.pinned = "4 GB";
+  s.nvme = "10 GB";
+  s.inter_node = "100 Gbps";
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(8, 4096, 32);  // 32.4 GB of model states
+  SearchSpace space = *make_space(m, p, {});
+  SearchResult r = search(m, p, space);
+  ASSERT_FALSE(r.fits());
+  ASSERT_TRUE(r.closest.has_value());
+  const std::string advice = shortfall_advice(m, p, {}, r);
+  EXPECT_NE(advice.find("needs "), std::string::npos) << advice;
+  const auto at = advice.find(" more node(s) (");
+  ASSERT_NE(at, std::string::npos) << advice;
+  const int total = std::stoi(advice.substr(at + 15));
+  // That many nodes fit and one fewer does not.
+  auto fits_at = [&](int n) {
+    HardwareProfile q = *scale_to_nodes(p, n);
+    return search(m, q, *make_space(m, q, {})).fits();
+  };
+  EXPECT_TRUE(fits_at(total));
+  EXPECT_FALSE(fits_at(total - 1));
+}
+
+// ---- Fig. 6 (paper Sec. 8.5 and Table 4) on one DGX-2, within the factor 1.5 the table states ----
+double max_params(const std::string& strategy) {
+  Result<MaxModel> mm = max_model_size(strategy, *load_profile("dgx2"));
+  EXPECT_TRUE(mm.ok()) << (mm.ok() ? "" : mm.error());
+  return mm.ok() ? mm->max_params : 0;
+}
+
+TEST(Fig6, MaxModelSizePerStrategy) {
+  const double dp = max_params("data_parallel"), z2 = max_params("zero2"), off = max_params("zero_offload"),
+               z3 = max_params("zero3"), cpu = max_params("zero_inf_cpu"), nvme = max_params("zero_inf_nvme");
+  EXPECT_NEAR(dp / 1.4e9, 1.0, 0.5);
+  EXPECT_NEAR(z2 / 10e9, 1.0, 0.5);
+  EXPECT_NEAR(off / 13e9, 1.0, 0.5);
+  EXPECT_NEAR(z3 / 20e9, 1.0, 0.5);
+  EXPECT_GE(cpu, 50e9);
+  EXPECT_LE(cpu, 100e9);
+  EXPECT_GE(nvme, 1e12 / 1.5);
+  EXPECT_LE(nvme, 1.5e12);
+  // The order of Fig. 6.
+  EXPECT_LT(dp, z2);
+  EXPECT_LE(z2, off);
+  EXPECT_LT(off, cpu);
+  EXPECT_LT(cpu, nvme);
+  // About 700x from data parallelism to ZeRO-Infinity on NVMe (Sec. 8.5).
+  EXPECT_GT(nvme / dp, 500);
+}
+
+TEST(Fig6, GrowsAlongTable4) {
+  Result<MaxModel> mm = max_model_size("zero_inf_nvme", *load_profile("dgx2"));
+  ASSERT_TRUE(mm.ok());
+  EXPECT_EQ(mm->hidden, 25600);  // the 1000B row's hidden size
+  EXPECT_EQ(mm->heads, 256);
+  EXPECT_NE(mm->stops_because.find("NVMe"), std::string::npos) << mm->stops_because;
+}
+
+// ---- Fig. 7: memory pre-fragmented into 2 GB (GiB) chunks ----
+TEST(Fig7, MaxHiddenWithAndWithoutTiling) {
+  HardwareProfile p = *load_profile("dgx2");
+  FitOptions o;
+  o.max_alloc_bytes = 2.0 * (1 << 30);
+  // Tiling factor 16: 64K, as the paper reports.
+  EXPECT_EQ(max_hidden_size(16, p, o).hidden_pow2, 65536);
+  // No tiling: the paper reports 8K; memwall's allocation model gives 16K, whose fc1 weight is
+  // exactly one 2 GiB chunk (results/planner/fig7.md says so). Recorded, not tuned.
+  EXPECT_EQ(max_hidden_size(1, p, o).hidden_pow2, 16384);
+  EXPECT_LT(max_hidden_size(1, p, o).hidden, max_hidden_size(4, p, o).hidden);
+}
+
+TEST(Reproduction, TablesSayWhereTheyDisagree) {
+  HardwareProfile p = *load_profile("dgx2");
+  Result<Reproduction> f6 = reproduce_fig6(p);
+  ASSERT_TRUE(f6.ok());
+  EXPECT_NE(f6->csv.find("zero_inf_nvme,1000000000000"), std::string::npos) << f6->csv;
+  EXPECT_NE(f6->markdown.find("| three_d |"), std::string::npos);
+  EXPECT_NE(f6->markdown.find("**no**"), std::string::npos);  // three_d: no pipeline dimension
+  Result<Reproduction> f7 = reproduce_fig7(p, 2.0 * (1 << 30));
+  ASSERT_TRUE(f7.ok());
+  EXPECT_NE(f7->csv.find("16,65536,65536,65536,yes"), std::string::npos) << f7->csv;
+  EXPECT_NE(f7->csv.find("1,8192,16384,16384,no"), std::string::npos) << f7->csv;
+}
+
+}  // namespace
+}  // namespace memwall::planner
