@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh [run|test] [args...]
-#   run  (default): install what is missing, build, run the main job (memwall analyze; args pass through)
+#   run  (default): install what is missing, build, run the main job: memwall analyze (args pass
+#                   through), then memwall reproduce (the paper's evaluation, simulated, into results/sim)
 #   test          : install what is missing, build, run every test through CTest
 # Idempotent and incremental: packages already installed are not reinstalled, the build folder
 # (build/) is reused, so a second run only rebuilds what changed.
@@ -36,7 +37,7 @@ fi
 cmake --build build --parallel "$(nproc)"
 
 case "$mode" in
-  run) exec ./build/memwall analyze "$@" ;;
+  run) ./build/memwall analyze "$@" && exec ./build/memwall reproduce -o results/sim ;;
   test) cd build && exec ctest --output-on-failure --parallel "$(nproc)" "$@" ;;
   *) echo "setup.sh: unknown mode \"$mode\" (expected run or test)" >&2; exit 2 ;;
 esac

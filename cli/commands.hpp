@@ -21,5 +21,6 @@ Command add_profiles(CLI::App& app);
 Command add_io_bench(CLI::App& app);
 Command add_adam_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
+Command add_run(CLI::App& app);
 
 }  // namespace memwall::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       add_io_bench(app),
       add_adam_bench(app),
       add_plan(app),
+      add_run(app),
   };
 
   std::string name = "memwall";

@@ -173,6 +173,9 @@ class Generator {
     return st;
   }
 
+  // The compute before the one now being prepared: fetches issued here start when it does.
+  int issue_point() const { return prev_compute_; }
+
   static Step with_param(Step st, std::string key) {
     st.param = std::move(key);
     return st;
@@ -206,13 +209,16 @@ class Generator {
     const double slice = pl_.param16.partitioned && !bcast ? whole / dp_ : whole;
     const bool reads_slow = !bcast || is_owner;
     if (h == 0 && home == Tier::nvme && reads_slow && fe.nc < 0) {
+      // Issued when the compute before it starts: prefetch runs `prefetch_depth` operators ahead,
+      // not arbitrarily far (the buffers it fills are bounded).
       fe.nc = emit(with_param(transfer(StepKind::fetch, ph, name, "nc", State::param16, slice, Tier::nvme, Tier::cpu,
-                                       LinkClass::nvme_cpu, {}), buffer_key(it)));
+                                       LinkClass::nvme_cpu, deps({issue_point()})), buffer_key(it)));
       hold(Tier::cpu, slice, fe.nc);
     }
     if (h == 1 && home != Tier::gpu && reads_slow && fe.cg < 0) {
       fe.cg = emit(with_param(transfer(StepKind::fetch, ph, name, "cg", State::param16, slice, Tier::cpu, Tier::gpu,
-                                       LinkClass::cpu_gpu, deps({fe.nc})), buffer_key(it)));
+                                       LinkClass::cpu_gpu, deps({fe.nc >= 0 ? fe.nc : issue_point()})),
+                              buffer_key(it)));
       if (fe.nc >= 0) drop(Tier::cpu, slice);
       hold(Tier::gpu, whole, fe.cg);  // the gather buffer is allocated whole
       fe.fetched = true;
@@ -220,7 +226,8 @@ class Generator {
     if (h == 2 && dp_ > 1 && (pl_.param16.partitioned || bcast) && fe.gg < 0) {
       const double got = bcast ? (is_owner ? 0 : whole) : whole - slice;
       fe.gg = emit(with_param(transfer(StepKind::fetch, ph, name, bcast ? "bcast" : "gg", State::param16, got,
-                                       Tier::gpu, Tier::gpu, collective_link_, deps({fe.cg})), buffer_key(it)));
+                                       Tier::gpu, Tier::gpu, collective_link_, deps({fe.cg >= 0 ? fe.cg : issue_point()})),
+                              buffer_key(it)));
       if (!fe.fetched) hold(Tier::gpu, whole, fe.gg);
       fe.fetched = true;
     }
@@ -273,6 +280,10 @@ class Generator {
         st.deps.insert(st.deps.end(), load_ids_.begin(), load_ids_.end());
         load_ids_.clear();
       }
+      // Gradient buffers are bounded: backward of op i overlaps the reduce-scatter of op i+1 and
+      // the offload of op i+2 (Sec. 6.2), so it waits for op i+3's gradient to be gone.
+      if (ph == Phase::backward && grad_done_.size() >= 3) st.deps.push_back(grad_done_[grad_done_.size() - 3]);
+      prev_compute_ = last_compute_;
       last_compute_ = emit(std::move(st));
       if (gi != SIZE_MAX && ph == Phase::backward) grad_ready(it, last_compute_);
       if (c_.mp > 1 && it.tile <= 0) megatron_allreduce(op, ph);
@@ -329,11 +340,14 @@ class Generator {
                            2.0 * whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev})));
     }
     drop(Tier::gpu, whole);
-    if (gp.tier == Tier::gpu) return;  // the persistent grad16 buffer (counted up front) holds it
-    if (keep <= 0) return;
+    if (gp.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 buffer (counted up front) holds it
+      grad_done_.push_back(prev);
+      return;
+    }
     prev = emit(transfer(StepKind::offload, Phase::backward, key, "gc", State::grad16, keep, Tier::gpu, Tier::cpu,
                          LinkClass::cpu_gpu, deps({prev})));
     offloads_.push_back(prev);
+    grad_done_.push_back(prev);
     if (gp.tier == Tier::nvme)
       offloads_.push_back(emit(transfer(StepKind::offload, Phase::backward, key, "cn", State::grad16, keep, Tier::cpu,
                                         Tier::nvme, LinkClass::nvme_cpu, deps({prev}))));
@@ -441,7 +455,8 @@ class Generator {
       for (int u = 0; u < micro_batches_; ++u) {
         Step st = transfer(StepKind::load_ckpt, Phase::recompute, "block" + std::to_string(b0) + ".input",
                            ct == Tier::gpu ? "" : "cg", State::act_ckpt, ckpt_bytes(), ct, Tier::gpu,
-                           link_between(ct, Tier::gpu), deps({saved_.at({b0, u})}));
+                           link_between(ct, Tier::gpu), deps({saved_.at({b0, u}), last_compute_}));
+        // Not prefetched: the checkpoint's buffer is free only once the later segment is done.
         st.micro_batch = micro_batches_ > 1 ? u : -1;
         int id = emit(std::move(st));
         if (ct != Tier::gpu) hold(Tier::gpu, ckpt_bytes(), id);
@@ -547,12 +562,14 @@ class Generator {
   std::map<std::string, size_t> index_;
   std::array<double, kTiers> resident_{};
   int last_compute_ = -1;
+  int prev_compute_ = -1;
   std::set<std::string> grad_pending_;
   size_t grad_group_ = 0;
   std::vector<int> offloads_;
   std::map<std::pair<int, int>, int> saved_;
   std::vector<size_t> head_ops_, tail_ops_;
-  std::vector<int> load_ids_;  // checkpoint loads the next compute waits for
+  std::vector<int> load_ids_;   // checkpoint loads the next compute waits for
+  std::vector<int> grad_done_;  // per gradient group in backward order: the step that frees its buffer
   double awm_per_block_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <variant>
 
 #include <sys/wait.h>
@@ -17,21 +18,95 @@
 namespace memwall::sim {
 namespace {
 
-// add_successor is public only on the typed activities (Exec, Comm, Io), so keep the type.
-using Act = std::variant<sg4::ExecPtr, sg4::CommPtr, sg4::IoPtr>;
-sg4::Activity* base(const Act& a) {
-  return std::visit([](const auto& p) -> sg4::Activity* { return p.get(); }, a);
-}
-void then(const Act& first, const Act& next) {
-  sg4::ActivityPtr n = std::visit([](const auto& p) -> sg4::ActivityPtr { return p; }, next);
-  std::visit([&](const auto& p) { p->add_successor(n); }, first);
-}
+// What an activity will be: SimGrid objects are created only when their last dependency completes.
+// SimGrid keeps every live activity in lists it walks when one finishes, so creating the ~10^5
+// activities of a paper-sized iteration up front is quadratic; creating them on start keeps only
+// the running few alive.
+struct Proto {
+  enum class Kind { exec, comm, io } kind = Kind::exec;
+  sg4::Host* from = nullptr;  // exec: the host
+  sg4::Host* to = nullptr;
+  sg4::Disk* disk = nullptr;
+  double amount = 0;  // flops, bytes
+  bool read = true;
+};
+
+class Dag {
+ public:
+  int add(const Proto& p) {
+    nodes_.push_back({p, {}, 0, 0, 0});
+    return int(nodes_.size()) - 1;
+  }
+  void edge(int from, int to) {
+    nodes_[from].succ.push_back(to);
+    nodes_[to].pending++;
+  }
+  void run(sg4::Engine& engine) {
+    sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
+      auto it = live_.find(&a);
+      if (it == live_.end()) return;
+      Node& n = nodes_[it->second];
+      n.start_s = a.get_start_time();
+      n.end_s = a.get_finish_time();
+      finished_.push_back(std::move(held_[it->second]));
+      held_.erase(it->second);
+      live_.erase(it);
+      for (int s : n.succ)
+        if (--nodes_[s].pending == 0) launch(s);
+    });
+    for (int i = 0; i < int(nodes_.size()); ++i)
+      if (nodes_[i].pending == 0) launch(i);
+    engine.run();
+    finished_.clear();
+  }
+  double start_s(int i) const { return nodes_[i].start_s; }
+  double end_s(int i) const { return nodes_[i].end_s; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  struct Node {
+    Proto proto;
+    std::vector<int> succ;
+    int pending;
+    double start_s, end_s;
+  };
+  void launch(int i) {
+    if (finished_.size() > 4096) finished_.erase(finished_.begin(), finished_.end() - 64);
+    const Proto& p = nodes_[i].proto;
+    sg4::ActivityPtr a;
+    switch (p.kind) {
+      case Proto::Kind::exec: {
+        sg4::ExecPtr e = sg4::Exec::init();
+        e->set_host(p.from)->set_flops_amount(std::max(0.0, p.amount));
+        a = e;
+        break;
+      }
+      case Proto::Kind::comm: {
+        sg4::CommPtr c = sg4::Comm::sendto_init(p.from, p.to);
+        c->set_payload_size(uint64_t(std::max(1.0, std::round(p.amount))));
+        a = c;
+        break;
+      }
+      case Proto::Kind::io:
+        a = p.disk->io_init(sg_size_t(std::max(1.0, std::round(p.amount))),
+                            p.read ? sg4::Io::OpType::READ : sg4::Io::OpType::WRITE);
+        break;
+    }
+    live_[a.get()] = i;
+    held_[i] = a;
+    a->start();
+  }
+  std::vector<Node> nodes_;
+  std::unordered_map<const sg4::Activity*, int> live_;
+  std::unordered_map<int, sg4::ActivityPtr> held_;
+  std::vector<sg4::ActivityPtr> finished_;  // released in batches, never inside their own completion
+};
 
 // A step's activities and how to wait for it. Steps that cost nothing (release, a checkpoint kept
 // on the GPU) forward their dependencies.
 struct StepActs {
-  std::vector<Act> own;   // what this step does
-  std::vector<Act> done;  // what a dependent waits for
+  std::vector<int> own;   // Dag nodes: what this step does
+  std::vector<int> done;  // what a dependent waits for
   std::string track;
 };
 
@@ -50,32 +125,28 @@ class Replayer {
     for (const Step& st : s.steps) {
       StepActs& a = acts[st.id];
       make(st, li, gpu, G, a);
-      std::vector<Act> waits;
+      std::vector<int> waits;
       auto add_waits = [&](const StepActs& d) {
-        for (const Act& x : d.done)
-          if (std::none_of(waits.begin(), waits.end(), [&](const Act& w) { return base(w) == base(x); }))
-            waits.push_back(x);
+        for (int x : d.done)
+          if (std::find(waits.begin(), waits.end(), x) == waits.end()) waits.push_back(x);
       };
       for (int d : st.deps) add_waits(acts[d]);
       if (!o_.overlap && st.id > 0) add_waits(acts[st.id - 1]);
       if (a.own.empty()) {
         if (waits.size() > 1) {  // join so that dependents wait on one activity, not a growing set
-          sg4::ExecPtr j = sg4::Exec::init();
-          j->set_host(gpu)->set_flops_amount(0);
-          a.own.push_back(j);
+          a.own.push_back(dag_.add(exec(gpu, 0)));
         } else {
           a.done = waits;
           continue;
         }
       }
-      for (auto& w : waits)
-        for (auto& x : a.own) then(w, x);
+      for (int w : waits)
+        for (int x : a.own) dag_.edge(w, x);
       if (a.own.size() > 1) {
-        sg4::ExecPtr j = sg4::Exec::init();
-        j->set_host(gpu)->set_flops_amount(0);
-        for (auto& x : a.own) then(x, Act(j));
-        a.done = {Act(j)};
-        joins_.push_back(j);
+        int j = dag_.add(exec(gpu, 0));
+        for (int x : a.own) dag_.edge(x, j);
+        a.done = {j};
+        ++joins_;
       } else {
         a.done = a.own;
       }
@@ -83,16 +154,13 @@ class Replayer {
     }
   }
 
-  void start_all() {
-    for (auto& r : all_) base(r.act)->vetoable_start();
-    for (auto& j : joins_) j->vetoable_start();
-  }
+  void run(sg4::Engine& engine) { dag_.run(engine); }
 
   void fill(SimReport& rep) {
     double end = 0;
     std::map<std::string, std::vector<std::pair<double, double>>> by_class;
     for (auto& r : all_) {
-      double s = base(r.act)->get_start_time(), f = base(r.act)->get_finish_time();
+      double s = dag_.start_s(r.act), f = dag_.end_s(r.act);
       end = std::max(end, f);
       const char* ph = r.phase == Phase::recompute ? "bwd" : to_string(r.phase);
       rep.phase_end_s[ph] = std::max(rep.phase_end_s[ph], f);
@@ -101,7 +169,7 @@ class Replayer {
       if (o_.trace) rep.trace.push_back({r.name, r.track, s, f, r.step});
     }
     rep.iteration_s = end;
-    rep.activities = long(all_.size() + joins_.size());
+    rep.activities = long(dag_.size());
     for (auto& [k, iv] : by_class) {
       std::sort(iv.begin(), iv.end());
       double busy = 0, cs = -1, ce = -1;
@@ -121,7 +189,7 @@ class Replayer {
 
  private:
   struct Rec {
-    Act act;
+    int act;
     int step;
     std::string track, name;
     int rank;
@@ -139,32 +207,24 @@ class Replayer {
     return sp == std::string::npos ? track : track.substr(sp + 1);
   }
 
-  sg4::CommPtr comm(sg4::Host* from, sg4::Host* to, double bytes) {
-    sg4::CommPtr c = sg4::Comm::sendto_init(from, to);
-    c->set_payload_size(uint64_t(std::max(1.0, std::round(bytes))));
-    return c;
+  static Proto comm(sg4::Host* from, sg4::Host* to, double bytes) {
+    return {Proto::Kind::comm, from, to, nullptr, bytes, true};
   }
-  sg4::ExecPtr exec(sg4::Host* h, double amount) {
-    sg4::ExecPtr e = sg4::Exec::init();
-    e->set_host(h)->set_flops_amount(std::max(0.0, amount));
-    return e;
-  }
-  sg4::IoPtr io(bool read, double bytes) {
-    return pf_.nvme[0]->io_init(sg_size_t(std::max(1.0, std::round(bytes))), read ? sg4::Io::OpType::READ
-                                                                                  : sg4::Io::OpType::WRITE);
-  }
+  static Proto exec(sg4::Host* h, double amount) { return {Proto::Kind::exec, h, nullptr, nullptr, amount, true}; }
+  Proto io(bool read, double bytes) const { return {Proto::Kind::io, nullptr, nullptr, pf_.nvme[0], bytes, read}; }
+  void own(StepActs& a, const Proto& p) { a.own.push_back(dag_.add(p)); }
 
   // The flows of a collective that delivers `whole` bytes' worth to this rank: hierarchical, the
   // node's share of remote data through its NIC, the rest from local peers over NVSwitch.
   void gather_flows(int li, sg4::Host* gpu, double whole, StepActs& a) {
     const double remote = nodes_ > 1 ? whole * (nodes_ - 1) / (double(nodes_) * local_) : 0;
-    if (remote > 0 && pf_.fabric) a.own.push_back(comm(pf_.fabric, gpu, remote));
+    if (remote > 0 && pf_.fabric) own(a, comm(pf_.fabric, gpu, remote));
     if (sym_) {
-      if (local_ > 1) a.own.push_back(comm(pf_.peer, gpu, whole * (local_ - 1) / local_));
+      if (local_ > 1) own(a, comm(pf_.peer, gpu, whole * (local_ - 1) / local_));
       return;
     }
     for (int j = 0; j < local_; ++j)
-      if (j != li) a.own.push_back(comm(pf_.gpu_at(0, j * mp_), gpu, whole / local_));
+      if (j != li) own(a, comm(pf_.gpu_at(0, j * mp_), gpu, whole / local_));
   }
 
   void make(const Step& st, int li, sg4::Host* gpu, const std::string& G, StepActs& a) {
@@ -172,15 +232,15 @@ class Replayer {
     switch (st.kind) {
       case StepKind::compute:
         a.track = G + " gpu_compute";
-        a.own.push_back(exec(gpu, st.flops));
+        own(a, exec(gpu, st.flops));
         return;
       case StepKind::optimizer:
         if (st.src == Tier::cpu) {
           a.track = "cpu";
-          a.own.push_back(exec(cpu, st.params));  // CPU host speed is Adam params/s
+          own(a, exec(cpu, st.params));  // CPU host speed is Adam params/s
         } else {
           a.track = G + " gpu_compute";
-          a.own.push_back(exec(gpu, st.params * 32.0 / o_.gpu_hbm_Bps * pf_.gpu[0]->get_speed()));
+          own(a, exec(gpu, st.params * 32.0 / o_.gpu_hbm_Bps * pf_.gpu[0]->get_speed()));
         }
         return;
       case StepKind::release:
@@ -194,26 +254,26 @@ class Replayer {
         return;
       case LinkClass::nvme_cpu:
         a.track = "nvme";
-        a.own.push_back(io(st.src == Tier::nvme, st.bytes));
+        own(a, io(st.src == Tier::nvme, st.bytes));
         return;
       case LinkClass::cpu_gpu:
         a.track = G + " pcie";
-        a.own.push_back(st.src == Tier::gpu ? comm(gpu, cpu, st.bytes) : comm(cpu, gpu, st.bytes));
+        own(a, st.src == Tier::gpu ? comm(gpu, cpu, st.bytes) : comm(cpu, gpu, st.bytes));
         return;
       case LinkClass::gpu_gpu:
       case LinkClass::network: {
         a.track = st.link == LinkClass::network ? "network" : G + " nvlink";
         if (st.hop == "mp") {  // Megatron all-reduce among the mp GPUs of this rank
           if (sym_) {
-            a.own.push_back(comm(pf_.peer, gpu, st.bytes));
+            own(a, comm(pf_.peer, gpu, st.bytes));
             return;
           }
-          for (int k = 1; k < mp_; ++k) a.own.push_back(comm(pf_.gpu_at(0, li * mp_ + k), gpu, st.bytes / (mp_ - 1)));
+          for (int k = 1; k < mp_; ++k) own(a, comm(pf_.gpu_at(0, li * mp_ + k), gpu, st.bytes / (mp_ - 1)));
           return;
         }
         if (st.hop == "bcast") {  // the owner sends the whole parameter
           sg4::Host* owner = local_ > 1 ? pf_.gpu_at(0, ((li + 1) % local_) * mp_) : pf_.fabric;
-          if (owner) a.own.push_back(comm(owner, gpu, st.bytes));
+          if (owner) own(a, comm(owner, gpu, st.bytes));
           return;
         }
         double factor = st.kind == StepKind::allreduce ? 2.0 : 1.0;  // reduce-scatter + all-gather
@@ -230,7 +290,8 @@ class Replayer {
   int mp_, dp_, local_, nodes_;
   bool sym_;
   std::vector<Rec> all_;
-  std::vector<sg4::ExecPtr> joins_;
+  long joins_ = 0;
+  Dag dag_;
 };
 
 }  // namespace
@@ -283,8 +344,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   Platform pf = build_platform(engine, profile, 1, rep.peak_flops_per_s, symmetric ? local : 1);
   Replayer rp(profile, pf, options, c.mp, dp, local, nodes_spanned, symmetric);
   for (int r = 0; r < replayed; ++r) rp.add_rank(schedules[std::min<size_t>(r, schedules.size() - 1)], r);
-  rp.start_all();
-  engine.run();
+  rp.run(engine);
   rp.fill(rep);
   const double flops = schedules[0].compute_flops;
   rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;

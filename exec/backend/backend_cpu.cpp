@@ -1,0 +1,482 @@
+// The cpu backend: the "device" is host memory behind an allocator with a hard capacity (an
+// allocation over it fails as cudaMalloc would), OpenBLAS sgemm, fp32 kernels parallelised with
+// OpenMP, and one worker thread per copy stream so copies really run beside compute.
+// Its kernels are the reference every other backend is tested against (tests/exec/backend).
+// Every kernel writes each output element from one thread in a fixed order: results do not
+// depend on the thread count, so a fixed seed gives the same losses run to run.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "exec/backend/backend.hpp"
+#include "model/units.hpp"
+
+namespace memwall::exec {
+namespace {
+
+constexpr float kLnEps = 1e-5f;
+// Loops with less work than this (multiply-adds, roughly) run on one thread: for a small model,
+// waking OpenMP's team beside OpenBLAS's threads costs more than the loop (measured: 100x slower
+// steps on 2 shared cores when every loop forked).
+constexpr long kParallelWork = 1L << 20;
+
+// One copy stream: a thread running queued tasks in order.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      task();
+      lock.lock();
+      busy_ = false;
+      if (tasks_.empty()) idle_cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false, busy_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+// An event: a generation counter; record() bumps `recorded`, the stream bumps `reached`.
+struct CpuEvent {
+  std::mutex mu;
+  std::condition_variable cv;
+  long recorded = 0, reached = 0;
+  void wait_for(long gen) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reached >= gen; });
+  }
+  void reach(long gen) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reached = std::max(reached, gen);
+    }
+    cv.notify_all();
+  }
+};
+
+struct CpuCtx {
+  std::size_t capacity_bytes = 0;
+  std::size_t used = 0;
+  std::mutex mu;
+  std::unordered_map<void*, std::size_t> sizes;
+  std::vector<std::unique_ptr<Worker>> streams;  // streams[i] is stream i+1
+};
+
+CpuCtx& C_(void* ctx) { return *static_cast<CpuCtx*>(ctx); }
+
+Result<void*> cpu_alloc(void* ctx, std::size_t bytes) {
+  CpuCtx& c = C_(ctx);
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.used + bytes > c.capacity_bytes)
+    return make_error("out of memory on the cpu device: " + format_bytes(double(bytes)) + " requested, " +
+                      format_bytes(double(c.used)) + " of " + format_bytes(double(c.capacity_bytes)) + " in use");
+  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) return make_error("out of host memory allocating " + format_bytes(double(bytes)));
+  c.sizes[p] = bytes;
+  c.used += bytes;
+  return p;
+}
+
+void cpu_free(void* ctx, void* ptr) {
+  if (!ptr) return;
+  CpuCtx& c = C_(ctx);
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.sizes.find(ptr);
+  if (it == c.sizes.end()) return;
+  c.used -= it->second;
+  c.sizes.erase(it);
+  std::free(ptr);
+}
+
+std::size_t cpu_used(void* ctx) {
+  CpuCtx& c = C_(ctx);
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.used;
+}
+
+void cpu_memset_zero(void*, void* ptr, std::size_t bytes) { std::memset(ptr, 0, bytes); }
+
+Result<Stream> cpu_stream_create(void* ctx) {
+  CpuCtx& c = C_(ctx);
+  c.streams.push_back(std::make_unique<Worker>());
+  return Stream(c.streams.size());
+}
+
+// Stream 0 is the caller's thread (kernels are synchronous), so work on it runs at once.
+void on_stream(void* ctx, Stream s, std::function<void()> task) {
+  if (s == 0) return task();
+  C_(ctx).streams.at(std::size_t(s) - 1)->push(std::move(task));
+}
+
+void cpu_copy(void* ctx, Stream s, void* dst, const void* src, std::size_t bytes) {
+  on_stream(ctx, s, [=] { std::memcpy(dst, src, bytes); });
+}
+
+Event cpu_event_create(void*) { return new CpuEvent; }
+void cpu_event_destroy(void*, Event e) { delete static_cast<CpuEvent*>(e); }
+void cpu_event_record(void* ctx, Event e, Stream s) {
+  auto* ev = static_cast<CpuEvent*>(e);
+  long gen;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    gen = ++ev->recorded;
+  }
+  on_stream(ctx, s, [ev, gen] { ev->reach(gen); });
+}
+void cpu_event_synchronize(void*, Event e) {
+  auto* ev = static_cast<CpuEvent*>(e);
+  long gen;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    gen = ev->recorded;
+  }
+  ev->wait_for(gen);
+}
+void cpu_stream_wait_event(void* ctx, Stream s, Event e) {
+  auto* ev = static_cast<CpuEvent*>(e);
+  long gen;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    gen = ev->recorded;
+  }
+  on_stream(ctx, s, [ev, gen] { ev->wait_for(gen); });
+}
+void cpu_synchronize(void* ctx) {
+  for (auto& w : C_(ctx).streams) w->drain();
+}
+
+void cpu_gemm(void*, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, long sa,
+              const float* B, int ldb, long sb, float beta, float* C, int ldc, long sc, int batch) {
+  for (int b = 0; b < batch; ++b)
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc);
+}
+
+void cpu_encoder_forward(void*, float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C) {
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+#pragma omp parallel for if(long(B) * T * C >= kParallelWork)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const float* e = wte + long(tokens[bt]) * C;
+    const float* p = wpe + long(bt % T) * C;
+    float* o = out + long(bt) * C;
+    for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
+  }
+}
+
+void cpu_encoder_backward(void*, float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+  // Serial over positions: tokens repeat, and a fixed order keeps the sum deterministic.
+  for (int bt = 0; bt < B * T; ++bt) {
+    float* de = dwte + long(tokens[bt]) * C;
+    float* dp = dwpe + long(bt % T) * C;
+    const float* d = dout + long(bt) * C;
+    for (int i = 0; i < C; ++i) {
+      de[i] += d[i];
+      dp[i] += d[i];
+    }
+  }
+}
+
+void cpu_layernorm_forward(void*, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                           const float* bias, int BT, int C) {
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int r = 0; r < BT; ++r) {
+    const float* x = inp + long(r) * C;
+    float m = 0;
+    for (int i = 0; i < C; ++i) m += x[i];
+    m /= float(C);
+    float v = 0;
+    for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
+    v /= float(C);
+    const float s = 1.0f / std::sqrt(v + kLnEps);
+    float* o = out + long(r) * C;
+    for (int i = 0; i < C; ++i) o[i] = (s * (x[i] - m)) * w[i] + bias[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void cpu_layernorm_backward(void*, float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                            const float* w, const float* mean, const float* rstd, int BT, int C) {
+  // forward: out = norm * w + b, norm = (x - mean) * rstd
+  // dnorm = dout * w; dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int r = 0; r < BT; ++r) {
+    const float* x = inp + long(r) * C;
+    const float* d = dout + long(r) * C;
+    float dn_mean = 0, dn_norm_mean = 0;
+    for (int i = 0; i < C; ++i) {
+      const float n = (x[i] - mean[r]) * rstd[r];
+      const float dn = w[i] * d[i];
+      dn_mean += dn;
+      dn_norm_mean += dn * n;
+    }
+    dn_mean /= float(C);
+    dn_norm_mean /= float(C);
+    float* dx = dinp + long(r) * C;
+    for (int i = 0; i < C; ++i) {
+      const float n = (x[i] - mean[r]) * rstd[r];
+      dx[i] += (w[i] * d[i] - dn_mean - n * dn_norm_mean) * rstd[r];
+    }
+  }
+  // dw += sum over rows of dout * norm; db += sum of dout (per column, rows in order)
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int i = 0; i < C; ++i) {
+    float sw = 0, sb = 0;
+    for (int r = 0; r < BT; ++r) {
+      const float dd = dout[long(r) * C + i];
+      sw += dd * (inp[long(r) * C + i] - mean[r]) * rstd[r];
+      sb += dd;
+    }
+    dw[i] += sw;
+    db[i] += sb;
+  }
+}
+
+void cpu_bias_forward(void*, float* out, const float* bias, int BT, int OC) {
+#pragma omp parallel for if(long(BT) * OC >= kParallelWork)
+  for (int r = 0; r < BT; ++r)
+    for (int o = 0; o < OC; ++o) out[long(r) * OC + o] += bias[o];
+}
+
+void cpu_bias_backward(void*, float* dbias, const float* dout, int BT, int OC) {
+  std::vector<float> s(std::size_t(OC), 0.0f);
+  for (int r = 0; r < BT; ++r)
+    for (int o = 0; o < OC; ++o) s[std::size_t(o)] += dout[long(r) * OC + o];
+  for (int o = 0; o < OC; ++o) dbias[o] += s[std::size_t(o)];
+}
+
+void cpu_attention_forward(void*, float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  // q, k, v: qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * hs >= kParallelWork)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
+        float* a = att + ((long(b) * NH + h) * T + t) * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
+          float s = 0;
+          for (int i = 0; i < hs; ++i) s += q[i] * k[i];
+          a[t2] = s * scale;
+          maxv = std::max(maxv, a[t2]);
+        }
+        float sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          a[t2] = std::exp(a[t2] - maxv);
+          sum += a[t2];
+        }
+        const float inv = 1.0f / sum;
+        for (int t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+        float* o = out + (long(b) * T + t) * C + h * hs;
+        for (int i = 0; i < hs; ++i) o[i] = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
+          for (int i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
+        }
+      }
+}
+
+void cpu_attention_backward(void*, float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                            int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  // One (b, h) per iteration: rows t of a head write dk, dv of every t2 <= t, so t stays serial.
+#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * hs >= kParallelWork)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      std::vector<float> datt(static_cast<std::size_t>(T)), dpre(static_cast<std::size_t>(T));
+      for (int t = 0; t < T; ++t) {
+        const float* a = att + ((long(b) * NH + h) * T + t) * T;
+        const float* d = dout + (long(b) * T + t) * C + h * hs;
+        // forward: o[i] += a[t2] * v[t2][i]
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
+          float* dv = dqkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
+          float s = 0;
+          for (int i = 0; i < hs; ++i) {
+            s += v[i] * d[i];
+            dv[i] += a[t2] * d[i];
+          }
+          datt[std::size_t(t2)] = s;
+        }
+        // forward: a = softmax(pre); dpre[t2] = a[t2] * (datt[t2] - sum_t3 a[t3] datt[t3])
+        float dot = 0;
+        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * datt[std::size_t(t2)];
+        for (int t2 = 0; t2 <= t; ++t2) dpre[std::size_t(t2)] = a[t2] * (datt[std::size_t(t2)] - dot);
+        // forward: pre[t2] = scale * q . k[t2]
+        const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
+        float* dq = dqkv + (long(b) * T + t) * 3 * C + h * hs;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
+          float* dk = dqkv + (long(b) * T + t2) * 3 * C + C + h * hs;
+          const float g = dpre[std::size_t(t2)] * scale;
+          for (int i = 0; i < hs; ++i) {
+            dq[i] += g * k[i];
+            dk[i] += g * q[i];
+          }
+        }
+      }
+    }
+}
+
+// GeLU, tanh approximation (torch's approximate="tanh", GPT-2's)
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2 / pi)
+
+void cpu_gelu_forward(void*, float* out, const float* inp, long N) {
+#pragma omp parallel for if(N * 8 >= kParallelWork)
+  for (long i = 0; i < N; ++i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluS * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void cpu_gelu_backward(void*, float* dinp, const float* inp, const float* dout, long N) {
+#pragma omp parallel for if(N * 8 >= kParallelWork)
+  for (long i = 0; i < N; ++i) {
+    const float x = inp[i];
+    const float u = kGeluS * (x + 0.044715f * x * x * x);
+    const float th = std::tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluS * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += g * dout[i];
+  }
+}
+
+void cpu_residual_forward(void*, float* out, const float* a, const float* b, long N) {
+#pragma omp parallel for if(N >= kParallelWork)
+  for (long i = 0; i < N; ++i) out[i] = a[i] + b[i];
+}
+
+void cpu_accumulate(void*, float* dst, const float* src, long N) {
+#pragma omp parallel for if(N >= kParallelWork)
+  for (long i = 0; i < N; ++i) dst[i] += src[i];
+}
+
+void cpu_crossentropy_forward(void*, float* probs, float* losses, const float* logits, const int* targets, int BT,
+                              int V) {
+#pragma omp parallel for if(long(BT) * V * 4 >= kParallelWork)
+  for (int r = 0; r < BT; ++r) {
+    const float* l = logits + long(r) * V;
+    float* p = probs + long(r) * V;
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; ++i) maxv = std::max(maxv, l[i]);
+    float sum = 0;
+    for (int i = 0; i < V; ++i) {
+      p[i] = std::exp(l[i] - maxv);
+      sum += p[i];
+    }
+    for (int i = 0; i < V; ++i) p[i] /= sum;
+    // -log softmax computed from the logits, not log(p), so a tiny p does not lose precision
+    losses[r] = -(l[targets[r]] - maxv - std::log(sum));
+  }
+}
+
+void cpu_crossentropy_backward(void*, float* dlogits, const float* probs, const int* targets, float dloss, int BT,
+                               int V) {
+#pragma omp parallel for if(long(BT) * V >= kParallelWork)
+  for (int r = 0; r < BT; ++r)
+    for (int i = 0; i < V; ++i)
+      dlogits[long(r) * V + i] += (probs[long(r) * V + i] - (i == targets[r] ? 1.0f : 0.0f)) * dloss;
+}
+
+void cpu_destroy(void* ctx) {
+  cpu_synchronize(ctx);
+  CpuCtx* c = static_cast<CpuCtx*>(ctx);
+  c->streams.clear();
+  for (auto& [p, n] : c->sizes) std::free(p);
+  delete c;
+}
+
+const BackendOps kCpuOps = {
+    cpu_alloc,
+    cpu_free,
+    cpu_used,
+    cpu_memset_zero,
+    cpu_stream_create,
+    cpu_copy,
+    cpu_copy,
+    cpu_copy,
+    cpu_event_create,
+    cpu_event_destroy,
+    cpu_event_record,
+    cpu_event_synchronize,
+    cpu_stream_wait_event,
+    cpu_synchronize,
+    nullptr,  // host_register: host memory is already the device's
+    nullptr,
+    cpu_gemm,
+    cpu_encoder_forward,
+    cpu_encoder_backward,
+    cpu_layernorm_forward,
+    cpu_layernorm_backward,
+    cpu_bias_forward,
+    cpu_bias_backward,
+    cpu_attention_forward,
+    cpu_attention_backward,
+    cpu_gelu_forward,
+    cpu_gelu_backward,
+    cpu_residual_forward,
+    cpu_accumulate,
+    cpu_crossentropy_forward,
+    cpu_crossentropy_backward,
+    nullptr,  // sticky_error: every cpu kernel has finished when its call returns
+    cpu_destroy,
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o) {
+  if (o.compute != ComputeType::fp32)
+    return make_error(std::string("the cpu backend computes in fp32 only, not ") + compute_type_name(o.compute));
+  auto* ctx = new CpuCtx;
+  ctx->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : (std::size_t(1) << 30);
+  BackendCaps caps{"cpu", "host memory (OpenBLAS)", ctx->capacity_bytes, true, false, false, ComputeType::fp32};
+  return std::make_unique<Backend>(&kCpuOps, ctx, std::move(caps));
+}
+
+}  // namespace memwall::exec

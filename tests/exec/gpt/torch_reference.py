@@ -1,0 +1,154 @@
+"""torch_reference.py GPT_REF_TOOL: memwall's GPT (exec/gpt) against the same GPT in PyTorch.
+
+Run with /usr/bin/python3 (Debian's python3-torch); installs nothing. For each checkpoint interval
+ci in CIS the tool builds a tiny GPT (3 layers, C 32, 4 heads, T 16, B 3, V 256), runs one forward
+and backward and 10 Adam steps, and writes its parameters, batches, logits, loss and gradients.
+This script loads the same parameters into torch and checks, with stated tolerances:
+
+  logits, every parameter's gradient (per tensor X against torch's R, torch in float64):
+      rel(X) = max|X - R| / max|R|                               <= 1e-4
+  loss of batch 0 and the losses of 10 AdamW(lr 1e-2, wd 0) steps, torch in float32
+      (memwall's CPU Adam rounds as torch's does, so the runs track each other closely):
+      |x - r| / |r|                                              <= 1e-4
+  and gradients with checkpointing (ci = 1, 2) equal those without (ci = 0) bit for bit on the
+  cpu backend (recompute runs the same kernels on the same inputs); on cuda, whose backward sums
+  use atomics in no fixed order, within rel 1e-6.
+Second argument: the backend (cpu, the default, or cuda; exit 77 = skipped, no device).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("torch_reference.py: cannot import torch; run with /usr/bin/python3 after ./setup.sh "
+             "(Debian's python3-torch)")
+
+TOOL = sys.argv[1]
+BACKEND = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+CIS = [0, 1, 2]
+GRAD_TOL = 1e-4
+LOSS_TOL = 1e-4
+failures = []
+
+
+def run_tool(ci, d):
+    rc = subprocess.run([TOOL, d, str(ci), BACKEND]).returncode
+    if rc == 77:
+        print(f"torch_reference.py: SKIPPED: the {BACKEND} backend has no device here")
+        sys.exit(77)
+    if rc != 0:
+        sys.exit(f"torch_reference.py: gpt_ref_tool failed with exit code {rc}")
+    meta = json.load(open(os.path.join(d, "meta.json")))
+    f32 = lambda n: np.fromfile(os.path.join(d, n), dtype=np.float32)
+    i32 = lambda n: np.fromfile(os.path.join(d, n), dtype=np.int32)
+    return meta, f32("params.bin"), f32("grads.bin"), f32("logits.bin"), i32("tokens.bin"), i32("targets.bin")
+
+
+def unpack(meta, flat, dtype):
+    out = {}
+    for t in meta["tensors"]:
+        a = torch.tensor(flat[t["offset"]:t["offset"] + t["elems"]].reshape(t["shape"]), dtype=dtype)
+        out[t["name"]] = a.requires_grad_(True)
+    return out
+
+
+def gpt_forward(meta, P, idx, targets):
+    """The GPT of exec/gpt/gpt.cpp, written with torch's own operators."""
+    B, T = idx.shape
+    C, NH, L = meta["hidden"], meta["heads"], meta["layers"]
+    x = P["embed.wte"][idx] + P["embed.wpe"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        p = f"block{l}."
+        h = F.layer_norm(x, (C,), P[p + "ln1.weight"], P[p + "ln1.bias"], eps=1e-5)
+        qkv = F.linear(h, P[p + "qkv.weight"], P[p + "qkv.bias"])
+        q, k, v = qkv.split(C, dim=2)
+        q, k, v = [z.view(B, T, NH, C // NH).transpose(1, 2) for z in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) / (C // NH) ** 0.5
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, P[p + "proj.weight"], P[p + "proj.bias"])
+        h = F.layer_norm(x, (C,), P[p + "ln2.weight"], P[p + "ln2.bias"], eps=1e-5)
+        h = F.gelu(F.linear(h, P[p + "fc1.weight"], P[p + "fc1.bias"]), approximate="tanh")
+        x = x + F.linear(h, P[p + "fc2.weight"], P[p + "fc2.bias"])
+    x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], eps=1e-5)
+    logits = x @ P["embed.wte"].t()  # tied LM head
+    loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T).long())
+    return logits, loss
+
+
+def rel(x, r):
+    r = np.asarray(r, dtype=np.float64)
+    return float(np.max(np.abs(np.asarray(x, dtype=np.float64) - r)) / max(np.max(np.abs(r)), 1e-30))
+
+
+def check(name, value, tol):
+    ok = value <= tol
+    if not ok:
+        failures.append(f"{name}: {value:.3g} > {tol:g}")
+    return ok
+
+
+results = {}
+with tempfile.TemporaryDirectory() as tmp:
+    for ci in CIS:
+        d = os.path.join(tmp, f"ci{ci}")
+        os.mkdir(d)
+        meta, params, grads, logits, tokens, targets = run_tool(ci, d)
+        B, T, S = meta["B"], meta["T"], meta["steps"]
+        tokens = torch.tensor(tokens.reshape(S, B, T), dtype=torch.long)
+        targets = torch.tensor(targets.reshape(S, B, T), dtype=torch.long)
+        results[ci] = grads
+
+        # float64 reference for batch 0
+        P = unpack(meta, params, torch.float64)
+        ref_logits, ref_loss = gpt_forward(meta, P, tokens[0], targets[0])
+        ref_loss.backward()
+        worst_grad, worst_name = 0.0, ""
+        for t in meta["tensors"]:
+            g = grads[t["offset"]:t["offset"] + t["elems"]].reshape(t["shape"])
+            e = rel(g, P[t["name"]].grad.numpy())
+            check(f"ci {ci} grad {t['name']}", e, GRAD_TOL)
+            if e > worst_grad:
+                worst_grad, worst_name = e, t["name"]
+        e_logits = rel(logits.reshape(B, T, -1), ref_logits.detach().numpy())
+        check(f"ci {ci} logits", e_logits, GRAD_TOL)
+        e_loss = abs(meta["loss"] - ref_loss.item()) / abs(ref_loss.item())
+        check(f"ci {ci} loss", e_loss, LOSS_TOL)
+
+        # 10 AdamW steps in float32
+        P32 = unpack(meta, params, torch.float32)
+        opt = torch.optim.AdamW(list(P32.values()), lr=meta["lr"], weight_decay=0.0)
+        worst_step = 0.0
+        ref_losses = []
+        for s in range(S):
+            opt.zero_grad()
+            _, l = gpt_forward(meta, P32, tokens[s], targets[s])
+            l.backward()
+            opt.step()
+            ref_losses.append(l.item())
+            e = abs(meta["losses"][s] - l.item()) / abs(l.item())
+            check(f"ci {ci} step {s + 1} loss", e, LOSS_TOL)
+            worst_step = max(worst_step, e)
+        print(f"ci {ci}: loss {meta['loss']:.6f} (torch {ref_loss.item():.6f}, rel {e_loss:.2e}); logits rel "
+              f"{e_logits:.2e}; max grad rel {worst_grad:.2e} ({worst_name}) over {len(meta['tensors'])} tensors; "
+              f"10 Adam steps: losses {meta['losses'][0]:.4f} -> {meta['losses'][-1]:.4f} "
+              f"(torch {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), max rel {worst_step:.2e}")
+
+for ci in CIS[1:]:
+    same = np.array_equal(results[ci], results[0])
+    diff = float(np.max(np.abs(results[ci] - results[0])))
+    print(f"ci {ci} vs ci 0: gradients {'bit-identical' if same else f'differ (max abs {diff:.3g})'}")
+    if not same and (BACKEND == "cpu" or rel(results[ci], results[0]) > 1e-6):
+        failures.append(f"ci {ci}: gradients differ from ci 0 by up to {diff:.3g}")
+
+if failures:
+    print("FAILED:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print("torch_reference.py: OK")
