@@ -54,6 +54,33 @@ ModelSpec ModelFlags::load() const {
   return m;
 }
 
+void StrategyFlags::add(CLI::App& app) {
+  app.add_option("--strategy", strategy,
+                 "Placement preset (data_parallel, zero2, zero_offload, zero3, zero_inf_cpu, zero_inf_nvme, three_d, "
+                 "l2l) or a placement YAML file")
+      ->capture_default_str();
+  app.add_option("--place", place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
+  app.add_option("--bsz", config.bsz, "Micro-batch per GPU")->capture_default_str();
+  app.add_option("--ci", config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
+  app.add_option("--tiling", config.tiling_factor, "Memory-centric tiling factor for linear layers")
+      ->capture_default_str();
+  app.add_option("--prefetch-depth", config.prefetch_depth, "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2")
+      ->capture_default_str();
+  app.add_option("--dp", config.dp, "Data-parallel degree (default: all GPUs / mp)");
+  app.add_option("--mp", config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
+  app.add_option("--micro-batches", config.micro_batches, "l2l: micro-batches looped inside each layer (default 4)")
+      ->capture_default_str();
+}
+
+Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }
+
+TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl) const {
+  TrainingConfig c = config;
+  c.seq = model.seq;
+  if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
+  return take(validate(c, model.layers));
+}
+
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent) {
   std::vector<size_t> width;
   std::vector<bool> numeric;  // right-align columns whose body cells all start with a digit

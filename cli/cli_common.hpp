@@ -12,6 +12,8 @@
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
+#include "model/placement.hpp"
+#include "model/training_config.hpp"
 #include "model/result.hpp"
 
 namespace memwall::cli {
@@ -47,6 +49,16 @@ struct ModelFlags {
   void add(CLI::App& app);
   bool given() const { return !model.empty() || layers > 0 || !hidden.empty() || heads > 0; }
   ModelSpec load() const;
+};
+
+// --strategy, --place and the training flags shared by `schedule` and `simulate`.
+struct StrategyFlags {
+  std::string strategy = "zero_inf_nvme";
+  std::vector<std::string> place;
+  TrainingConfig config;
+  void add(CLI::App& app);
+  Placement placement() const;                           // preset or YAML plus --place overrides
+  TrainingConfig training(const ModelSpec& model, const Placement& placement) const;  // validated
 };
 
 // A plain text table: first row is the header; columns after the first are right-aligned.

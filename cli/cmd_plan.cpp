@@ -38,7 +38,7 @@ struct PlanFlags {
   std::string reproduce;
   std::string check;
   int runners = 5;
-  int simulate_top = 3;
+  int simulate_top = 0;  // simulations of tiled paper-sized schedules take seconds to minutes each
 };
 
 nlohmann::ordered_json placement_json(const Placement& pl) {
@@ -308,8 +308,8 @@ Command add_plan(CLI::App& app) {
       "plan",
       "The fastest way to train a model on a profile, and whether it fits at all: searches placements\n"
       "(Table 2 presets and per-state tiers), micro-batch, checkpoint interval, tiling factor and tensor\n"
-      "slicing, ranks by analytic iteration time (Sec. 4-6), re-ranks the best few by simulation and says\n"
-      "why the plan won. Also the largest\n"
+      "slicing, ranks by analytic iteration time (Sec. 4-6), optionally re-ranks the best few by simulation\n"
+      "(--simulate-top N) and says why the plan won. Also the largest\n"
       "model a strategy trains (--max-model-size, Fig. 6) and the Fig. 6 / Fig. 7 tables (--reproduce).");
   f->profile.add(*sub);
   f->model.add(*sub);
@@ -327,7 +327,7 @@ Command add_plan(CLI::App& app) {
                   "for --reproduce fig7)");
   sub->add_option("--runners", f->runners, "Runners-up to show")->capture_default_str();
   sub->add_option("--simulate-top", f->simulate_top,
-                  "Re-rank the best N analytic candidates by simulating one iteration each (0: analytic only)")
+                  "Re-rank the best N analytic candidates by simulating one iteration each (memwall simulate; seconds to minutes per candidate on paper-sized models). 0: analytic only")
       ->capture_default_str();
   sub->add_flag("--max-model-size", f->max_model_size, "The largest model --strategy trains on the profile (Fig. 6)");
   sub->add_option("--strategy", f->strategy, "With --max-model-size: a placement preset");

@@ -16,9 +16,7 @@ namespace {
 struct ScheduleFlags {
   ProfileFlags profile;
   ModelFlags model;
-  TrainingConfig config;
-  std::string strategy = "zero_inf_nvme";
-  std::vector<std::string> place;
+  StrategyFlags run;
   int rank = 0;
   bool json = false;
   bool text = false;
@@ -77,21 +75,7 @@ Command add_schedule(CLI::App& app) {
       "checkpoints and the chunked optimizer, with dependencies; peak bytes per tier; traffic per link.");
   f->profile.add(*sub);
   f->model.add(*sub);
-  sub->add_option("--strategy", f->strategy,
-                  "Placement preset (data_parallel, zero2, zero_offload, zero3, zero_inf_cpu, zero_inf_nvme, three_d, "
-                  "l2l) or a placement YAML file")
-      ->capture_default_str();
-  sub->add_option("--place", f->place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
-  sub->add_option("--bsz", f->config.bsz, "Micro-batch per GPU")->capture_default_str();
-  sub->add_option("--ci", f->config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
-  sub->add_option("--tiling", f->config.tiling_factor, "Memory-centric tiling factor for linear layers")
-      ->capture_default_str();
-  sub->add_option("--prefetch-depth", f->config.prefetch_depth, "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2")
-      ->capture_default_str();
-  sub->add_option("--dp", f->config.dp, "Data-parallel degree (default: all GPUs / mp)");
-  sub->add_option("--mp", f->config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
-  sub->add_option("--micro-batches", f->config.micro_batches, "l2l: micro-batches looped inside each layer")
-      ->capture_default_str();
+  f->run.add(*sub);
   sub->add_option("--rank", f->rank, "Which data-parallel rank to print")->capture_default_str();
   sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, traffic_bytes");
   sub->add_flag("--text", f->text, "Text: one step per line (the default)");
@@ -101,10 +85,8 @@ Command add_schedule(CLI::App& app) {
             HardwareProfile p = f->profile.load();
             if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
             ModelSpec m = f->model.load();
-            Placement pl = take(load_placement(f->strategy, f->place));
-            TrainingConfig c = f->config;
-            c.seq = m.seq;
-            if (pl.name == "l2l" && c.micro_batches == 1) c.micro_batches = 4;
+            Placement pl = f->run.placement();
+            TrainingConfig c = f->run.training(m, pl);
             Schedule s = take(build_schedule(m, pl, c, p, f->rank));
             std::vector<std::string> bad = check_invariants(s);
             if (!bad.empty()) throw UsageError("internal error: schedule breaks an invariant: " + bad.front());

@@ -16,9 +16,7 @@ namespace {
 struct SimulateFlags {
   ProfileFlags profile;
   ModelFlags model;
-  TrainingConfig config;
-  std::string strategy = "zero_inf_nvme";
-  std::vector<std::string> place;
+  StrategyFlags run;
   bool no_overlap = false;
   std::string trace;
   bool json = false;
@@ -34,16 +32,7 @@ Command add_simulate(CLI::App& app) {
       "NVMe, InfiniBand) and report iteration time, TFLOPS per GPU, efficiency, busy time per resource.");
   f->profile.add(*sub);
   f->model.add(*sub);
-  sub->add_option("--strategy", f->strategy, "Placement preset or placement YAML (see memwall schedule --help)")
-      ->capture_default_str();
-  sub->add_option("--place", f->place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
-  sub->add_option("--bsz", f->config.bsz, "Micro-batch per GPU")->capture_default_str();
-  sub->add_option("--ci", f->config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
-  sub->add_option("--tiling", f->config.tiling_factor, "Memory-centric tiling factor")->capture_default_str();
-  sub->add_option("--prefetch-depth", f->config.prefetch_depth, "Prefetch distance")->capture_default_str();
-  sub->add_option("--dp", f->config.dp, "Data-parallel degree (default: all GPUs / mp)");
-  sub->add_option("--mp", f->config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
-  sub->add_option("--micro-batches", f->config.micro_batches, "l2l: micro-batches per layer")->capture_default_str();
+  f->run.add(*sub);
   sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
@@ -51,11 +40,8 @@ Command add_simulate(CLI::App& app) {
             HardwareProfile p = f->profile.load();
             if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
             ModelSpec m = f->model.load();
-            Placement pl = take(load_placement(f->strategy, f->place));
-            TrainingConfig c = f->config;
-            c.seq = m.seq;
-            if (pl.name == "l2l" && c.micro_batches == 1) c.micro_batches = 4;
-            c = take(validate(c, m.layers));
+            Placement pl = f->run.placement();
+            TrainingConfig c = f->run.training(m, pl);
             sim::SimOptions o;
             o.overlap = !f->no_overlap;
             o.trace = !f->trace.empty();
