@@ -8,6 +8,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "model/units.hpp"
+#include "planner/plan_file.hpp"
 #include "sim/replay.hpp"
 
 namespace memwall::cli {
@@ -17,6 +18,7 @@ struct SimulateFlags {
   ProfileFlags profile;
   ModelFlags model;
   StrategyFlags run;
+  std::string plan;
   bool no_overlap = false;
   std::string trace;
   bool json = false;
@@ -33,15 +35,35 @@ Command add_simulate(CLI::App& app) {
   f->profile.add(*sub);
   f->model.add(*sub);
   f->run.add(*sub);
+  sub->add_option("--plan", f->plan, "A plan file from `memwall plan -o` instead of --model and the training flags");
   sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
-  return {sub, [f]() {
-            HardwareProfile p = f->profile.load();
-            if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
-            ModelSpec m = f->model.load();
-            Placement pl = f->run.placement();
-            TrainingConfig c = f->run.training(m, pl);
+  return {sub, [f, sub]() {
+            HardwareProfile p;
+            ModelSpec m;
+            Placement pl;
+            TrainingConfig c;
+            if (!f->plan.empty()) {
+              if (f->model.given()) throw UsageError("--plan: give --plan or --model, not both");
+              // The plan names its profile and nodes; --profile/--nodes override them.
+              Result<planner::Plan> peek = planner::load_plan(f->plan);
+              if (!peek) throw UsageError(peek.error());
+              ProfileFlags pf = f->profile;
+              if (sub->count("--profile") == 0) pf.profile = peek->profile;
+              if (sub->count("--nodes") == 0) pf.nodes = peek->nodes;
+              p = pf.load();
+              planner::Plan plan = take(planner::load_plan(f->plan, &p));
+              m = plan.model;
+              pl = plan.candidate.placement;
+              c = take(validate(plan.candidate.config, m.layers));
+            } else {
+              p = f->profile.load();
+              if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads, or --plan)");
+              m = f->model.load();
+              pl = f->run.placement();
+              c = f->run.training(m, pl);
+            }
             sim::SimOptions o;
             o.overlap = !f->no_overlap;
             o.trace = !f->trace.empty();
