@@ -6,6 +6,7 @@
 
 #include "gui/efficiency_chart.hpp"
 #include "gui/memory_view.hpp"
+#include "gui/plan_sim_views.hpp"
 
 namespace memwall::gui {
 namespace {
@@ -44,6 +45,26 @@ Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size
   const QString path = QDir(dir).filePath("memory.png");
   if (QString err = save(&view, size, path); !err.isEmpty()) return make_error(err.toStdString());
   written << path;
+
+  // The Simulate tab's timeline: the small default model under the session's preset.
+  Result<SimInputs> in = sim_inputs(s, false, s.placement);
+  if (!in) return make_error(in.error());
+  sim::SimOptions o;
+  o.trace = true;
+  Result<sim::SimReport> r = sim::simulate_isolated(in->model, in->placement, in->config, in->profile, o);
+  if (!r) return make_error(r.error());
+  SimView sim_view;
+  sim_view.set_session(s);
+  sim_view.setAutoFillBackground(true);
+  sim_view.setStyleSheet("background:white");
+  sim_view.show_report(*r, QString("%1 on %2 with %3, bsz %4, ci %5")
+                               .arg(QString::fromStdString(in->model.name), QString::fromStdString(in->profile.name),
+                                    QString::fromStdString(in->placement.name))
+                               .arg(in->config.bsz)
+                               .arg(in->config.ci));
+  const QString tpath = QDir(dir).filePath("timeline.png");
+  if (QString err = save(&sim_view, size, tpath); !err.isEmpty()) return make_error(err.toStdString());
+  written << tpath;
   return written;
 }
 

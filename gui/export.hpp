@@ -1,5 +1,6 @@
 // Headless export: renders the three Fig. 3 panels and the memory view of a session to PNG files
-// (fig3a.png, fig3b.png, fig3c.png, memory.png) with the same widgets the window shows. Needs a
+// (fig3a.png, fig3b.png, fig3c.png, memory.png) and the Simulate tab's timeline of the small default
+// model under the session's preset (timeline.png) with the same widgets the window shows. Needs a
 // QApplication (the offscreen platform is enough). GUI thread only.
 #pragma once
 
@@ -12,7 +13,7 @@
 namespace memwall::gui {
 
 // Writes the PNGs into `dir` (created if missing); returns the paths written, or an error naming
-// the file that could not be written. The memory schedule is built synchronously.
+// the file that could not be written. The memory schedule and the simulation run synchronously.
 Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size = QSize(1000, 650));
 
 }  // namespace memwall::gui

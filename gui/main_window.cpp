@@ -26,6 +26,7 @@
 
 #include "gui/efficiency_chart.hpp"
 #include "gui/memory_view.hpp"
+#include "gui/plan_sim_views.hpp"
 #include "gui/profile_form.hpp"
 #include "model/units.hpp"
 
@@ -57,14 +58,12 @@ MainWindow::MainWindow(Session initial, QWidget* parent)
   tabs_->addTab(build_efficiency_tab(), "Efficiency vs bandwidth (Fig. 3)");
   memory_ = new MemoryView;
   tabs_->addTab(memory_, "Memory per tier");
-  // Not faked: these fill in when planner/ and sim/ land.
-  int plan = tabs_->addTab(new QLabel("filled by `memwall plan` (planner/) when it lands"), "Plan: needs memwall plan");
-  int sim = tabs_->addTab(new QLabel("filled by `memwall simulate` (sim/) when it lands"),
-                          "Simulate: needs memwall simulate");
-  tabs_->setTabEnabled(plan, false);
-  tabs_->setTabEnabled(sim, false);
-  tabs_->setTabToolTip(plan, "The planner (planner/, `memwall plan`) is not built yet");
-  tabs_->setTabToolTip(sim, "The simulator (sim/, `memwall simulate`) is not built yet");
+  plan_ = new PlanView;
+  tabs_->addTab(plan_, "Plan");
+  tabs_->setTabToolTip(2, "memwall plan (planner/): the fastest placement, bsz, ci, tiling and mp for this profile and model");
+  sim_ = new SimView;
+  tabs_->addTab(sim_, "Simulate");
+  tabs_->setTabToolTip(3, "memwall simulate (sim/): one iteration replayed on SimGrid, with a timeline");
   split->addWidget(tabs_);
   split->setStretchFactor(1, 1);
   setCentralWidget(split);
@@ -153,7 +152,7 @@ QWidget* MainWindow::build_controls() {
   tf->addRow("sequence (seq)", seq_);
   tf->addRow("checkpoint interval (ci)", ci_);
   tf->addRow("achievable peak", peak_);
-  tf->addRow("placement (memory tab)", placement_);
+  tf->addRow("placement (memory and simulate tabs)", placement_);
   v->addWidget(train);
   v->addStretch(1);
 
@@ -304,6 +303,8 @@ void MainWindow::refresh() {
                                .arg(s.config.seq)
                                .arg(s.config.ci)
                                .arg(q(format_flops_rate(s.peak_flops_per_s))));
+  plan_->set_session(s);
+  sim_->set_session(s);
   memory_timer_->start();
 }
 

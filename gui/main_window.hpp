@@ -1,8 +1,9 @@
 // MainWindow: the memwall-gui window. Left: the hardware profile (built-in or any YAML, with a
 // what-if form), the model (catalogue or layers/hidden/heads) and the training controls. Right:
-// tabs for the three Fig. 3 panels with the analysis table, and the memory per tier of a placement.
+// tabs for the three Fig. 3 panels with the analysis table, the memory per tier of a placement,
+// the planner (Plan) and the simulator (Simulate).
 // It wires controls to a Session and Session to views; model/ computes everything. The memory
-// view's schedule runs on a worker thread (QtConcurrent); everything else is instant.
+// view's schedule, the plan and the simulation run on worker threads (QtConcurrent).
 // GUI thread only.
 #pragma once
 
@@ -26,6 +27,8 @@ namespace memwall::gui {
 
 class EfficiencyChart;
 class MemoryView;
+class PlanView;
+class SimView;
 class ProfileForm;
 
 // What a finished memory job hands back to the GUI thread.
@@ -54,6 +57,9 @@ class MainWindow : public QMainWindow {
   const Session& session() const { return session_; }
   EfficiencyChart* chart(Fig3Panel panel) const { return charts_[int(panel)]; }
   MemoryView* memory_view() const { return memory_; }
+  PlanView* plan_view() const { return plan_; }
+  SimView* sim_view() const { return sim_; }
+  QTabWidget* tabs() const { return tabs_; }
   ProfileForm* profile_form() const { return form_; }
   QDoubleSpinBox* bsz_box() const { return bsz_; }
   QSpinBox* hidden_box() const { return hidden_; }
@@ -96,6 +102,8 @@ class MainWindow : public QMainWindow {
   QTableWidget* table_ = nullptr;
   QLabel* table_title_ = nullptr;
   MemoryView* memory_ = nullptr;
+  PlanView* plan_ = nullptr;
+  SimView* sim_ = nullptr;
 
   QTimer* memory_timer_ = nullptr;  // coalesces bursts of control changes into one schedule
   QFutureWatcher<MemoryOutcome> memory_watcher_;

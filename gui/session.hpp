@@ -23,7 +23,7 @@ struct Session {
   ModelSpec model;
   TrainingConfig config;          // bsz, seq, ci used by every view
   double peak_flops_per_s = 70e12;  // Fig. 3 (the paper uses 70 TFLOPS); set from the profile on load
-  std::string placement = "zero_inf_nvme";  // preset for the memory view
+  std::string placement = "zero_inf_nvme";  // preset for the memory view (and the Simulate tab's default)
 };
 
 // A named bandwidth of the profile, drawn as a vertical marker on every Fig. 3 panel.

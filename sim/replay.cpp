@@ -369,6 +369,11 @@ nlohmann::json to_json(const SimReport& r) {
     j["overflow"] = {{"tier", int(r.overflow->tier)}, {"step", r.overflow->step},
                      {"needed_bytes", r.overflow->needed_bytes}, {"capacity_bytes", r.overflow->capacity_bytes},
                      {"message", r.overflow->message}};
+  if (!r.trace.empty()) {  // only when SimOptions::trace asked for it
+    nlohmann::json t = nlohmann::json::array();
+    for (const TraceEvent& e : r.trace) t.push_back({e.name, e.track, e.start_s, e.end_s, e.step});
+    j["trace"] = std::move(t);
+  }
   return j;
 }
 
@@ -392,6 +397,10 @@ SimReport from_json(const nlohmann::json& j) {
     const auto& o = j["overflow"];
     r.overflow = Overflow{Tier(o["tier"].get<int>()), o["step"], o["needed_bytes"], o["capacity_bytes"], o["message"]};
   }
+  if (j.contains("trace"))
+    for (const auto& e : j["trace"])
+      r.trace.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>(),
+                         e[4].get<int>()});
   return r;
 }
 
@@ -405,9 +414,7 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
   if (pid < 0) return make_error(std::string("simulate: fork: ") + std::strerror(errno));
   if (pid == 0) {
     close(fd[0]);
-    SimOptions o = options;
-    o.trace = false;
-    Result<SimReport> r = simulate(model, placement, config, profile, o);
+    Result<SimReport> r = simulate(model, placement, config, profile, options);
     std::string out = r ? to_json(*r).dump() : nlohmann::json{{"error", r.error()}}.dump();
     for (size_t off = 0; off < out.size();) {
       ssize_t n = write(fd[1], out.data() + off, out.size() - off);

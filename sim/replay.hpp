@@ -53,7 +53,8 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
                            const HardwareProfile& profile, const SimOptions& options);
 
 // The same in a forked child process, so one process can run many simulations (SimGrid keeps one
-// engine per process). The trace is not carried back.
+// engine per process). The trace comes back when options.trace asks for it (as JSON over the pipe:
+// large for paper-sized models), otherwise it stays empty.
 Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                                     const HardwareProfile& profile, const SimOptions& options);
 

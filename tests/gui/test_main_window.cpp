@@ -1,7 +1,9 @@
 // The real memwall-gui main window under Xvfb: controls moved with QTest change the plotted
 // points and marker labels exactly as Eq. 6 (model/analysis.hpp) gives; a broken profile shows
 // load_profile's message in a QMessageBox and keeps the previous profile; a bad what-if value is
-// refused; the memory view shows build_schedule's bytes. Tolerance: 1e-12 relative (the window
+// refused; the memory view shows build_schedule's bytes; the Plan tab shows planner::search's
+// ranking (and shortfall_advice, and simulation re-ranking); the Simulate tab shows
+// simulate_isolated's numbers and a bar on every busy timeline row. Tolerance: 1e-12 relative (the window
 // and this test call the same functions in the same order, so values agree to the last bit).
 #include <QApplication>
 #include <QComboBox>
@@ -10,6 +12,11 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QTableWidget>
+#include <QCheckBox>
+#include <QLabel>
+#include <QAreaSeries>
+#include <QChartView>
 #include <QTimer>
 #include <QtTest/QtTest>
 #include <cmath>
@@ -17,6 +24,7 @@
 #include "gui/efficiency_chart.hpp"
 #include "gui/main_window.hpp"
 #include "gui/memory_view.hpp"
+#include "gui/plan_sim_views.hpp"
 #include "gui/profile_form.hpp"
 #include "model/units.hpp"
 
@@ -237,6 +245,133 @@ class MainWindowTest : public QObject {
     check_memory("zero_inf_cpu", true);  // 1T parameters' optimizer states do not fit in CPU memory
     QVERIFY2(w_->memory_view()->status_text().startsWith("does not fit: out of memory on cpu"),
              qPrintable(w_->memory_view()->status_text()));
+  }
+
+  // Plan: the button runs planner::search on a worker; the table's first row is search's best
+  // and the other rows its ranking, one per placement, with FitReport::binding()'s sentence.
+  void plan_button_fills_the_table_with_planner_search() {
+    const Session& s = w_->session();
+    Result<planner::SearchSpace> space = planner::make_space(s.model, s.profile, planner::Fixes{});
+    QVERIFY(space.ok());
+    const planner::SearchResult want = planner::search(s.model, s.profile, *space, planner::SearchOptions{});
+    QVERIFY(want.fits());
+    PlanView* pv = w_->plan_view();
+    QVERIFY(w_->tabs()->isTabEnabled(w_->tabs()->indexOf(pv)));
+    QTest::mouseClick(pv->button(), Qt::LeftButton);
+    QVERIFY(pv->busy() || pv->outcome().has_value());
+    pv->wait();
+    QTableWidget* t = pv->table();
+    QVERIFY(size_t(t->rowCount()) > want.ranked.size());  // then runners-up from SearchResult::top
+    for (int r = int(want.ranked.size()); r < t->rowCount(); ++r) {
+      bool found = false;
+      for (const planner::Evaluated& e : want.top)
+        found = found || (t->item(r, 1)->text() == QString::fromStdString(planner::placement_label(e.candidate.placement)) &&
+                          t->item(r, 2)->text() == QString::number(e.candidate.config.bsz) &&
+                          t->item(r, 3)->text() == QString::number(e.candidate.config.ci) &&
+                          t->item(r, 8)->text() == QString::fromStdString(e.fit.binding().sentence()));
+      QVERIFY2(found, qPrintable(QString("row %1 is not in SearchResult::top").arg(r)));
+    }
+    for (int r = 0; r < int(want.ranked.size()); ++r) {
+      const planner::Evaluated& e = want.ranked[size_t(r)];
+      QCOMPARE(t->item(r, 1)->text(), QString::fromStdString(planner::placement_label(e.candidate.placement)));
+      QCOMPARE(t->item(r, 2)->text(), QString::number(e.candidate.config.bsz));
+      QCOMPARE(t->item(r, 3)->text(), QString::number(e.candidate.config.ci));
+      QCOMPARE(t->item(r, 4)->text(), QString::number(e.candidate.config.tiling_factor));
+      QCOMPARE(t->item(r, 8)->text(), QString::fromStdString(e.fit.binding().sentence()));
+    }
+    QCOMPARE(t->item(0, 0)->text(), QString("chosen"));
+    const QString best = QString::fromStdString(planner::placement_label(want.ranked.front().candidate.placement));
+    QVERIFY2(pv->summary()->text().contains("chosen: " + best), qPrintable(pv->summary()->text()));
+    QVERIFY(pv->summary()->text().contains(
+        QString::fromStdString(want.ranked.front().fit.binding().sentence()).toHtmlEscaped()));
+  }
+
+  // "re-rank best 3 by simulation" sets SearchOptions::refine: the chosen plan carries a simulated
+  // iteration time (a small custom model, so that each simulation takes well under a second).
+  void plan_with_simulation_re_ranking() {
+    w_->hidden_box()->setValue(1024);
+    QCOMPARE(w_->session().model.hidden, 1024L);
+    PlanView* pv = w_->plan_view();
+    pv->refine_box()->setChecked(true);
+    QTest::mouseClick(pv->button(), Qt::LeftButton);
+    pv->wait();
+    QVERIFY(pv->outcome().has_value() && pv->outcome()->ok);
+    const planner::SearchResult& r = pv->outcome()->result;
+    QVERIFY(r.fits());
+    int simulated = 0;
+    for (const planner::Evaluated& e : r.top) simulated += e.simulated_s.has_value();
+    QVERIFY(simulated > 0);
+    QVERIFY(pv->summary()->text().contains("re-ranked by simulation"));
+  }
+
+  // A model that fits nowhere: the table stays empty and the summary shows shortfall_advice.
+  void plan_of_a_model_that_does_not_fit_shows_the_shortfall() {
+    auto* models = w_->findChild<QComboBox*>("model_combo");
+    const int i = models->findText("fig2a-10T");
+    QVERIFY(i >= 0);
+    models->setCurrentIndex(i);
+    emit models->activated(i);
+    const Session& s = w_->session();
+    QCOMPARE(QString::fromStdString(s.model.name), QString("fig2a-10T"));
+    Result<planner::SearchSpace> space = planner::make_space(s.model, s.profile, planner::Fixes{});
+    QVERIFY(space.ok());
+    const planner::SearchResult r = planner::search(s.model, s.profile, *space, planner::SearchOptions{});
+    QVERIFY(!r.fits());
+    const std::string advice = planner::shortfall_advice(s.model, s.profile, planner::Fixes{}, r, planner::SearchOptions{});
+    QTest::mouseClick(w_->plan_view()->button(), Qt::LeftButton);
+    w_->plan_view()->wait();
+    QCOMPARE(w_->plan_view()->table()->rowCount(), 0);
+    const QString text = w_->plan_view()->summary()->text();
+    QVERIFY2(text.contains("does not fit"), qPrintable(text));
+    QVERIFY2(text.contains(QString::fromStdString(advice).toHtmlEscaped()), qPrintable(text));
+  }
+
+  // Simulate: the small default model under a preset, the session's bsz and ci; the iteration time
+  // shown is simulate_isolated's for the same inputs (deterministic), and every resource class the
+  // report calls busy has at least one bar on its timeline row.
+  void simulate_button_shows_simulate_isolated_and_a_timeline() {
+    SimView* sv = w_->sim_view();
+    sv->placement_box()->setCurrentText("zero_inf_nvme");
+    QCOMPARE(sv->model_box()->currentIndex(), 0);  // the small model by default
+    QTest::mouseClick(sv->button(), Qt::LeftButton);
+    sv->wait();
+    QVERIFY(sv->outcome().has_value());
+    QVERIFY2(sv->outcome()->ok, qPrintable(sv->outcome()->error));
+    const Session& s = w_->session();
+    Result<ModelSpec> m = model_from_shape(2, 1024, 16, s.config.seq);
+    QVERIFY(m.ok());
+    TrainingConfig c = s.config;
+    c.ci = std::min(c.ci, 2);
+    Result<sim::SimReport> want = sim::simulate_isolated(*m, *preset("zero_inf_nvme"), c, s.profile, sim::SimOptions{});
+    QVERIFY2(want.ok(), want.ok() ? "" : want.error().c_str());
+    QVERIFY(!want->overflow && want->iteration_s > 0);
+    QVERIFY(want->trace.empty());  // not asked for: not carried back
+    const sim::SimReport& got = sv->outcome()->report;
+    QCOMPARE(got.iteration_s, want->iteration_s);
+    QCOMPARE(got.tflops_per_gpu, want->tflops_per_gpu);
+    QCOMPARE(got.efficiency, want->efficiency);
+    const QString text = sv->summary()->text();
+    QVERIFY2(text.contains(QString("iteration <b>%1 s</b>").arg(want->iteration_s, 0, 'g', 6)), qPrintable(text));
+    QVERIFY2(text.contains(QString("%1 TFLOPS per GPU").arg(want->tflops_per_gpu, 0, 'g', 4)), qPrintable(text));
+    QVERIFY(!got.trace.empty());  // asked for: carried back from the child process
+    const auto& rows = timeline_rows();
+    const auto& drawn = sv->drawn();
+    QCOMPARE(drawn.size(), rows.size());
+    QStringList series;
+    for (QAbstractSeries* a : sv->timeline()->chart()->series()) series << a->name();
+    int busy_rows = 0;
+    for (const auto& [klass, fraction] : want->busy_fraction) {
+      const auto it = std::find(rows.begin(), rows.end(), klass);
+      QVERIFY2(it != rows.end(), klass.c_str());
+      if (fraction <= 0) continue;
+      ++busy_rows;
+      const auto& iv = drawn[size_t(it - rows.begin())];
+      QVERIFY2(!iv.empty(), klass.c_str());
+      QVERIFY(iv.size() <= 2100);
+      for (auto [b, e] : iv) QVERIFY(b <= e && e <= want->iteration_s * (1 + 1e-9));
+      QVERIFY2(series.contains(QString::fromStdString(klass)), klass.c_str());
+    }
+    QVERIFY(busy_rows >= 3);  // zero_inf_nvme: compute, PCIe, NVMe at least
   }
 
   // fig2a-100T's schedule takes seconds: the memory tab shows its busy bar while the Fig. 3 panels
