@@ -46,10 +46,6 @@ const char* to_string(LinkClass l) {
 
 namespace {
 
-constexpr double kParamBytes = 2;   // fp16 parameter / gradient
-constexpr double kOptimBytes = 16;  // fp32 master parameter, momentum, variance, gradient
-constexpr double kActBytes = 2;
-
 // One unit of work in a phase: an operator (or one tile of it) for one micro-batch.
 struct Item {
   size_t v;
@@ -61,8 +57,8 @@ struct Item {
 class Generator {
  public:
   Generator(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, int rank,
-            int dp)
-      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp),
+            int dp, const MemorySizes& sizes)
+      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes),
         g_(build_gpt_graph(m, c.bsz, c.seq)),
         micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1) {
     s_.strategy = pl.name;
@@ -70,6 +66,7 @@ class Generator {
     s_.dp = dp;
     s_.mp = c.mp;
     s_.micro_batches = micro_batches_;
+    s_.sizes = sizes;
     s_.capacity_bytes[int(Tier::gpu)] = p.gpu_memory_bytes;
     s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / p.gpus_per_node;
     s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / p.gpus_per_node;
@@ -83,6 +80,11 @@ class Generator {
     forward();
     backward();
     optimizer();
+    if (workspace() && !s_.steps.empty()) {
+      s_.steps.front().allocs.push_back({"workspace", Tier::gpu, z_.workspace_bytes});
+      s_.steps.back().frees.push_back("workspace");
+    }
+    account_memory();
     return std::move(s_);
   }
 
@@ -94,10 +96,10 @@ class Generator {
   double mp_share(size_t v) const { return g_.op(v).kind == OpKind::layernorm ? 1.0 : 1.0 / c_.mp; }
   size_t owner(size_t v) const { return index_.at(g_.op(v).param_owner); }
   bool has_params(size_t v) const { return !g_.op(v).param_owner.empty(); }
-  // fp16 bytes of the parameters a (tile of an) operator needs on this rank, whole (not sharded).
+  // 16-bit bytes of the parameters a (tile of an) operator needs on this rank, whole (not sharded).
   double param_bytes(size_t v) const {
     size_t o = owner(v);
-    return kParamBytes * g_.op(o).param_elems * mp_share(o) / tiles(o);
+    return z_.param_bytes * g_.op(o).param_elems * mp_share(o) / tiles(o);
   }
   double model_param_elems() const {
     double n = 0;
@@ -105,33 +107,58 @@ class Generator {
     return n;
   }
   double shard(const StatePlacement& sp) const { return sp.partitioned ? 1.0 / dp_ : 1.0; }
+  bool workspace() const { return z_.workspace_bytes >= 0; }
 
-  // ---- memory accounting -------------------------------------------------------------------
-  void hold(Tier t, double bytes, int step) {
-    resident_[int(t)] += bytes;
-    double& peak = s_.peak_bytes[int(t)];
-    peak = std::max(peak, resident_[int(t)]);
-    double cap = s_.capacity_bytes[int(t)];
-    if (!s_.overflow && resident_[int(t)] > cap * (1 + 1e-12)) {
-      const Step& st = s_.steps[std::max(step, 0)];
-      std::string where = step < 0 ? "before the first step (persistent states)"
-                                   : "at step " + std::to_string(step) + " (" + to_string(st.kind) + " " + st.op + ")";
-      s_.overflow = Overflow{t, step, resident_[int(t)], cap,
-                             std::string("out of memory on ") + to_string(t) + " " + where + ": needs " +
-                                 format_bytes(resident_[int(t)]) + ", capacity " + format_bytes(cap) + " per rank"};
-    }
+  // ---- memory ------------------------------------------------------------------------------
+  // Buffers live on steps (allocs / frees); the peaks and the first overflow come from walking them
+  // in order once everything is emitted, so the accounting is exactly what an executor replays.
+  void alloc(int step, const std::string& name, Tier t, double bytes) {
+    s_.steps[size_t(step)].allocs.push_back({name, t, bytes});
   }
-  void drop(Tier t, double bytes) { resident_[int(t)] -= bytes; }
+  void free_at(int step, const std::string& name) { s_.steps[size_t(step)].frees.push_back(name); }
 
   void place_persistent_states() {
     const double n = model_param_elems();
-    persist(State::param16, kParamBytes * n * shard(pl_.param16));
-    persist(State::grad16, kParamBytes * n * shard(pl_.grad16));
-    persist(State::optim32, kOptimBytes * n * shard(pl_.optim32));
+    s_.persistent_bytes[int(pl_.param16.tier)][int(State::param16)] += z_.param_bytes * n * shard(pl_.param16);
+    s_.persistent_bytes[int(pl_.grad16.tier)][int(State::grad16)] += z_.param_bytes * n * shard(pl_.grad16);
+    s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += z_.optim_bytes * n * shard(pl_.optim32);
   }
-  void persist(State st, double bytes) {
-    s_.persistent_bytes[int(pl_.of(st).tier)][int(st)] += bytes;
-    hold(pl_.of(st).tier, bytes, -1);
+
+  void account_memory() {
+    std::array<double, kTiers> resident{};
+    for (int t = 0; t < kTiers; ++t)
+      for (double b : s_.persistent_bytes[size_t(t)]) resident[size_t(t)] += b;
+    for (int t = 0; t < kTiers; ++t) check_capacity(Tier(t), resident[size_t(t)], -1);
+    s_.peak_bytes = resident;
+    std::map<std::string, Buffer> live;
+    for (const Step& st : s_.steps) {
+      for (const Buffer& b : st.allocs) {
+        live[b.name] = b;
+        resident[int(b.tier)] += b.bytes;
+      }
+      for (int t = 0; t < kTiers; ++t) {
+        s_.peak_bytes[size_t(t)] = std::max(s_.peak_bytes[size_t(t)], resident[size_t(t)]);
+        check_capacity(Tier(t), resident[size_t(t)], st.id);
+      }
+      for (const std::string& name : st.frees) {
+        auto it = live.find(name);
+        if (it == live.end()) continue;  // check_invariants reports it
+        resident[int(it->second.tier)] -= it->second.bytes;
+        live.erase(it);
+      }
+    }
+  }
+  void check_capacity(Tier t, double resident, int step) {
+    const double cap = s_.capacity_bytes[int(t)];
+    if (s_.overflow || resident <= cap * (1 + 1e-12)) return;
+    std::string where = "before the first step (persistent states)";
+    if (step >= 0) {
+      const Step& st = s_.steps[size_t(step)];
+      where = "at step " + std::to_string(step) + " (" + to_string(st.kind) + " " + st.op + ")";
+    }
+    s_.overflow = Overflow{t, step, resident, cap,
+                           std::string("out of memory on ") + to_string(t) + " " + where + ": needs " +
+                               format_bytes(resident) + ", capacity " + format_bytes(cap) + " per rank"};
   }
 
   // ---- step emission -----------------------------------------------------------------------
@@ -157,8 +184,9 @@ class Generator {
     if (a == Tier::nvme || b == Tier::nvme) return LinkClass::nvme_cpu;
     return LinkClass::cpu_gpu;
   }
-  Step transfer(StepKind k, Phase ph, const std::string& op, const char* hop, State state, double bytes, Tier src,
-                Tier dst, LinkClass link, std::vector<int> d) {
+  static Step transfer(StepKind k, Phase ph, const std::string& op, const char* hop, State state, double bytes,
+                       Tier src, Tier dst, LinkClass link, std::vector<int> d, std::string src_buf = "",
+                       std::string dst_buf = "") {
     Step st;
     st.kind = k;
     st.phase = ph;
@@ -170,6 +198,8 @@ class Generator {
     st.dst = dst;
     st.link = link;
     st.deps = std::move(d);
+    st.src_buf = std::move(src_buf);
+    st.dst_buf = std::move(dst_buf);
     return st;
   }
 
@@ -202,6 +232,7 @@ class Generator {
     Fetch& fe = f[gi];
     const Item& it = first[gi];
     const std::string name = tile_name(it);
+    const std::string key = buffer_key(it);
     const double whole = param_bytes(it.v);
     const Tier home = pl_.param16.tier;
     const bool bcast = pl_.fetch == ParamFetch::broadcast && dp_ > 1;
@@ -212,30 +243,35 @@ class Generator {
       // Issued when the compute before it starts: prefetch runs `prefetch_depth` operators ahead,
       // not arbitrarily far (the buffers it fills are bounded).
       fe.nc = emit(with_param(transfer(StepKind::fetch, ph, name, "nc", State::param16, slice, Tier::nvme, Tier::cpu,
-                                       LinkClass::nvme_cpu, deps({issue_point()})), buffer_key(it)));
-      hold(Tier::cpu, slice, fe.nc);
+                                       LinkClass::nvme_cpu, deps({issue_point()}), "", "nc:" + key),
+                              key));
+      alloc(fe.nc, "nc:" + key, Tier::cpu, slice);
     }
     if (h == 1 && home != Tier::gpu && reads_slow && fe.cg < 0) {
       fe.cg = emit(with_param(transfer(StepKind::fetch, ph, name, "cg", State::param16, slice, Tier::cpu, Tier::gpu,
-                                       LinkClass::cpu_gpu, deps({fe.nc >= 0 ? fe.nc : issue_point()})),
-                              buffer_key(it)));
-      if (fe.nc >= 0) drop(Tier::cpu, slice);
-      hold(Tier::gpu, whole, fe.cg);  // the gather buffer is allocated whole
+                                       LinkClass::cpu_gpu, deps({fe.nc >= 0 ? fe.nc : issue_point()}),
+                                       fe.nc >= 0 ? "nc:" + key : "", key),
+                              key));
+      alloc(fe.cg, key, Tier::gpu, whole);  // the gather buffer is allocated whole
+      if (fe.nc >= 0) free_at(fe.cg, "nc:" + key);
       fe.fetched = true;
     }
     if (h == 2 && dp_ > 1 && (pl_.param16.partitioned || bcast) && fe.gg < 0) {
       const double got = bcast ? (is_owner ? 0 : whole) : whole - slice;
+      // The gather reads this rank's slice from the buffer its cg filled, or from the persistent
+      // shard on the GPU (zero3), and fills the rest of the buffer.
       fe.gg = emit(with_param(transfer(StepKind::fetch, ph, name, bcast ? "bcast" : "gg", State::param16, got,
-                                       Tier::gpu, Tier::gpu, collective_link_, deps({fe.cg >= 0 ? fe.cg : issue_point()})),
-                              buffer_key(it)));
-      if (!fe.fetched) hold(Tier::gpu, whole, fe.gg);
+                                       Tier::gpu, Tier::gpu, collective_link_,
+                                       deps({fe.cg >= 0 ? fe.cg : issue_point()}), fe.fetched ? key : "", key),
+                              key));
+      if (!fe.fetched) alloc(fe.gg, key, Tier::gpu, whole);
       fe.fetched = true;
     }
   }
 
   // Runs `items` in order with the three-hop prefetch of Sec. 6.2: nc for group i+d, cg for i+d-1,
   // gg for i+d-2 (d = prefetch depth), releasing each group after its last item. Backward items
-  // also reduce and offload gradients.
+  // also reduce and offload gradients. `before(i)` runs before item i's fetches are issued.
   void run_items(const std::vector<Item>& items, const std::function<void(size_t)>& before = {}) {
     // Consecutive items that use the same parameters share one fetch (l2l's micro-batch loop).
     std::vector<Item> first;
@@ -272,17 +308,21 @@ class Generator {
       st.op = op.name;
       st.tile = it.tile;
       st.micro_batch = it.u;
-      if (gi != SIZE_MAX) st.param = buffer_key(first[gi]);
+      if (gi != SIZE_MAX) {
+        st.param = buffer_key(first[gi]);
+        if (f[gi].fetched) st.src_buf = st.param;
+      }
       const double share = mp_share(it.v) / tiles(it.v);
       st.flops = (ph == Phase::backward ? op.bwd_flops : op.fwd_flops) * share;
       st.deps = deps({last_compute_, gi != SIZE_MAX ? f[gi].last() : -1});
-      if (!load_ids_.empty()) {
-        st.deps.insert(st.deps.end(), load_ids_.begin(), load_ids_.end());
-        load_ids_.clear();
-      }
+      st.deps.insert(st.deps.end(), next_compute_deps_.begin(), next_compute_deps_.end());
+      next_compute_deps_.clear();
       // Gradient buffers are bounded: backward of op i overlaps the reduce-scatter of op i+1 and
       // the offload of op i+2 (Sec. 6.2), so it waits for op i+3's gradient to be gone.
       if (ph == Phase::backward && grad_done_.size() >= 3) st.deps.push_back(grad_done_[grad_done_.size() - 3]);
+      if (gi != SIZE_MAX && ph == Phase::backward) st.dst_buf = grad_buffer(it);
+      st.allocs = std::move(next_compute_allocs_);
+      next_compute_allocs_.clear();
       prev_compute_ = last_compute_;
       last_compute_ = emit(std::move(st));
       if (gi != SIZE_MAX && ph == Phase::backward) grad_ready(it, last_compute_);
@@ -296,7 +336,7 @@ class Generator {
         rel.state = State::param16;
         rel.bytes = param_bytes(it.v);
         rel.deps = deps({last_compute_});
-        drop(Tier::gpu, rel.bytes);
+        rel.frees.push_back(rel.param);
         emit(std::move(rel));
       }
     }
@@ -309,12 +349,21 @@ class Generator {
     bool fwd_point = n.ends_with(".proj") || n.ends_with(".fc2");
     bool bwd_point = n.ends_with(".qkv") || n.ends_with(".fc1");
     if (!((ph != Phase::backward && fwd_point) || (ph == Phase::backward && bwd_point))) return;
-    const double act = kActBytes * c_.bsz * double(c_.seq) * double(m_.hidden);
+    const double act = z_.act_bytes * c_.bsz * double(c_.seq) * double(m_.hidden);
     Step st = transfer(StepKind::allreduce, ph, n, "mp", State::act_ckpt, 2.0 * act * (c_.mp - 1) / c_.mp, Tier::gpu,
                        Tier::gpu, LinkClass::gpu_gpu, deps({last_compute_}));
     st.state.reset();
     last_compute_ = emit(std::move(st));
   }
+
+  // Where a backward compute accumulates the gradient of its parameters: a buffer of its own when
+  // a later step reduces or offloads it, otherwise the persistent grad16 on the GPU (its shard is
+  // the whole gradient: unpartitioned, or dp 1).
+  bool grad_has_buffer() const {
+    const StatePlacement& gp = pl_.grad16;
+    return gp.tier != Tier::gpu || (gp.partitioned && dp_ > 1);
+  }
+  std::string grad_buffer(const Item& it) const { return grad_has_buffer() ? "grad:" + tile_name(it) : ""; }
 
   // Backward produced the gradient of (a tile of) an operator's parameters. Reduce it across the
   // data-parallel group and move this rank's part to the gradient tier once its last use is done
@@ -323,7 +372,8 @@ class Generator {
     const size_t o = owner(it.v);
     const double whole = param_bytes(it.v);
     const std::string key = tile_name(it);
-    if (grad_pending_.insert(key).second) hold(Tier::gpu, whole, compute_id);
+    const std::string buf = grad_buffer(it);
+    if (!buf.empty() && grad_pending_.insert(key).second) alloc(compute_id, buf, Tier::gpu, whole);
     if (it.v != o) return;  // lm_head: the embedding's backward comes later and finishes it
     if (it.u >= 0 && it.u + 1 < micro_batches_) return;  // l2l accumulates over micro-batches
     grad_pending_.erase(key);
@@ -332,25 +382,35 @@ class Generator {
     int prev = compute_id;
     double keep = whole;  // bytes of this gradient that stay on this GPU afterwards
     if (dp_ > 1 && gp.partitioned) {
+      // reduce-scatters the buffer; this rank's part lands in its grad16 shard when that is on the GPU
       prev = emit(transfer(StepKind::reduce_scatter, Phase::backward, key, bcast ? "reduce" : "rs", State::grad16,
-                           whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev})));
+                           whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
+                           gp.tier == Tier::gpu ? "" : buf));
       keep = bcast ? (int(grad_group_++ % dp_) == rank_ ? whole : 0) : whole / dp_;
     } else if (dp_ > 1) {
       prev = emit(transfer(StepKind::allreduce, Phase::backward, key, "ar", State::grad16,
-                           2.0 * whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev})));
+                           2.0 * whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
+                           buf));
     }
-    drop(Tier::gpu, whole);
-    if (gp.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 buffer (counted up front) holds it
+    if (gp.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
+      if (!buf.empty()) free_at(prev, buf);
       grad_done_.push_back(prev);
       return;
     }
+    const bool to_nvme = gp.tier == Tier::nvme;
+    const std::string staged = "gc:" + key;
     prev = emit(transfer(StepKind::offload, Phase::backward, key, "gc", State::grad16, keep, Tier::gpu, Tier::cpu,
-                         LinkClass::cpu_gpu, deps({prev})));
+                         LinkClass::cpu_gpu, deps({prev}), buf, to_nvme ? staged : ""));
+    free_at(prev, buf);
     offloads_.push_back(prev);
     grad_done_.push_back(prev);
-    if (gp.tier == Tier::nvme)
-      offloads_.push_back(emit(transfer(StepKind::offload, Phase::backward, key, "cn", State::grad16, keep, Tier::cpu,
-                                        Tier::nvme, LinkClass::nvme_cpu, deps({prev}))));
+    if (to_nvme) {
+      alloc(prev, staged, Tier::cpu, keep);
+      int cn = emit(transfer(StepKind::offload, Phase::backward, key, "cn", State::grad16, keep, Tier::cpu,
+                             Tier::nvme, LinkClass::nvme_cpu, deps({prev}), staged, ""));
+      free_at(cn, staged);
+      offloads_.push_back(cn);
+    }
   }
 
   // ---- phases ------------------------------------------------------------------------------
@@ -376,13 +436,18 @@ class Generator {
       for (size_t v : ops) add(v);
     return out;
   }
-  double ckpt_bytes() const { return kActBytes * c_.bsz * double(c_.seq) * double(m_.hidden); }
+  double ckpt_bytes() const { return z_.act_bytes * c_.bsz * double(c_.seq) * double(m_.hidden); }
+  std::string ckpt_name(int b, int u) const {
+    return "block" + std::to_string(b) + ".input" + (micro_batches_ > 1 ? " mb" + std::to_string(u) : "");
+  }
   // Activations of one block kept in forward until the block ends (or, in backward, the AWM of a
-  // checkpoint segment: Eq. 5 per block), per micro-batch.
-  double block_activation_bytes() const { return awm_per_block_; }
+  // checkpoint segment: Eq. 5 per block), per micro-batch. Zero with a preallocated workspace.
+  double block_activation_bytes() const { return workspace() ? 0 : awm_per_block_; }
 
   // Forward runs as one item list so prefetch crosses block boundaries; checkpoints are saved as
-  // each segment starts, and one block's activations are held while it runs.
+  // each segment starts, and one block's activations are held while it runs. A block's input is
+  // the previous block's output, whose memory the next block reuses: the first compute after a
+  // block waits for the checkpoint saved from that block's input.
   void forward() {
     awm_per_block_ = c_.bsz * double(c_.seq) * (16.0 * m_.hidden + 2.0 * m_.heads * double(c_.seq)) / c_.mp;
     for (size_t v : g_.order)
@@ -397,24 +462,30 @@ class Generator {
     const Tier ct = pl_.act_ckpt.tier;
     const double act = block_activation_bytes() * micro_batches_;
     int open_block = -1;
+    std::vector<int> saves_of_open;  // checkpoints taken from the open block's input
     run_items(items, [&](size_t i) {
       const int b = g_.op(items[i].v).block;
       if (b == open_block) return;
-      if (open_block >= 0) drop(Tier::gpu, act);
+      if (open_block >= 0 && act > 0) free_at(last_compute_, "act:block" + std::to_string(open_block));
+      next_compute_deps_.insert(next_compute_deps_.end(), saves_of_open.begin(), saves_of_open.end());
+      saves_of_open.clear();
       open_block = b;
       if (b < 0) return;
       if (b % c_.ci == 0)
         for (int u = 0; u < micro_batches_; ++u) {
+          const std::string buf = "ckpt:" + ckpt_name(b, u);
           Step st = transfer(StepKind::save_ckpt, Phase::forward, "block" + std::to_string(b) + ".input",
                              ct == Tier::gpu ? "" : "gc", State::act_ckpt, ckpt_bytes(), Tier::gpu, ct,
-                             link_between(Tier::gpu, ct), deps({last_compute_}));
+                             link_between(Tier::gpu, ct), deps({last_compute_}), "", buf);
           st.micro_batch = micro_batches_ > 1 ? u : -1;
           int id = emit(std::move(st));
-          hold(ct, ckpt_bytes(), id);
+          alloc(id, buf, ct, ckpt_bytes());
           saved_[{b, u}] = id;
+          saves_of_open.push_back(id);
         }
-      hold(Tier::gpu, act, last_compute_);
+      if (act > 0) next_compute_allocs_.push_back({"act:block" + std::to_string(b), Tier::gpu, act});
     });
+    next_compute_deps_.clear();
   }
 
   // Backward runs as one item list: the tail, then per checkpoint segment (last first) the
@@ -438,13 +509,10 @@ class Generator {
     const size_t head_at = items.size();
     std::vector<Item> head = items_of(head_ops_, Phase::backward);
     items.insert(items.end(), head.begin(), head.end());
-    double open_awm = 0;
+    std::vector<std::string> open;  // buffers of the open segment, given back when it is done
     auto close_segment = [&]() {
-      if (open_awm <= 0) return;
-      drop(Tier::gpu, open_awm);
-      drop(Tier::gpu, ckpt_bytes() * micro_batches_);  // the loaded copy (or the GPU-resident one)
-      if (ct != Tier::gpu) drop(ct, ckpt_bytes() * micro_batches_);
-      open_awm = 0;
+      for (const std::string& b : open) free_at(last_compute_, b);
+      open.clear();
     };
     run_items(items, [&](size_t i) {
       if (i == head_at) close_segment();
@@ -453,29 +521,41 @@ class Generator {
       close_segment();
       const int b0 = it->second;
       for (int u = 0; u < micro_batches_; ++u) {
+        const std::string saved = "ckpt:" + ckpt_name(b0, u);
+        const std::string loaded = ct == Tier::gpu ? saved : "ckpt@gpu:" + ckpt_name(b0, u);
         Step st = transfer(StepKind::load_ckpt, Phase::recompute, "block" + std::to_string(b0) + ".input",
                            ct == Tier::gpu ? "" : "cg", State::act_ckpt, ckpt_bytes(), ct, Tier::gpu,
-                           link_between(ct, Tier::gpu), deps({saved_.at({b0, u}), last_compute_}));
+                           link_between(ct, Tier::gpu), deps({saved_.at({b0, u}), last_compute_}), saved, loaded);
         // Not prefetched: the checkpoint's buffer is free only once the later segment is done.
         st.micro_batch = micro_batches_ > 1 ? u : -1;
         int id = emit(std::move(st));
-        if (ct != Tier::gpu) hold(Tier::gpu, ckpt_bytes(), id);
-        load_ids_.push_back(id);
+        if (ct != Tier::gpu) {
+          alloc(id, loaded, Tier::gpu, ckpt_bytes());
+          open.push_back(loaded);
+        }
+        open.push_back(saved);
+        next_compute_deps_.push_back(id);
       }
-      open_awm = block_activation_bytes() * std::min(c_.ci, m_.layers - b0) * micro_batches_;
-      hold(Tier::gpu, open_awm, last_compute_);
+      const double awm = block_activation_bytes() * std::min(c_.ci, m_.layers - b0) * micro_batches_;
+      if (awm > 0) {
+        const std::string name = "awm:segment" + std::to_string(b0);
+        next_compute_allocs_.push_back({name, Tier::gpu, awm});
+        open.push_back(name);
+      }
     });
     close_segment();
   }
 
-  // Optimizer step on this rank's partition (Sec. 5.2.2): in chunks sized to the pinned buffers
-  // when the states live on NVMe, reading chunk i+1 and writing chunk i-1 while chunk i updates.
+  // Optimizer step on this rank's partition (Sec. 5.2.2). With the states on NVMe it runs in chunks
+  // sized to the pinned buffers: three chunk buffers, so the read of chunk i+1 and the write of
+  // chunk i-1 overlap the update of chunk i. The list says so too: the reads of the first three
+  // chunks come first, and the read of chunk i+3 follows the write that frees its buffer.
   void optimizer() {
     const double n = model_param_elems() * shard(pl_.optim32);
+    s_.optimizer_chunk_params = n;
     std::vector<int> all_grads = offloads_;
     all_grads.push_back(last_compute_);
-    const Tier ot = pl_.optim32.tier;
-    const Tier pt = pl_.param16.tier;
+    const Tier ot = pl_.optim32.tier, pt = pl_.param16.tier, gt = pl_.grad16.tier;
     if (ot == Tier::gpu) {
       Step st;
       st.kind = StepKind::optimizer;
@@ -489,62 +569,86 @@ class Generator {
       return;
     }
     // Gradients kept on the GPU go to the CPU that runs the optimizer (ZeRO-Offload, ZeRO-2 + CPU).
-    if (pl_.grad16.tier == Tier::gpu) {
-      int id = emit(transfer(StepKind::offload, Phase::optimizer, "grads", "gc", State::grad16, kParamBytes * n,
-                             Tier::gpu, Tier::cpu, LinkClass::cpu_gpu, all_grads));
+    if (gt == Tier::gpu) {
+      int id = emit(transfer(StepKind::offload, Phase::optimizer, "grads", "gc", State::grad16, z_.param_bytes * n,
+                             Tier::gpu, Tier::cpu, LinkClass::cpu_gpu, all_grads, "", "grads16"));
+      alloc(id, "grads16", Tier::cpu, z_.param_bytes * n);
       all_grads = {id};
     }
-    // Pinned staging: three chunk buffers per rank (read-ahead, update, write-behind).
+    // What a chunk buffer holds per parameter: the states read from NVMe, the gradient read with
+    // them, and the updated 16-bit parameters on their way to NVMe.
+    const double per_param = (ot == Tier::nvme ? z_.optim_bytes : 0) + (gt == Tier::nvme ? z_.param_bytes : 0) +
+                             (pt == Tier::nvme ? z_.param_bytes : 0);
+    const bool chunked = ot == Tier::nvme;
     const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;
-    const double bytes_per_param = kOptimBytes + kParamBytes;  // states + the gradient read with them
-    double chunk = ot == Tier::nvme ? std::max(1.0, std::floor(pinned_per_rank / (3 * bytes_per_param))) : n;
+    double chunk = chunked ? std::max(1.0, std::floor(pinned_per_rank / (3 * per_param))) : n;
     const int chunks = int(std::min(1e6, std::ceil(n / chunk)));
     chunk = n / chunks;
-    std::vector<int> writes;
+    s_.optimizer_chunk_params = chunk;
+    auto name = [](int k) { return "adam[chunk " + std::to_string(k) + "]"; };
+    std::vector<std::vector<int>> reads(static_cast<size_t>(chunks));
+    std::vector<int> writes(size_t(chunks), -1);
+    auto read = [&](int k) {
+      if (per_param <= 0) return;
+      std::vector<int> d = all_grads;
+      if (k >= 3) d.push_back(writes[size_t(k - 3)]);  // buffer k % 3 is free again
+      std::vector<int>& r = reads[size_t(k)];
+      if (ot == Tier::nvme)
+        r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::optim32,
+                                  z_.optim_bytes * chunk, Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
+      if (gt == Tier::nvme)
+        r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::grad16,
+                                  z_.param_bytes * chunk, Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
+      if (!r.empty()) alloc(r.front(), name(k), Tier::cpu, per_param * chunk);
+      else next_optim_alloc_ = {name(k), Tier::cpu, per_param * chunk};
+    };
+    for (int k = 0; k < std::min(3, chunks); ++k) read(k);
     int prev_adam = -1;
     for (int k = 0; k < chunks; ++k) {
-      const std::string name = "adam[chunk " + std::to_string(k) + "]";
-      int read = -1, read_g = -1;
-      if (ot == Tier::nvme) {
-        std::vector<int> d = all_grads;
-        if (k >= 3) d.push_back(writes[k - 3]);  // buffer k % 3 is free again
-        read = emit(transfer(StepKind::fetch, Phase::optimizer, name, "nc", State::optim32, kOptimBytes * chunk,
-                             Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d));
-        if (pl_.grad16.tier == Tier::nvme)
-          read_g = emit(transfer(StepKind::fetch, Phase::optimizer, name, "nc", State::grad16, kParamBytes * chunk,
-                                 Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d));
-        hold(Tier::cpu, bytes_per_param * chunk, read);
-      }
       Step st;
       st.kind = StepKind::optimizer;
       st.phase = Phase::optimizer;
-      st.op = name;
+      st.op = name(k);
       st.params = chunk;
       st.src = st.dst = Tier::cpu;
-      st.deps = deps({read, read_g, prev_adam});
-      if (read < 0) st.deps = all_grads;
-      prev_adam = emit(std::move(st));
-      if (ot == Tier::nvme) {
-        int w = emit(transfer(StepKind::offload, Phase::optimizer, name, "cn", State::optim32, kOptimBytes * chunk,
-                              Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam})));
-        if (pt == Tier::nvme)
-          w = emit(transfer(StepKind::offload, Phase::optimizer, name, "cn", State::param16, kParamBytes * chunk,
-                            Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam})));
-        drop(Tier::cpu, bytes_per_param * chunk);
-        writes.push_back(w);
+      st.deps = deps({prev_adam});
+      const std::vector<int>& r = reads[size_t(k)];
+      st.deps.insert(st.deps.end(), r.begin(), r.end());
+      if (r.empty()) st.deps.insert(st.deps.end(), all_grads.begin(), all_grads.end());
+      if (per_param > 0) st.src_buf = st.dst_buf = name(k);
+      if (!next_optim_alloc_.name.empty()) {
+        st.allocs.push_back(next_optim_alloc_);
+        next_optim_alloc_ = {};
       }
+      if (pt == Tier::gpu) st.allocs.push_back({"params16", Tier::cpu, z_.param_bytes * chunk});
+      prev_adam = emit(std::move(st));
+      if (gt == Tier::gpu && k == chunks - 1) free_at(prev_adam, "grads16");
+      int w = prev_adam;
+      if (ot == Tier::nvme)
+        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::optim32, z_.optim_bytes * chunk,
+                          Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
+      if (pt == Tier::nvme) {
+        const int states = w;
+        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::param16, z_.param_bytes * chunk,
+                          Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
+        if (states != prev_adam) s_.steps[size_t(w)].deps.push_back(states);  // the buffer goes when both are out
+      }
+      if (per_param > 0) free_at(w, name(k));
+      writes[size_t(k)] = w;
+      if (pt == Tier::gpu) refresh_params(prev_adam, chunk);
+      if (k + 3 < chunks) read(k + 3);
     }
-    refresh_params(prev_adam, n);
   }
 
-  // Updated fp16 parameters go back to where param16 lives: to the GPUs when it is resident there
+  // Updated 16-bit parameters go back to where param16 lives: to the GPUs when it is resident there
   // (each rank copies its partition and the group all-gathers, or the owner broadcasts).
   void refresh_params(int after, double optim_params) {
     if (pl_.param16.tier != Tier::gpu || pl_.optim32.tier == Tier::gpu) return;
-    const double whole = kParamBytes * optim_params * (pl_.optim32.partitioned ? dp_ : 1);
-    const double mine = kParamBytes * optim_params;
+    const double whole = z_.param_bytes * optim_params * (pl_.optim32.partitioned ? dp_ : 1);
+    const double mine = z_.param_bytes * optim_params;
     int cg = emit(transfer(StepKind::fetch, Phase::optimizer, "params", "cg", State::param16, mine, Tier::cpu,
-                           Tier::gpu, LinkClass::cpu_gpu, deps({after})));
+                           Tier::gpu, LinkClass::cpu_gpu, deps({after}), "params16", ""));
+    free_at(cg, "params16");
     if (dp_ > 1 && !pl_.param16.partitioned && pl_.optim32.partitioned)
       emit(transfer(StepKind::fetch, Phase::optimizer, "params", pl_.fetch == ParamFetch::broadcast ? "bcast" : "gg",
                     State::param16, whole - mine, Tier::gpu, Tier::gpu, collective_link_, deps({cg})));
@@ -555,12 +659,12 @@ class Generator {
   const TrainingConfig& c_;
   const HardwareProfile& p_;
   int rank_, dp_;
+  MemorySizes z_;
   OperatorGraph g_;
   int micro_batches_;
   Schedule s_;
   LinkClass collective_link_ = LinkClass::gpu_gpu;
   std::map<std::string, size_t> index_;
-  std::array<double, kTiers> resident_{};
   int last_compute_ = -1;
   int prev_compute_ = -1;
   std::set<std::string> grad_pending_;
@@ -568,7 +672,9 @@ class Generator {
   std::vector<int> offloads_;
   std::map<std::pair<int, int>, int> saved_;
   std::vector<size_t> head_ops_, tail_ops_;
-  std::vector<int> load_ids_;   // checkpoint loads the next compute waits for
+  std::vector<int> next_compute_deps_;       // checkpoint loads and saves the next compute waits for
+  std::vector<Buffer> next_compute_allocs_;  // activation memory the next compute makes
+  Buffer next_optim_alloc_;                  // a chunk buffer with no read to carry it
   std::vector<int> grad_done_;  // per gradient group in backward order: the step that frees its buffer
   double awm_per_block_ = 0;
 };
@@ -576,7 +682,7 @@ class Generator {
 }  // namespace
 
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
-                                const HardwareProfile& profile, int rank) {
+                                const HardwareProfile& profile, int rank, const MemorySizes& sizes) {
   Result<Placement> ok = validate(placement);
   if (!ok) return make_error(ok.error());
   Result<TrainingConfig> cfg = validate(config, model.layers);
@@ -592,7 +698,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
     return make_error("--rank: expected 0.." + std::to_string(dp - 1) + ", got " + std::to_string(rank));
   if (config.micro_batches > 1 && !placement.layer_major)
     return make_error("--micro-batches: only the layer-major l2l schedule loops over micro-batches inside an iteration");
-  return Generator(model, placement, config, profile, rank, dp).run();
+  if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
+    return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
+  return Generator(model, placement, config, profile, rank, dp, sizes).run();
 }
 
 std::vector<std::string> check_invariants(const Schedule& s) {
@@ -635,7 +743,42 @@ std::vector<std::string> check_invariants(const Schedule& s) {
   }
   for (const auto& [param, step] : last_fetch)
     bad.push_back(param + ": fetched at step " + std::to_string(step) + " but never released");
+  // Buffers: made once, read only while alive, given back once.
+  std::map<std::string, int> live;  // name -> step that made it
+  for (const Step& st : s.steps) {
+    for (const Buffer& b : st.allocs) {
+      if (!(b.bytes >= 0)) fail(st, "buffer " + b.name + " has no size");
+      if (!live.emplace(b.name, st.id).second) fail(st, "makes buffer " + b.name + ", which already exists");
+    }
+    for (const std::string* name : {&st.src_buf, &st.dst_buf})
+      if (!name->empty() && !live.count(*name)) fail(st, "uses buffer " + *name + ", which does not exist");
+    for (const std::string& name : st.frees)
+      if (!live.erase(name)) fail(st, "gives back buffer " + name + ", which does not exist");
+  }
+  for (const auto& [name, step] : live)
+    if (bad.size() < 20) bad.push_back("buffer " + name + ": made at step " + std::to_string(step) + " but never given back");
   return bad;
+}
+
+std::vector<double> buffer_bytes_by_step(const Schedule& s, Tier tier) {
+  std::vector<double> out;
+  out.reserve(s.steps.size());
+  std::map<std::string, double> live;
+  double now = 0;
+  for (const Step& st : s.steps) {
+    for (const Buffer& b : st.allocs)
+      if (b.tier == tier) {
+        live[b.name] = b.bytes;
+        now += b.bytes;
+      }
+    out.push_back(now);
+    for (const std::string& name : st.frees)
+      if (auto it = live.find(name); it != live.end()) {
+        now -= it->second;
+        live.erase(it);
+      }
+  }
+  return out;
 }
 
 std::string schedule_text(const Schedule& s) {

@@ -28,6 +28,25 @@ const char* to_string(StepKind k);
 const char* to_string(Phase p);
 const char* to_string(LinkClass l);
 
+// A buffer that exists only for part of an iteration: fetched parameters, gradients on their way
+// out, staged NVMe reads, checkpoints, activation working memory, optimizer chunks. It is made
+// before the step that names it in `allocs` starts and given back once the step that names it in
+// `frees` has completed. Persistent model states are not buffers (Schedule::persistent_bytes).
+// Names are the contract between the generator and an executor:
+//   "<group>[tile t]@<phase>"  fetched 16-bit parameters (Step::param of the fetches and release)
+//   "nc:<that>"                the same parameters staged in CPU memory on their way from NVMe
+//   "grad:<group>[tile t]"     a gradient being accumulated, reduced and offloaded
+//   "gc:<group>[tile t]"       a gradient staged in CPU memory on its way to NVMe
+//   "ckpt:block<b>.input[ mb<u>]" / "ckpt@gpu:..."  a checkpoint on its tier / loaded back to the GPU
+//   "act:block<b>", "awm:segment<b>", "workspace"   activation working memory (see MemorySizes)
+//   "adam[chunk k]"            one optimizer chunk in CPU memory (states, and what travels with them)
+//   "grads16", "params16"      every gradient / updated parameter of the rank staged in CPU memory
+struct Buffer {
+  std::string name;
+  Tier tier = Tier::gpu;
+  double bytes = 0;
+};
+
 struct Step {
   int id = 0;
   StepKind kind = StepKind::compute;
@@ -44,6 +63,25 @@ struct Step {
   Tier src = Tier::gpu, dst = Tier::gpu;
   LinkClass link = LinkClass::none;
   std::vector<int> deps;    // ids of earlier steps that must finish first
+  std::string src_buf;      // the buffer a transfer reads or a compute takes its weights from;
+                            // empty: the persistent `state` (this rank's shard) on `src`
+  std::string dst_buf;      // the buffer a transfer writes or a backward compute accumulates its
+                            // gradient into; empty: the persistent `state` on `dst`
+  std::vector<Buffer> allocs;      // made before this step starts
+  std::vector<std::string> frees;  // given back when this step has completed
+};
+
+// What the schedule counts in bytes. The defaults are the paper's (Sec. 3-4): 16-bit parameters and
+// gradients, 16 bytes of fp32 optimizer state per parameter (master copy, momentum, variance,
+// gradient), 16-bit activations, and activation working memory from Eq. 5 held per block in
+// forward and per checkpoint segment in backward. An executor passes what it really allocates, so
+// the peaks of its schedule are the bytes it will hold.
+struct MemorySizes {
+  double param_bytes = 2;       // per parameter of param16 and of grad16
+  double optim_bytes = 16;      // per parameter of optim32
+  double act_bytes = 2;         // per activation element: a checkpoint is act_bytes·bsz·seq·hd (Eq. 3)
+  double workspace_bytes = -1;  // < 0: Eq. 5's working memory; >= 0: one activation workspace of this
+                                // many bytes held for the whole iteration (an executor's, preallocated)
 };
 
 struct Overflow {
@@ -66,16 +104,23 @@ struct Schedule {
   std::array<double, kLinkClasses> traffic_bytes{};  // per rank, indexed by LinkClass
   std::optional<Overflow> overflow;             // first tier that would exceed its capacity
   double compute_flops = 0;                     // GPU FLOPs of this rank per iteration
+  MemorySizes sizes;                            // what it was built with
+  double optimizer_chunk_params = 0;            // parameters per optimizer chunk (all of them when one)
 };
+
+// Bytes of buffers (not persistent states) alive on `tier` once step `step` has started, walking
+// the steps in order: what `peak_bytes` is the maximum of, plus the persistent states.
+std::vector<double> buffer_bytes_by_step(const Schedule& s, Tier tier);
 
 // `rank` in [0, dp). Fails only on inconsistent input (dp x mp larger than the profile, ...).
 // A schedule that does not fit is returned with `overflow` set: that is a result, not an error.
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
-                                const HardwareProfile& profile, int rank = 0);
+                                const HardwareProfile& profile, int rank = 0, const MemorySizes& sizes = {});
 
 // Invariants: deps point backwards (no cycles); every compute finds its parameters resident; every
 // fetched parameter is released after its last use; every transfer has a source, a destination and
-// bytes; fetched, gathered and released bytes balance. Empty when all hold.
+// bytes; every buffer is made once and given back once, by the same step or a later one, and the
+// buffers a step reads exist when it starts. Empty when all hold.
 std::vector<std::string> check_invariants(const Schedule& s);
 
 // One line per step, for humans and golden files.

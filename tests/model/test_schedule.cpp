@@ -1,6 +1,7 @@
 // The schedule against its invariants and the closed form: every preset on small and paper-sized
 // models, per-link traffic, tiling, checkpoint interval, out-of-memory reporting, a golden dump.
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -232,6 +233,79 @@ TEST(Schedule, L2lRelaysEachLayerOnceForAllMicroBatches) {
   }
   EXPECT_EQ(fwd_cg, 3 + 6 * m.layers);  // embed, ln_f, lm_head (the tied embedding again) + 6 per block
   EXPECT_EQ(fwd_fc1, 4);
+}
+
+// Buffers are the executor's contract: every one is made and given back once, and the peaks are
+// the persistent states plus the largest sum of live buffers, walking the steps in order.
+TEST(Schedule, BuffersBalanceAndThePeakIsTheirLargestSum) {
+  HardwareProfile p = dgx2();
+  for (const std::string& name : preset_names())
+    for (int tiling : {1, 2}) {
+      TrainingConfig c;
+      c.mp = name == "three_d" ? 4 : 1;
+      c.tiling_factor = tiling;
+      c.dp = 2;
+      Placement pl = *preset(name);
+      pl.act_ckpt.tier = tiling == 2 ? Tier::cpu : Tier::gpu;
+      c.seq = tiny().seq;
+      if (pl.layer_major) c.micro_batches = 2;
+      Schedule s = *build_schedule(tiny(), pl, c, p);
+      std::vector<std::string> bad = check_invariants(s);
+      EXPECT_TRUE(bad.empty()) << name << ": " << (bad.empty() ? "" : bad.front());
+      for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+        double persistent = 0;
+        for (double b : s.persistent_bytes[int(t)]) persistent += b;
+        std::vector<double> live = buffer_bytes_by_step(s, t);
+        const double most = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
+        EXPECT_NEAR(s.peak_bytes[int(t)], persistent + most, 1e-6 * s.peak_bytes[int(t)]) << name << " " << to_string(t);
+      }
+    }
+}
+
+// Sec. 5.2.2 with three pinned chunk buffers: the reads of chunks 0-2 come first, the read of chunk
+// k+3 right after the write that frees its buffer, and CPU memory holds three chunks at most.
+TEST(Schedule, OptimizerChunksReadAheadIntoThreeBuffers) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  p.pinned_budget_bytes = 16 * 3 * 20.0 * 100000;  // per GPU: three chunks of 100K parameters
+  TrainingConfig c;
+  c.dp = 1;
+  Schedule s = make(m, "zero_inf_nvme", c, p);
+  std::vector<std::string> order;  // r/a/w per optimizer step, states only
+  for (const Step& x : s.steps) {
+    if (x.phase != Phase::optimizer) continue;
+    if (x.kind == StepKind::fetch && x.state == State::optim32) order.push_back("r" + x.op.substr(11));
+    if (x.kind == StepKind::optimizer) order.push_back("a" + x.op.substr(11));
+    if (x.kind == StepKind::offload && x.state == State::optim32) order.push_back("w" + x.op.substr(11));
+  }
+  ASSERT_GT(order.size(), 12u);
+  const std::vector<std::string> head = {"r0]", "r1]", "r2]", "a0]", "w0]", "r3]", "a1]", "w1]", "r4]"};
+  EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 9), head);
+  std::vector<double> cpu = buffer_bytes_by_step(s, Tier::cpu);
+  const double chunk_bytes = 20.0 * s.optimizer_chunk_params;  // states 16 B + gradient 2 B + parameter 2 B
+  EXPECT_NEAR(*std::max_element(cpu.begin(), cpu.end()), 3 * chunk_bytes, 1e-6 * chunk_bytes);
+  EXPECT_TRUE(check_invariants(s).empty());
+}
+
+// An executor's sizes: fp32 parameters double the parameter traffic; a workspace replaces Eq. 5.
+TEST(Schedule, MemorySizesScaleWhatIsCounted) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  TrainingConfig c;
+  c.dp = 1;
+  c.seq = m.seq;
+  Placement pl = *preset("zero_inf_cpu");
+  MemorySizes fp32;
+  fp32.param_bytes = 4;
+  fp32.optim_bytes = 12;
+  fp32.workspace_bytes = 5e6;
+  Schedule a = *build_schedule(m, pl, c, p), b = *build_schedule(m, pl, c, p, 0, fp32);
+  EXPECT_DOUBLE_EQ(b.traffic_bytes[int(LinkClass::cpu_gpu)], 2 * a.traffic_bytes[int(LinkClass::cpu_gpu)]);
+  EXPECT_DOUBLE_EQ(b.persistent_bytes[int(Tier::cpu)][int(State::optim32)],
+                   a.persistent_bytes[int(Tier::cpu)][int(State::optim32)] * 12 / 16);
+  std::vector<double> gpu = buffer_bytes_by_step(b, Tier::gpu);
+  EXPECT_GE(*std::min_element(gpu.begin(), gpu.end()), 5e6);  // held from the first step to the last
+  EXPECT_TRUE(check_invariants(b).empty());
 }
 
 TEST(Placement, MeaninglessPlacementsAreRejectedWithAReason) {
