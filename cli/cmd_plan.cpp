@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_common.hpp"
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/engine/engine.hpp"
 #include "cli/commands.hpp"
 #include "sim/replay.hpp"
 #include "model/schedule.hpp"
@@ -171,7 +173,42 @@ int run_plan(const PlanFlags& f) {
       return r->iteration_s;
     };
   }
-  SearchResult r = search(m, p, space, so);
+  // The detailed accounting confirms the analytic choice: build_schedule's per-rank peaks, with the
+  // executor's buffer sizes when `memwall run` executes this profile's plans (executor: in the
+  // profile). When the analytic best overflows there, the next-best are tried, then smaller
+  // micro-batches.
+  MemorySizes sizes;
+  if (!p.executor_backend.empty()) {
+    const adam::DType precision = take(adam::parse_dtype(p.executor_precision));
+    sizes.param_bytes = double(adam::dtype_bytes(precision));
+    sizes.optim_bytes = 12;
+    sizes.act_bytes = 4;
+  }
+  auto sizes_for = [&](const Candidate& c) {
+    MemorySizes z = sizes;
+    if (!p.executor_backend.empty())
+      z = exec::executor_sizes(exec::GptConfig{m.layers, int(m.hidden), m.heads, int(m.seq), int(m.vocab)}, c.config,
+                               take(adam::parse_dtype(p.executor_precision)),
+                               c.placement.layer_major ? std::max(1, c.config.micro_batches) : 1);
+    return z;
+  };
+  std::string sched_line;
+  auto check = [&](const Candidate& c) -> std::string {
+    const MemorySizes z = sizes_for(c);
+    // the executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
+    if (z.workspace_bytes > p.gpu_memory_bytes)
+      return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
+             format_bytes(z.workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+    Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
+    if (!sched) return "schedule check: " + sched.error();
+    if (!sched->overflow) return "";
+    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ", ci " + std::to_string(c.config.ci) +
+           ", tiling " + std::to_string(c.config.tiling_factor) + " overflows in the detailed schedule" +
+           (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
+  };
+  if (!p.executor_backend.empty()) so.accept = check;  // small enough to check every candidate
+  CheckedSearch cs = search_checked(m, p, space, so, check, 4 * std::max(1, so.keep));
+  SearchResult& r = cs.result;
   const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
                            ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
                            std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))";
@@ -189,31 +226,22 @@ int run_plan(const PlanFlags& f) {
     return 1;
   }
 
-  // The detailed accounting confirms the analytic choice: build_schedule's per-rank peaks. When the
-  // analytic best overflows there, the next-best candidates are tried (at most 4 schedules).
-  const Evaluated* chosen = &r.top.front();
-  std::string sched_line, rejected;
-  bool sched_fits = false;
-  for (size_t i = 0; i < std::min<size_t>(r.top.size(), 4); ++i) {
-    const Evaluated& e = r.top[i];
-    Result<Schedule> sched = build_schedule(m, e.candidate.placement, e.candidate.config, p, 0);
-    if (!sched) {
-      sched_line = "schedule check: " + sched.error();
-      break;
-    }
-    sched_line = "schedule check (build_schedule, rank 0): GPU peak " + format_bytes(sched->peak_bytes[0]) + " of " +
-                 format_bytes(sched->capacity_bytes[0]) + ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
-                 format_bytes(sched->capacity_bytes[1]) + " per rank: " +
-                 (sched->overflow ? sched->overflow->message : std::string("fits"));
-    if (!sched->overflow) {
-      chosen = &e;
-      sched_fits = true;
-      break;
-    }
-    rejected += "analytic rank " + std::to_string(i + 1) + " (" + config_words(e) + ") overflows in the detailed schedule: " +
-                sched->overflow->message + "\n";
+  const bool sched_fits = cs.chosen.has_value();
+  const Evaluated* chosen = sched_fits ? &*cs.chosen : &r.top.front();
+  {
+    Result<Schedule> sched = build_schedule(m, chosen->candidate.placement, chosen->candidate.config, p, 0,
+                                            sizes_for(chosen->candidate));
+    sched_line = !sched ? "schedule check: " + sched.error()
+                        : std::string("schedule check (build_schedule, rank 0") +
+                              (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
+                              format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) +
+                              ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
+                              format_bytes(sched->capacity_bytes[1]) + " per rank: " +
+                              (sched->overflow ? sched->overflow->message : std::string("fits"));
   }
-  if (!sched_fits) chosen = &r.top.front();
+  std::string rejected;
+  for (size_t i = 0; i < cs.rejected.size(); ++i)
+    if (i < 3 || i + 1 == cs.rejected.size()) rejected += "analytic choice rejected: " + cs.rejected[i] + "\n";
   const Evaluated& best = *chosen;
   std::vector<std::string> why = explain(m, p, space, best, so);
   if (!rejected.empty() && sched_fits) why.insert(why.begin(), rejected.substr(0, rejected.size() - 1));
@@ -292,6 +320,13 @@ int run_plan(const PlanFlags& f) {
     if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1)
       o << "note: tiling and tensor slicing are model code in DeepSpeed (TiledLinear, Megatron), not config keys\n";
     out = o.str();
+  }
+  if (!sched_fits) {
+    // the analytic model said yes, the detailed schedule no, at every micro-batch: write nothing
+    std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << " in the detailed schedule"
+              << (p.executor_backend.empty() ? "" : " (the executor's buffers)") << ": " << sched_line << "\n";
+    if (f.json) write_output("", out);
+    return 1;
   }
   // Everything computed: now write, plan and config first so stdout comes last.
   if (!f.output.empty()) write_output(f.output, plan_yaml(plan));

@@ -1,5 +1,8 @@
-// `memwall run --config run.yaml`: trains a GPT on one rank with exec/gpt's Trainer and prints
-// step, loss and tokens/s (with a progress bar on long runs). Parses and prints; exec/gpt trains.
+// `memwall run`: trains a GPT with exec/engine, executing the schedule `memwall simulate` replays
+// for the same strategy flags or plan, and prints losses, the per-tier traffic next to the
+// schedule's, the overlap of transfers with compute and peak memory per tier. Parses and prints;
+// exec/engine runs.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
@@ -7,16 +10,29 @@
 #include <memory>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
-#include "exec/gpt/train.hpp"
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/engine/engine.hpp"
+#include "exec/engine/run_config.hpp"
 #include "model/units.hpp"
+#include "planner/plan_file.hpp"
 
 namespace memwall::cli {
 namespace {
 
 struct RunFlags {
   std::string config;
+  std::string plan;
+  ProfileFlags profile;
+  StrategyFlags run;
+  std::string nvme_dir;
+  std::string trace;
+  int steps = 0;
+  bool json = false;
+  bool serial = false;
 };
 
 std::string progress_bar(int step, int steps) {
@@ -25,64 +41,227 @@ std::string progress_bar(int step, int steps) {
          std::to_string(100 * step / steps) + " %";
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The model of a plan must be the model of the run config, field by field.
+void check_same_model(const exec::RunConfig& rc, const std::string& config, const ModelSpec& m,
+                      const std::string& plan) {
+  auto differ = [&](const char* field, long run, long planned) {
+    if (run != planned)
+      throw UsageError(config + ": " + field + ": " + std::to_string(run) + ", but the plan " + plan + " has " +
+                       std::to_string(planned) + " (give one of them, or make them agree)");
+  };
+  differ("layers", rc.model.layers, m.layers);
+  differ("hidden", rc.model.hidden, m.hidden);
+  differ("heads", rc.model.heads, m.heads);
+  differ("seq", rc.seq, m.seq);
+}
+
 }  // namespace
 
 Command add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
+  f->run.strategy = "data_parallel";
+  f->profile.profile = "local-cpu";
   CLI::App* sub = app.add_subcommand(
       "run",
-      "Train a GPT on one rank on a backend (cpu or cuda) from a run config: the byte-level corpus\n"
-      "memwall ships, CPU Adam, activation checkpointing every ci blocks; prints step, loss, tokens/s");
+      "Train a GPT (byte-level, on the corpus memwall ships) by executing the ZeRO-Infinity schedule that\n"
+      "`memwall simulate` replays: parameters, gradients and optimizer states on gpu (the backend's device\n"
+      "memory), cpu (pinned host memory) or nvme (swap files through io_uring, O_DIRECT), prefetched as the\n"
+      "schedule says. Prints loss per step, then bytes moved per link class against the schedule, transfer\n"
+      "time hidden behind compute and peak bytes per tier.\n"
+      "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
+      "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
+      "  memwall run --plan p.yaml --nvme-dir /tmp/swap");
   sub->add_option("--config", f->config,
-                  "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend, compute,\n"
-                  "capacity (device memory, e.g. 256 MiB), corpus (default: exec/data/corpus.txt)")
-      ->required();
-  return {sub, [f]() {
-            const exec::RunConfig cfg = take(exec::load_run_config(f->config));
-            const exec::Corpus corpus = take(exec::Corpus::load(cfg.corpus));
-            std::unique_ptr<exec::Trainer> trainer = take(exec::Trainer::create(cfg));
-            exec::Backend& be = trainer->backend();
-            const exec::GptConfig& m = cfg.model;
-            std::cout << "memwall run: GPT " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
-                      << " heads, " << format_count(double(trainer->model().num_params())) << " params; bsz "
-                      << cfg.bsz << " x seq " << cfg.seq << ", ci " << cfg.ci << ", lr " << cfg.lr << ", seed "
-                      << cfg.seed << "\n  backend " << be.caps().name << " (" << be.caps().device << ", "
-                      << exec::compute_type_name(be.caps().compute) << "): "
-                      << format_bytes(double(be.ops().used_bytes(be.ctx()))) << " used of "
-                      << format_bytes(double(be.caps().capacity_bytes)) << "; corpus " << cfg.corpus << " ("
-                      << format_bytes(double(corpus.bytes())) << ")\n\n";
-            std::cout << "   step      loss   tokens/s\n";
-            const bool long_run = cfg.steps > 50;
-            const int every = long_run ? std::max(1, cfg.steps / 25) : 1;
-            std::uint64_t rng = cfg.seed ^ 0x5eedba7c4ull;
-            std::vector<int> tokens, targets;
-            const double tokens_per_step = double(cfg.bsz) * cfg.seq;
-            float first = 0, last = 0;
-            double total_s = 0, window_s = 0;
-            int window = 0;
-            for (int s = 1; s <= cfg.steps; ++s) {
-              corpus.next_batch(cfg.bsz, cfg.seq, rng, tokens, targets);
-              const auto t0 = std::chrono::steady_clock::now();
-              Result<float> loss = trainer->step(tokens, targets);
-              if (!loss) {
-                std::cerr << "memwall run: step " << s << ": " << loss.error() << "\n";
+                  "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend (cpu, cuda),\n"
+                  "compute, precision (bf16, fp16, fp32), capacity (device memory, e.g. 48 MiB; default: the\n"
+                  "profile's GPU memory), corpus (default: exec/data/corpus.txt)");
+  sub->add_option("--plan", f->plan,
+                  "A plan from `memwall plan -o`: model, placement, batch, checkpoint interval, tiling and the\n"
+                  "profile it was made for (instead of --config's model and the strategy flags)");
+  f->profile.add(*sub);
+  f->run.add(*sub);
+  sub->add_option("--nvme-dir", f->nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
+  sub->add_option("--steps", f->steps, "Training steps (default: the run config's, 300)");
+  sub->add_option("--trace", f->trace,
+                  "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
+  sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
+  sub->add_flag("--serial", f->serial, "Debug: run one step of the schedule at a time (same results, no overlap)");
+  return {sub, [f, sub]() {
+            if (f->config.empty() && f->plan.empty()) throw UsageError("--config: missing (or give --plan)");
+            exec::RunConfig rc;
+            if (!f->config.empty()) rc = take(exec::load_run_config(f->config));
+            if (rc.corpus.empty()) rc.corpus = exec::default_corpus_path();
+            if (f->steps < 0) throw UsageError("--steps: expected a number of steps >= 1, got " + std::to_string(f->steps));
+            if (f->steps > 0) rc.steps = f->steps;
+            exec::EngineOptions o;
+            HardwareProfile profile;
+            if (!f->plan.empty()) {
+              Result<planner::Plan> peek = planner::load_plan(f->plan);
+              if (!peek) throw UsageError(peek.error());
+              ProfileFlags pf = f->profile;
+              if (sub->count("--profile") == 0) pf.profile = peek->profile;
+              if (sub->count("--nodes") == 0) pf.nodes = peek->nodes;
+              profile = pf.load();
+              planner::Plan plan = take(planner::load_plan(f->plan, &profile));
+              if (plan.model.vocab < 256)
+                throw UsageError(f->plan + ": model.vocab: the executor trains a byte-level GPT, which needs 256 tokens, "
+                                 "got " + std::to_string(plan.model.vocab));
+              if (!f->config.empty()) check_same_model(rc, f->config, plan.model, f->plan);
+              rc.model.layers = plan.model.layers;
+              rc.model.hidden = int(plan.model.hidden);
+              rc.model.heads = plan.model.heads;
+              rc.model.vocab = int(plan.model.vocab);
+              rc.seq = int(plan.model.seq);
+              rc.model.max_seq = rc.seq;
+              o.placement = plan.candidate.placement;
+              o.config = plan.candidate.config;
+              if (o.config.bsz != std::floor(o.config.bsz))
+                throw UsageError(f->plan + ": bsz: the executor needs a whole micro-batch, got " + format_g(o.config.bsz));
+              rc.bsz = int(o.config.bsz);
+            } else {
+              profile = f->profile.load();
+              o.placement = f->run.placement();
+              o.config = f->run.config;
+              if (sub->count("--bsz") == 0) o.config.bsz = rc.bsz;
+              if (sub->count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
+              o.config.seq = rc.seq;
+              o.config = take(validate(o.config, rc.model.layers));
+              rc.bsz = int(o.config.bsz);
+            }
+            o.model = rc.model;
+            o.model.max_seq = rc.seq;
+            o.profile = profile;
+            o.backend = rc.backend;
+            o.compute = rc.compute;
+            o.precision = rc.precision;
+            o.capacity_bytes = rc.capacity_bytes;
+            o.lr = rc.lr;
+            o.weight_decay = rc.weight_decay;
+            o.seed = rc.seed;
+            o.nvme_dir = f->nvme_dir;
+            o.trace = !f->trace.empty() || f->json;
+            o.serial = f->serial;
+            const exec::Corpus corpus = take(exec::Corpus::load(rc.corpus));
+            std::unique_ptr<exec::Engine> engine = take(exec::Engine::create(o));
+            const Schedule& s = engine->schedule();
+            std::ostream& out = f->json ? std::cerr : std::cout;
+            const bool show = !f->json;
+            if (show) {
+              out << "memwall run: GPT " << rc.model.layers << " layers, hidden " << rc.model.hidden << ", "
+                  << rc.model.heads << " heads, " << format_count(double(engine->num_params())) << " params; bsz "
+                  << o.config.bsz << " x seq " << rc.seq << ", ci " << o.config.ci << ", tiling "
+                  << o.config.tiling_factor << ", " << std::string(adam::dtype_name(o.precision)) << " parameters, lr " << rc.lr
+                  << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ": backend "
+                  << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
+                  << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
+                  << " steps, peak gpu " << format_bytes(s.peak_bytes[0]) << ", cpu " << format_bytes(s.peak_bytes[1])
+                  << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n\n   step      loss   tokens/s   step ms  hidden\n";
+            }
+            const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
+            std::uint64_t rng = rc.seed ^ 0x5eedba7c4ull;
+            std::vector<int> tokens, targets, tk, tg;
+            nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
+            std::vector<double> iter_s;
+            exec::IterationReport last;
+            float first = 0;
+            const int per_iter = engine->tokens_per_iteration();
+            const int sequences = per_iter / rc.seq;
+            for (int i = 1; i <= rc.steps; ++i) {
+              corpus.next_batch(sequences, rc.seq, rng, tokens, targets);
+              Result<exec::IterationReport> r = engine->step(tokens, targets);
+              if (!r) {
+                std::cerr << "memwall run: step " << i << ": " << r.error() << "\n";
                 return 1;
               }
-              const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              total_s += dt, window_s += dt, ++window;
-              if (s == 1) first = *loss;
-              last = *loss;
-              if (s == 1 || s % every == 0 || s == cfg.steps) {
-                std::cout << std::setw(7) << s << std::setw(10) << std::fixed << std::setprecision(4) << *loss
-                          << std::setw(11) << std::setprecision(0) << tokens_per_step * window / window_s;
-                if (long_run) std::cout << "  " << progress_bar(s, cfg.steps);
-                std::cout << std::endl;
-                window = 0, window_s = 0;
+              if (!std::isfinite(r->loss)) {
+                std::cerr << "memwall run: step " << i << ": the loss is " << r->loss
+                          << " (lower lr, or check the data); stopping\n";
+                return 1;
+              }
+              last = std::move(r).value();
+              iter_s.push_back(last.iteration_s);
+              if (i == 1) first = last.loss;
+              steps_json.push_back({{"step", i}, {"loss", last.loss}, {"iteration_s", last.iteration_s},
+                                    {"hidden_fraction", last.overlap.hidden_fraction}});
+              if (show && (i == 1 || i % every == 0 || i == rc.steps)) {
+                double moved_s = 0;
+                for (double t : last.overlap.transfer_s) moved_s += t;
+                out << std::setw(7) << i << std::setw(10) << std::fixed << std::setprecision(4) << last.loss
+                    << std::setw(11) << std::setprecision(0) << per_iter / last.iteration_s << std::setw(10)
+                    << std::setprecision(1) << last.iteration_s * 1e3;
+                if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * last.overlap.hidden_fraction << " %";
+                else out << "      -";
+                if (rc.steps > 50) out << "  " << progress_bar(i, rc.steps);
+                out << std::endl;
               }
             }
-            std::cout << std::defaultfloat << std::setprecision(6) << "\nloss " << first << " -> " << last
-                      << " over " << cfg.steps << " steps; " << format_sig(tokens_per_step * cfg.steps / total_s)
-                      << " tokens/s; " << format_sig(total_s) << " s\n";
+            out << std::defaultfloat << std::setprecision(6);
+            const exec::EngineStats st = engine->stats();
+            const double med = median(std::vector<double>(iter_s.begin() + (iter_s.size() > 2 ? 1 : 0), iter_s.end()));
+            nlohmann::ordered_json links = nlohmann::ordered_json::object();
+            std::vector<std::vector<std::string>> link_rows = {
+                {"link", "moved", "schedule", "busy", "exposed"}};
+            for (int c = 1; c < kLinkClasses; ++c) {
+              if (s.traffic_bytes[size_t(c)] == 0 && last.bytes_moved[size_t(c)] == 0) continue;
+              const char* name = to_string(LinkClass(c));
+              links[name] = {{"moved_bytes", last.bytes_moved[size_t(c)]},
+                             {"schedule_bytes", s.traffic_bytes[size_t(c)]},
+                             {"transfer_s", last.overlap.transfer_s[size_t(c)]},
+                             {"exposed_s", last.overlap.exposed_s[size_t(c)]}};
+              link_rows.push_back({name, format_bytes(last.bytes_moved[size_t(c)]), format_bytes(s.traffic_bytes[size_t(c)]),
+                                   format_sig(last.overlap.transfer_s[size_t(c)] * 1e3, 3) + " ms",
+                                   format_sig(last.overlap.exposed_s[size_t(c)] * 1e3, 3) + " ms"});
+            }
+            nlohmann::ordered_json peak = nlohmann::ordered_json::object();
+            std::vector<std::vector<std::string>> tier_rows = {{"tier", "peak held", "schedule peak"}};
+            for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+              peak[to_string(t)] = {{"held_bytes", last.peak_bytes[int(t)]}, {"schedule_bytes", s.peak_bytes[int(t)]}};
+              tier_rows.push_back({to_string(t), format_bytes(last.peak_bytes[int(t)]), format_bytes(s.peak_bytes[int(t)])});
+            }
+            if (show) {
+              out << "\nloss " << first << " -> " << last.loss << " over " << rc.steps << " steps; iteration "
+                  << format_sig(med * 1e3, 3) << " ms (median), compute " << format_sig(last.overlap.compute_s * 1e3, 3)
+                  << " ms, ";
+              if (link_rows.size() > 1)
+                out << format_sig(100 * last.overlap.hidden_fraction, 3)
+                    << " % of transfer time hidden behind compute (last step)\n" << render_table(link_rows);
+              else
+                out << "no transfers (every state on the device)\n";
+              out << render_table(tier_rows);
+              out << "device high-water " << format_bytes(double(st.device_high_water_bytes)) << " of "
+                  << format_bytes(double(st.device_capacity_bytes));
+              if (st.swap_file_bytes > 0)
+                out << "; io engine read " << format_bytes(double(st.io.bytes_read)) << ", wrote "
+                    << format_bytes(double(st.io.bytes_written)) << " in all (4 KiB blocks)";
+              out << "\n";
+            }
+            if (f->json) {
+              nlohmann::ordered_json j = {
+                  {"strategy", s.strategy},
+                  {"profile", profile.name},
+                  {"backend", engine->backend_caps().name},
+                  {"precision", std::string(adam::dtype_name(o.precision))},
+                  {"params", engine->num_params()},
+                  {"steps", steps_json},
+                  {"iteration_s_median", med},
+                  {"compute_s", last.overlap.compute_s},
+                  {"hidden_fraction", last.overlap.hidden_fraction},
+                  {"links", links},
+                  {"peak_bytes", peak},
+                  {"device_high_water_bytes", st.device_high_water_bytes},
+                  {"device_capacity_bytes", st.device_capacity_bytes},
+                  {"io_bytes_read", st.io.bytes_read},
+                  {"io_bytes_written", st.io.bytes_written}};
+              std::cout << j.dump(2) << "\n";
+            }
+            if (!f->trace.empty())
+              write_output(f->trace, chrome_trace_json(engine->trace_events(last), "memwall run (" + s.strategy + ")"));
             return 0;
           }};
 }

@@ -40,7 +40,7 @@ namespace {
 
 HardwareProfile read_profile(const YamlReader& r) {
   const YAML::Node& root = r.root();
-  r.only_keys(root, "", {"name", "description", "nodes", "gpu", "links", "cpu", "nvme"});
+  r.only_keys(root, "", {"name", "description", "nodes", "gpu", "links", "cpu", "nvme", "executor"});
   HardwareProfile p;
   p.name = r.text(root, "", "name");
   p.description = r.text_or(root, "", "description", "");
@@ -91,6 +91,17 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.nvme_capacity_bytes = r.quantity(nvme, "nvme", "capacity", Dimension::bytes);
   p.nvme_read_Bps = r.quantity(nvme, "nvme", "read", Dimension::bandwidth);
   p.nvme_write_Bps = r.quantity(nvme, "nvme", "write", Dimension::bandwidth);
+
+  if (YAML::Node ex = root["executor"]; ex.IsDefined()) {
+    if (!ex.IsMap()) r.fail(ex, "executor", "expected a mapping with backend (cpu or cuda) and precision");
+    r.only_keys(ex, "executor", {"backend", "precision"});
+    p.executor_backend = r.text(ex, "executor", "backend");
+    if (p.executor_backend != "cpu" && p.executor_backend != "cuda")
+      r.fail(ex["backend"], "executor.backend", "expected cpu or cuda, got \"" + p.executor_backend + "\"");
+    p.executor_precision = r.text_or(ex, "executor", "precision", "bf16");
+    if (p.executor_precision != "bf16" && p.executor_precision != "fp16" && p.executor_precision != "fp32")
+      r.fail(ex["precision"], "executor.precision", "expected bf16, fp16 or fp32, got \"" + p.executor_precision + "\"");
+  }
   return p;
 }
 

@@ -44,6 +44,11 @@ struct HardwareProfile {
   double nvme_read_Bps = 0;        // per node
   double nvme_write_Bps = 0;       // per node
 
+  // Set when `memwall run` executes plans made for this profile (section `executor:`): the planner
+  // then checks its choice with the executor's own buffer sizes, not the paper's. "cpu" or "cuda".
+  std::string executor_backend;
+  std::string executor_precision = "bf16";  // param16 / grad16 storage: bf16, fp16 or fp32
+
   int total_gpus() const { return nodes * gpus_per_node; }
 
   // Achievable peak for a model of this hidden size (the paper: 62-78 TFLOPS for 8K-64K on V100).

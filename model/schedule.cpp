@@ -73,6 +73,9 @@ class Generator {
     // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
     collective_link_ = dp * c.mp > p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
     for (size_t v : g_.order) index_[g_.op(v).name] = v;
+    owner_.assign(g_.size(), SIZE_MAX);
+    for (size_t v : g_.order)
+      if (!g_.op(v).param_owner.empty()) owner_[v] = index_.at(g_.op(v).param_owner);
   }
 
   Schedule run() {
@@ -94,7 +97,7 @@ class Generator {
   int tiles(size_t v) const { return tiled(v) ? c_.tiling_factor : 1; }
   // Tensor slicing divides every operator but LayerNorm (replicated, tiny) across mp ranks.
   double mp_share(size_t v) const { return g_.op(v).kind == OpKind::layernorm ? 1.0 : 1.0 / c_.mp; }
-  size_t owner(size_t v) const { return index_.at(g_.op(v).param_owner); }
+  size_t owner(size_t v) const { return owner_[v]; }
   bool has_params(size_t v) const { return !g_.op(v).param_owner.empty(); }
   // 16-bit bytes of the parameters a (tile of an) operator needs on this rank, whole (not sharded).
   double param_bytes(size_t v) const {
@@ -227,12 +230,14 @@ class Generator {
   bool param_resident_always() const { return pl_.param16.tier == Tier::gpu && !pl_.param16.partitioned; }
 
   // Issues hop `h` (0 nc, 1 cg, 2 gg) of group `gi`, after the earlier hops of that group.
-  void issue_hop(std::vector<Fetch>& f, const std::vector<Item>& first, size_t gi, int h, Phase ph) {
+  void issue_hop(std::vector<Fetch>& f, const std::vector<Item>& first, const std::vector<std::string>& names,
+                 const std::vector<std::string>& keys, size_t gi, int h, Phase ph) {
     if (param_resident_always()) return;
     Fetch& fe = f[gi];
+    if ((h == 0 && fe.nc >= 0) || (h == 1 && fe.cg >= 0) || (h == 2 && fe.gg >= 0)) return;  // issued already
     const Item& it = first[gi];
-    const std::string name = tile_name(it);
-    const std::string key = buffer_key(it);
+    const std::string& name = names[gi];
+    const std::string& key = keys[gi];
     const double whole = param_bytes(it.v);
     const Tier home = pl_.param16.tier;
     const bool bcast = pl_.fetch == ParamFetch::broadcast && dp_ > 1;
@@ -289,6 +294,11 @@ class Generator {
       group_of[i] = first.size() - 1;
     }
     std::vector<Fetch> f(first.size());
+    std::vector<std::string> names, keys;  // per group, made once
+    for (const Item& it : first) {
+      names.push_back(tile_name(it));
+      keys.push_back(buffer_key(it));
+    }
     const int d = c_.prefetch_depth;
     const int lookahead[3] = {d, std::max(d - 1, 0), std::max(d - 2, 0)};
     for (size_t i = 0; i < items.size(); ++i) {
@@ -300,7 +310,7 @@ class Generator {
       if (gi != SIZE_MAX && (i == 0 || group_of[i - 1] != gi)) {
         for (int h = 0; h < 3; ++h)
           for (size_t k = gi; k <= std::min(first.size() - 1, gi + size_t(lookahead[h])); ++k)
-            issue_hop(f, first, k, h, first[k].phase);
+            issue_hop(f, first, names, keys, k, h, first[k].phase);
       }
       Step st;
       st.kind = StepKind::compute;
@@ -309,7 +319,7 @@ class Generator {
       st.tile = it.tile;
       st.micro_batch = it.u;
       if (gi != SIZE_MAX) {
-        st.param = buffer_key(first[gi]);
+        st.param = keys[gi];
         if (f[gi].fetched) st.src_buf = st.param;
       }
       const double share = mp_share(it.v) / tiles(it.v);
@@ -331,8 +341,8 @@ class Generator {
         Step rel;
         rel.kind = StepKind::release;
         rel.phase = ph;
-        rel.op = tile_name(it);
-        rel.param = buffer_key(first[gi]);
+        rel.op = names[gi];
+        rel.param = keys[gi];
         rel.state = State::param16;
         rel.bytes = param_bytes(it.v);
         rel.deps = deps({last_compute_});
@@ -546,6 +556,41 @@ class Generator {
     close_segment();
   }
 
+  // Chunks of at most `target` parameters over this rank's optimizer partition (see
+  // Schedule::optimizer_chunks): units in forward order, cut inside a unit only at multiples of
+  // kChunkGranule parameters from its start.
+  std::vector<Schedule::Chunk> chunk_units(double target) const {
+    std::vector<Schedule::Chunk> out;
+    double start = 0, cur = 0;
+    auto close = [&]() {
+      if (cur <= 0) return;
+      out.push_back({start, cur});
+      start += cur;
+      cur = 0;
+    };
+    for (size_t v : g_.order) {
+      if (g_.op(v).param_elems <= 0) continue;
+      const double e = g_.op(v).param_elems * mp_share(v) / tiles(v) * shard(pl_.optim32);
+      for (int t = 0; t < tiles(v); ++t)
+        for (double o = 0; o < e;) {
+          const double room = target - cur;
+          if (e - o <= room) {
+            cur += e - o;
+            o = e;
+            continue;
+          }
+          const double cut = std::floor((o + room) / kChunkGranule) * kChunkGranule;
+          if (cut > o) {
+            cur += cut - o;
+            o = cut;
+          }
+          close();
+        }
+    }
+    close();
+    return out;
+  }
+
   // Optimizer step on this rank's partition (Sec. 5.2.2). With the states on NVMe it runs in chunks
   // sized to the pinned buffers: three chunk buffers, so the read of chunk i+1 and the write of
   // chunk i-1 overlap the update of chunk i. The list says so too: the reads of the first three
@@ -557,6 +602,7 @@ class Generator {
     all_grads.push_back(last_compute_);
     const Tier ot = pl_.optim32.tier, pt = pl_.param16.tier, gt = pl_.grad16.tier;
     if (ot == Tier::gpu) {
+      s_.optimizer_chunks = {{0, n}};
       Step st;
       st.kind = StepKind::optimizer;
       st.phase = Phase::optimizer;
@@ -581,10 +627,13 @@ class Generator {
                              (pt == Tier::nvme ? z_.param_bytes : 0);
     const bool chunked = ot == Tier::nvme;
     const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;
-    double chunk = chunked ? std::max(1.0, std::floor(pinned_per_rank / (3 * per_param))) : n;
-    const int chunks = int(std::min(1e6, std::ceil(n / chunk)));
-    chunk = n / chunks;
-    s_.optimizer_chunk_params = chunk;
+    const double target = chunked ? std::max(kChunkGranule, std::floor(pinned_per_rank / (3 * per_param))) : n;
+    s_.optimizer_chunks = chunk_units(target);
+    s_.optimizer_chunk_params = 0;
+    const int chunks = int(s_.optimizer_chunks.size());
+    for (const Schedule::Chunk& ch : s_.optimizer_chunks)
+      s_.optimizer_chunk_params = std::max(s_.optimizer_chunk_params, ch.params);
+    auto size = [&](int k) { return s_.optimizer_chunks[size_t(k)].params; };
     auto name = [](int k) { return "adam[chunk " + std::to_string(k) + "]"; };
     std::vector<std::vector<int>> reads(static_cast<size_t>(chunks));
     std::vector<int> writes(size_t(chunks), -1);
@@ -595,12 +644,12 @@ class Generator {
       std::vector<int>& r = reads[size_t(k)];
       if (ot == Tier::nvme)
         r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::optim32,
-                                  z_.optim_bytes * chunk, Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
+                                  z_.optim_bytes * size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
       if (gt == Tier::nvme)
         r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::grad16,
-                                  z_.param_bytes * chunk, Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
-      if (!r.empty()) alloc(r.front(), name(k), Tier::cpu, per_param * chunk);
-      else next_optim_alloc_ = {name(k), Tier::cpu, per_param * chunk};
+                                  z_.param_bytes * size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
+      if (!r.empty()) alloc(r.front(), name(k), Tier::cpu, per_param * size(k));
+      else next_optim_alloc_ = {name(k), Tier::cpu, per_param * size(k)};
     };
     for (int k = 0; k < std::min(3, chunks); ++k) read(k);
     int prev_adam = -1;
@@ -609,7 +658,7 @@ class Generator {
       st.kind = StepKind::optimizer;
       st.phase = Phase::optimizer;
       st.op = name(k);
-      st.params = chunk;
+      st.params = size(k);
       st.src = st.dst = Tier::cpu;
       st.deps = deps({prev_adam});
       const std::vector<int>& r = reads[size_t(k)];
@@ -620,22 +669,22 @@ class Generator {
         st.allocs.push_back(next_optim_alloc_);
         next_optim_alloc_ = {};
       }
-      if (pt == Tier::gpu) st.allocs.push_back({"params16", Tier::cpu, z_.param_bytes * chunk});
+      if (pt == Tier::gpu) st.allocs.push_back({"params16", Tier::cpu, z_.param_bytes * size(k)});
       prev_adam = emit(std::move(st));
       if (gt == Tier::gpu && k == chunks - 1) free_at(prev_adam, "grads16");
       int w = prev_adam;
       if (ot == Tier::nvme)
-        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::optim32, z_.optim_bytes * chunk,
+        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::optim32, z_.optim_bytes * size(k),
                           Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
       if (pt == Tier::nvme) {
         const int states = w;
-        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::param16, z_.param_bytes * chunk,
+        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::param16, z_.param_bytes * size(k),
                           Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
         if (states != prev_adam) s_.steps[size_t(w)].deps.push_back(states);  // the buffer goes when both are out
       }
       if (per_param > 0) free_at(w, name(k));
       writes[size_t(k)] = w;
-      if (pt == Tier::gpu) refresh_params(prev_adam, chunk);
+      if (pt == Tier::gpu) refresh_params(prev_adam, size(k));
       if (k + 3 < chunks) read(k + 3);
     }
   }
@@ -665,6 +714,7 @@ class Generator {
   Schedule s_;
   LinkClass collective_link_ = LinkClass::gpu_gpu;
   std::map<std::string, size_t> index_;
+  std::vector<size_t> owner_;  // per vertex: the operator whose parameters it uses (SIZE_MAX: none)
   int last_compute_ = -1;
   int prev_compute_ = -1;
   std::set<std::string> grad_pending_;

@@ -105,8 +105,17 @@ struct Schedule {
   std::optional<Overflow> overflow;             // first tier that would exceed its capacity
   double compute_flops = 0;                     // GPU FLOPs of this rank per iteration
   MemorySizes sizes;                            // what it was built with
-  double optimizer_chunk_params = 0;            // parameters per optimizer chunk (all of them when one)
+  // The optimizer's chunks over this rank's partition of the parameters, in partition order: the
+  // units (parameter group, tile) in forward order, each its shard. A chunk starts at a unit
+  // boundary or a multiple of kChunkGranule parameters into a unit, so NVMe reads and writes of
+  // any chunk stay aligned. One chunk unless optim32 is on NVMe.
+  struct Chunk {
+    double start = 0, params = 0;
+  };
+  std::vector<Chunk> optimizer_chunks;
+  double optimizer_chunk_params = 0;            // the largest chunk
 };
+inline constexpr double kChunkGranule = 4096;
 
 // Bytes of buffers (not persistent states) alive on `tier` once step `step` has started, walking
 // the steps in order: what `peak_bytes` is the maximum of, plus the persistent states.

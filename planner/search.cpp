@@ -302,6 +302,39 @@ TrainingConfig config_for(const ModelSpec& m, const HardwareProfile& p, double b
 
 }  // namespace
 
+CheckedSearch search_checked(const ModelSpec& m, const HardwareProfile& p, SearchSpace space,
+                             const SearchOptions& options, const DetailCheck& check, int tries) {
+  CheckedSearch out;
+  for (;;) {
+    out.result = search(m, p, space, options);
+    ++out.searches;
+    if (!out.result.fits()) return out;
+    double largest_failed = 0;
+    // the best of any placement, then the best of each placement (a slower placement that fits
+    // beats a faster one that does not)
+    std::vector<const Evaluated*> order;
+    for (size_t i = 0; i < std::min(out.result.top.size(), size_t(std::max(1, tries))); ++i)
+      order.push_back(&out.result.top[i]);
+    for (const Evaluated& e : out.result.ranked) order.push_back(&e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const Evaluated* a, const Evaluated* b) { return better(*a, *b, options.objective); });
+    for (const Evaluated* e : order) {
+      const std::string why = check(e->candidate);
+      if (why.empty()) {
+        out.chosen = *e;
+        return out;
+      }
+      largest_failed = std::max(largest_failed, e->candidate.config.bsz);
+      out.rejected.push_back(why);
+    }
+    std::vector<double> smaller;
+    for (double b : space.bsz)
+      if (b < largest_failed) smaller.push_back(b);
+    if (smaller.empty()) return out;
+    space.bsz = smaller;
+  }
+}
+
 SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
                     const SearchOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -319,25 +352,50 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     for (int mp : space.mp)
       for (int ci : space.ci)
         for (int t : tilings)
-          for (double bsz : space.bsz) {
-            Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth)};
-            FitReport fit = check_fit(m, c, p, o.fit);
-            ++r.evaluated;
-            if (!fit.fits()) {
-              if (!r.closest || closer(fit, r.closest->fit))
-                r.closest = Evaluated{c, fit, estimate_time(m, c, p), std::nullopt};
-              break;  // every limit grows with bsz: larger ones cannot fit either
+          {
+            // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit
+            std::vector<std::pair<Candidate, FitReport>> row;
+            for (double bsz : space.bsz) {
+              Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth)};
+              FitReport fit = check_fit(m, c, p, o.fit);
+              ++r.evaluated;
+              if (!fit.fits()) {
+                if (!r.closest || closer(fit, r.closest->fit))
+                  r.closest = Evaluated{c, fit, estimate_time(m, c, p), std::nullopt};
+                break;
+              }
+              row.emplace_back(std::move(c), std::move(fit));
             }
-            auto key = std::make_tuple(bsz, ci, mp);
-            auto it = eff_cache.find(key);
-            if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, c.config, c.config.dp)).first;
-            Evaluated e{std::move(c), std::move(fit), {}, std::nullopt};
-            e.time = estimate_time(m, e.candidate, p, it->second);
-            if (r.top.size() < top_n || cmp(e, r.top.back())) {
-              r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
-              if (r.top.size() > top_n) r.top.pop_back();
+            // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
+            // rows whose best (the largest micro-batch: the least time per sample) would be kept.
+            if (o.accept && !row.empty()) {
+              Evaluated last{row.back().first, row.back().second, estimate_time(m, row.back().first, p), std::nullopt};
+              const bool kept = r.top.size() < top_n || cmp(last, r.top.back()) || !best[pi] ||
+                                better(last, *best[pi], o.objective);
+              if (!kept) row.clear();
             }
-            if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
+            if (o.accept && !row.empty()) {
+              size_t lo = 0, hi = row.size();  // accepted: [0, lo); rejected: [hi, size)
+              while (lo < hi) {
+                const size_t mid = (lo + hi) / 2;
+                if (o.accept(row[mid].first).empty()) lo = mid + 1;
+                else hi = mid;
+              }
+              row.resize(lo);
+            }
+            for (auto& [c, fit] : row) {
+              const double bsz = c.config.bsz;
+              auto key = std::make_tuple(bsz, ci, mp);
+              auto it = eff_cache.find(key);
+              if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, c.config, c.config.dp)).first;
+              Evaluated e{std::move(c), std::move(fit), {}, std::nullopt};
+              e.time = estimate_time(m, e.candidate, p, it->second);
+              if (r.top.size() < top_n || cmp(e, r.top.back())) {
+                r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
+                if (r.top.size() > top_n) r.top.pop_back();
+              }
+              if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
+            }
           }
   }
   for (auto& b : best)

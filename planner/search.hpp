@@ -59,9 +59,17 @@ enum class Objective {
 // times, each distinct candidate once.
 using Refiner = std::function<std::optional<double>(const Candidate&)>;
 
+// A detailed check of one candidate (build_schedule's own accounting, with the sizes of whatever
+// will run it): empty when the candidate fits, else one line saying why not.
+using DetailCheck = std::function<std::string(const Candidate&)>;
+
 struct SearchOptions {
   Objective objective = Objective::throughput;
   FitOptions fit;
+  // Optional: applied to every candidate the analytic fit accepts, as if it were one more limit
+  // (a rejection prunes larger micro-batches too). For profiles an executor runs, where the
+  // detailed schedule is small enough to build per candidate.
+  DetailCheck accept;
   Refiner refine;          // empty: analytic only
   int refine_top = 5;      // how many of the best the refiner re-ranks
   int keep = 6;            // runners-up kept, one per distinct placement
@@ -86,6 +94,20 @@ struct SearchResult {
 };
 
 Evaluated evaluate(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o = {});
+
+struct CheckedSearch {
+  SearchResult result;                // of the last search that ran
+  std::optional<Evaluated> chosen;    // the best candidate the check accepted
+  std::vector<std::string> rejected;  // candidates the analytic model preferred, with the reason
+  int searches = 0;
+};
+// search(), then its best candidates through `check`, best first: the best `tries` of any placement
+// and the best of each placement. When none passes, the largest micro-batch that failed and those
+// above it leave the space and the search runs again: activation memory grows with the micro-batch,
+// and it is what an executor's buffers add most to the analytic count. Stops when one passes or no
+// micro-batch is left.
+CheckedSearch search_checked(const ModelSpec& m, const HardwareProfile& p, SearchSpace space,
+                             const SearchOptions& options, const DetailCheck& check, int tries = 4);
 
 SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
                     const SearchOptions& options = {});

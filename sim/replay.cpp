@@ -150,7 +150,7 @@ class Replayer {
       } else {
         a.done = a.own;
       }
-      for (auto& x : a.own) all_.push_back({x, st.id, a.track, label(st), li, st.phase});
+      for (auto& x : a.own) all_.push_back({x, st.id, a.track, step_label(st), li, st.phase});
     }
   }
 
@@ -196,11 +196,6 @@ class Replayer {
     Phase phase;
   };
 
-  static std::string label(const Step& st) {
-    std::string n = to_string(st.kind);
-    if (!st.hop.empty()) n += "." + st.hop;
-    return n + " " + st.op;
-  }
   // "gpu3 pcie" -> "pcie": busy fractions are per resource class, the union over its instances.
   static std::string klass(const std::string& track) {
     auto sp = track.rfind(' ');
@@ -438,17 +433,7 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
 }
 
 std::string chrome_trace_json(const SimReport& rep) {
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  std::map<std::string, int> tid;
-  for (const TraceEvent& e : rep.trace)
-    if (!tid.count(e.track)) tid[e.track] = int(tid.size());
-  for (const auto& [track, id] : tid)
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", id}, {"args", {{"name", track}}}});
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "node 0 (" + rep.strategy + ")"}}}});
-  for (const TraceEvent& e : rep.trace)
-    events.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", 0}, {"tid", tid[e.track]},
-                      {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"step", e.step}}}});
-  return nlohmann::ordered_json{{"displayTimeUnit", "ms"}, {"traceEvents", events}}.dump() + "\n";
+  return memwall::chrome_trace_json(rep.trace, "node 0 (" + rep.strategy + ")");
 }
 
 }  // namespace memwall::sim

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/schedule.hpp"
+#include "model/timeline.hpp"
 
 namespace memwall::sim {
 
@@ -25,11 +26,7 @@ struct SimOptions {
   double gpu_hbm_Bps = 900e9;    // optimizer on GPU is HBM-bound: 32 B per parameter (V100: 900 GB/s)
 };
 
-struct TraceEvent {
-  std::string name, track;
-  double start_s = 0, end_s = 0;
-  int step = 0;
-};
+using TraceEvent = memwall::TraceEvent;  // model/timeline.hpp: the executor writes the same events
 
 struct SimReport {
   std::string strategy;

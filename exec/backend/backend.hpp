@@ -1,14 +1,21 @@
 // Backend: the executor's view of one compute device, in the spirit of ggml-backend: an opaque
 // handle, a table of operations (some optional) and a capabilities struct. Owns device memory
-// (allocated on the device tier against a hard capacity), streams, events, GEMM and the GPT kernels.
+// (allocated on the device tier against a hard capacity), streams, events, GEMM, the GPT kernels,
+// fp32 <-> fp16/bf16 conversions and (optionally) an Adam step on device memory.
 // Does not own: what is allocated (the caller frees it), the schedule, host buffers.
 // Thread-safety: one thread drives a backend; copies run asynchronously on the backend's streams.
 //
-// Conventions for every kernel: device pointers to fp32 row-major arrays; kernels run in order on
-// the backend's compute stream (stream 0). Key to the shape letters:
-//   B batch, T sequence length, C channels, NH heads, V vocabulary (256: bytes), BT = B*T.
+// Conventions for every kernel: device pointers to fp32 row-major arrays unless a dtype says
+// otherwise; kernels run in order on the backend's compute stream (stream 0). Key to the shape letters:
+//   B batch, T sequence length, C channels, NH heads, hs = C / NH head size, V vocabulary (256:
+//   bytes), BT = B*T, OC output channels of a linear layer.
 // Backward kernels ACCUMULATE (+=) into the gradients they write, as llm.c's do, so a parameter
 // or activation used twice (the tied embedding, the residual stream) sums its gradients.
+// Attention is two operators, as in the operator graph (model/): attn_scores (qkv -> att, the
+// causal softmax) and attn_context (att, qkv -> out); each has a forward and a backward kernel,
+// and the scores backward reads the datt the context backward accumulated.
+// Mixed precision: 16-bit parameters and gradients live in buffers of adam::DType; compute is
+// fp32, through to_fp32 / from_fp32 / accumulate_to, which round exactly as CpuAdam's copy does.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/adam/adam_types.hpp"
 #include "model/result.hpp"
 
 namespace memwall::exec {
@@ -43,6 +51,23 @@ struct BackendOptions {
 using Stream = int;   // 0 = compute stream; stream_create() gives copy streams 1, 2, ...
 using Event = void*;  // opaque; each backend defines what it points to
 
+// One Adam/AdamW step over n elements of device memory, torch's formula (torch.optim.Adam with
+// decoupled_weight_decay false, AdamW with true; see exec/adam/cpu_adam.hpp for the rounding).
+struct DeviceAdam {
+  float* param = nullptr;        // (n) fp32 master parameters, updated in place
+  float* exp_avg = nullptr;      // (n) momentum, updated in place
+  float* exp_avg_sq = nullptr;   // (n) variance, updated in place
+  const void* grad = nullptr;    // (n) of grad_type; read only
+  adam::DType grad_type = adam::DType::fp32;
+  void* param16 = nullptr;       // (n) of param16_type (fp16 or bf16): the updated parameters,
+                                 // rounded as from_fp32 rounds, written in the same pass; nullptr = none
+  adam::DType param16_type = adam::DType::bf16;
+  std::size_t n = 0;
+  long step = 1;                 // the step number after incrementing (>= 1): bias corrections
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
+};
+
 // The operations table. Entries marked optional may be nullptr; the free functions below fall
 // back or report "not supported". Every pointer argument is device memory unless named host_*.
 struct BackendOps {
@@ -61,6 +86,10 @@ struct BackendOps {
   void (*event_destroy)(void* ctx, Event e);
   void (*event_record)(void* ctx, Event e, Stream s);    // completes when s reaches this point
   void (*event_synchronize)(void* ctx, Event e);         // host waits
+  // non-blocking: true when the stream has reached the last record of e (or e was never
+  // recorded); false while it is still pending. A failed query counts as reached (cuda records
+  // it as the sticky error), so a caller polling for completion never spins forever.
+  bool (*event_query)(void* ctx, Event e);
   void (*stream_wait_event)(void* ctx, Stream s, Event e);
   void (*synchronize)(void* ctx);                        // host waits for every stream
   // optional: pin host memory so copies from it are truly asynchronous (cudaHostRegister)
@@ -82,13 +111,30 @@ struct BackendOps {
                             const float* bias, int BT, int C);
   void (*layernorm_backward)(void* ctx, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int BT, int C);
-  void (*bias_forward)(void* ctx, float* out, const float* bias, int BT, int OC);     // out += bias
-  void (*bias_backward)(void* ctx, float* dbias, const float* dout, int BT, int OC);  // dbias += sum dout
-  // causal softmax attention: qkv (B, T, 3C) -> out (B, T, C), att (B, NH, T, T) kept for backward
-  // (zero above the diagonal)
-  void (*attention_forward)(void* ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-  void (*attention_backward)(void* ctx, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                             int T, int C, int NH);
+  // out[r * ldo + o] += bias[o] for r < BT, o < OC: the bias of OC output columns inside a
+  // (BT, ldo) output (ldo = OC for a whole layer, wider for one tile of its columns)
+  void (*bias_forward)(void* ctx, float* out, const float* bias, int BT, int OC, int ldo);
+  // forward: out[r * ldo + o] += bias[o]; dbias[o] += sum over r < BT of dout[r * ldd + o]
+  void (*bias_backward)(void* ctx, float* dbias, const float* dout, int BT, int OC, int ldd);
+  // Causal softmax attention in two operators. q, k, v = qkv[b, t, 0:C], [C:2C], [2C:3C]; head h
+  // at channels h*hs .. (h+1)*hs of each.
+  // attn_scores: att (B, NH, T, T)[b, h, t, t2] = softmax over t2 <= t of q[b,t,h] . k[b,t2,h] /
+  // sqrt(hs), zero above the diagonal (t2 > t); att is overwritten.
+  void (*attention_scores_forward)(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH);
+  // attn_context: out (B, T, C)[b, t, h] = sum over t2 <= t of att[b, h, t, t2] * v[b, t2, h];
+  // out is overwritten.
+  void (*attention_context_forward)(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C,
+                                    int NH);
+  // forward: out[b,t,h] = sum_t2 att[b,h,t,t2] * v[b,t2,h]
+  // datt (B, NH, T, T)[b,h,t,t2] += dout[b,t,h] . v[b,t2,h] for t2 <= t (above the diagonal is
+  // not written); dv (the 2C:3C part of dqkv (B, T, 3C)) += att^T . dout
+  void (*attention_context_backward)(void* ctx, float* datt, float* dqkv, const float* dout, const float* att,
+                                     const float* qkv, int B, int T, int C, int NH);
+  // forward: att[b,h,t,:] = softmax(pre), pre[t2] = scale * q[b,t,h] . k[b,t2,h], scale = 1/sqrt(hs)
+  // dpre[t2] = att[t2] * (datt[t2] - sum over t3 <= t of att[t3] * datt[t3]) for t2 <= t;
+  // dq (0:C of dqkv) += scale * dpre . k; dk (C:2C) += scale * dpre^T . q. dv is not touched.
+  void (*attention_scores_backward)(void* ctx, float* dqkv, const float* datt, const float* att, const float* qkv,
+                                    int B, int T, int C, int NH);
   void (*gelu_forward)(void* ctx, float* out, const float* inp, long N);
   void (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, long N);
   void (*residual_forward)(void* ctx, float* out, const float* inp1, const float* inp2, long N);
@@ -100,8 +146,24 @@ struct BackendOps {
   void (*crossentropy_backward)(void* ctx, float* dlogits, const float* probs, const int* targets, float dloss, int BT,
                                 int V);
 
-  // optional: the first asynchronous failure (a kernel or copy that went wrong after its call
-  // returned), with file:line; nullptr when there was none. Checked after each training step.
+  // 16-bit buffers (n elements; fp32 = 4 bytes, fp16 / bf16 = 2). Rounding: to nearest even, NaN
+  // stays NaN, fp16 overflow to inf and subnormals kept, bit for bit as CpuAdam's 16-bit copy
+  // (exec/backend/half.hpp); fp32 -> fp32 is a copy.
+  void (*to_fp32)(void* ctx, float* dst, const void* src, adam::DType src_type, long n);    // dst = float(src)
+  void (*from_fp32)(void* ctx, void* dst, const float* src, adam::DType dst_type, long n);  // dst = round(src)
+  // dst = round(float(dst) + src): a 16-bit gradient buffer summing an fp32 gradient (fp32: dst += src);
+  // a NaN sum has x86's bits on every backend (half.hpp, add_f32)
+  void (*accumulate_to)(void* ctx, void* dst, const float* src, adam::DType dst_type, long n);
+
+  // optional: one Adam step on device memory, in order on the compute stream. cpu: CpuAdam's
+  // kernels, bit for bit CpuAdam::step with the same options; cuda: the same formula and order of
+  // roundings in CUDA's IEEE-rounded intrinsics. Invalid arguments (step < 1, param16_type fp32)
+  // are reported through sticky_error and update nothing.
+  void (*adam_update)(void* ctx, const DeviceAdam& a);
+
+  // optional: the first failure of a call that returns nothing (a kernel or copy that went wrong
+  // after its call returned, an adam_update refused), with file:line where there is one; nullptr
+  // when there was none. Checked after each training step.
   const char* (*sticky_error)(void* ctx);
 
   void (*destroy)(void* ctx);

@@ -1,6 +1,7 @@
 // The cpu backend: the "device" is host memory behind an allocator with a hard capacity (an
 // allocation over it fails as cudaMalloc would), OpenBLAS sgemm, fp32 kernels parallelised with
-// OpenMP, and one worker thread per copy stream so copies really run beside compute.
+// OpenMP, one worker thread per copy stream so copies really run beside compute, and CpuAdam
+// (exec/adam) for adam_update.
 // Its kernels are the reference every other backend is tested against (tests/exec/backend).
 // Every kernel writes each output element from one thread in a fixed order: results do not
 // depend on the thread count, so a fixed seed gives the same losses run to run.
@@ -13,11 +14,15 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "exec/adam/cpu_adam.hpp"
 #include "exec/backend/backend.hpp"
+#include "exec/backend/half.hpp"
 #include "model/units.hpp"
 
 namespace memwall::exec {
@@ -100,9 +105,16 @@ struct CpuCtx {
   std::mutex mu;
   std::unordered_map<void*, std::size_t> sizes;
   std::vector<std::unique_ptr<Worker>> streams;  // streams[i] is stream i+1
+  std::optional<adam::CpuAdam> adam;             // adam_update's, made for the last options seen
+  std::string error;                             // sticky_error: the first failure
 };
 
 CpuCtx& C_(void* ctx) { return *static_cast<CpuCtx*>(ctx); }
+
+void record_error(CpuCtx& c, const std::string& what) {
+  std::fprintf(stderr, "memwall cpu backend: %s\n", what.c_str());
+  if (c.error.empty()) c.error = what;
+}
 
 Result<void*> cpu_alloc(void* ctx, std::size_t bytes) {
   CpuCtx& c = C_(ctx);
@@ -163,6 +175,11 @@ void cpu_event_record(void* ctx, Event e, Stream s) {
     gen = ++ev->recorded;
   }
   on_stream(ctx, s, [ev, gen] { ev->reach(gen); });
+}
+bool cpu_event_query(void*, Event e) {
+  auto* ev = static_cast<CpuEvent*>(e);
+  std::lock_guard<std::mutex> lock(ev->mu);
+  return ev->reached >= ev->recorded;
 }
 void cpu_event_synchronize(void*, Event e) {
   auto* ev = static_cast<CpuEvent*>(e);
@@ -274,21 +291,27 @@ void cpu_layernorm_backward(void*, float* dinp, float* dw, float* db, const floa
   }
 }
 
-void cpu_bias_forward(void*, float* out, const float* bias, int BT, int OC) {
+void cpu_bias_forward(void*, float* out, const float* bias, int BT, int OC, int ldo) {
+  // out[r * ldo + o] += bias[o]: OC columns of a (BT, ldo) output
 #pragma omp parallel for if(long(BT) * OC >= kParallelWork)
   for (int r = 0; r < BT; ++r)
-    for (int o = 0; o < OC; ++o) out[long(r) * OC + o] += bias[o];
+    for (int o = 0; o < OC; ++o) out[long(r) * ldo + o] += bias[o];
 }
 
-void cpu_bias_backward(void*, float* dbias, const float* dout, int BT, int OC) {
+void cpu_bias_backward(void*, float* dbias, const float* dout, int BT, int OC, int ldd) {
+  // forward: out[r * ldo + o] += bias[o]; dbias[o] += sum over rows, in row order
   std::vector<float> s(std::size_t(OC), 0.0f);
   for (int r = 0; r < BT; ++r)
-    for (int o = 0; o < OC; ++o) s[std::size_t(o)] += dout[long(r) * OC + o];
+    for (int o = 0; o < OC; ++o) s[std::size_t(o)] += dout[long(r) * ldd + o];
   for (int o = 0; o < OC; ++o) dbias[o] += s[std::size_t(o)];
 }
 
-void cpu_attention_forward(void*, float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  // q, k, v: qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs
+// Attention. q, k, v: qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs.
+// The two backward kernels together do what one fused kernel would, in the same order of
+// operations, so their composition rounds exactly as llm.c's attention_backward does.
+
+void cpu_attention_scores_forward(void*, float* att, const float* qkv, int B, int T, int C, int NH) {
+  // att[b,h,t,:] = softmax over t2 <= t of scale * q[b,t,h] . k[b,t2,h]; zero for t2 > t
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
 #pragma omp parallel for collapse(3) if(long(B) * NH * T * T * hs >= kParallelWork)
@@ -312,6 +335,18 @@ void cpu_attention_forward(void*, float* out, float* att, const float* qkv, int 
         }
         const float inv = 1.0f / sum;
         for (int t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+      }
+}
+
+void cpu_attention_context_forward(void*, float* out, const float* att, const float* qkv, int B, int T, int C,
+                                   int NH) {
+  // out[b,t,h] = sum over t2 <= t of att[b,h,t,t2] * v[b,t2,h]
+  const int hs = C / NH;
+#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * hs >= kParallelWork)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const float* a = att + ((long(b) * NH + h) * T + t) * T;
         float* o = out + (long(b) * T + t) * C + h * hs;
         for (int i = 0; i < hs; ++i) o[i] = 0;
         for (int t2 = 0; t2 <= t; ++t2) {
@@ -321,17 +356,16 @@ void cpu_attention_forward(void*, float* out, float* att, const float* qkv, int 
       }
 }
 
-void cpu_attention_backward(void*, float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH) {
+void cpu_attention_context_backward(void*, float* datt, float* dqkv, const float* dout, const float* att,
+                                    const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  // One (b, h) per iteration: rows t of a head write dk, dv of every t2 <= t, so t stays serial.
+  // One (b, h) per iteration: rows t of a head add into dv of every t2 <= t, so t stays serial.
 #pragma omp parallel for collapse(2) if(long(B) * NH * T * T * hs >= kParallelWork)
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
-      std::vector<float> datt(static_cast<std::size_t>(T)), dpre(static_cast<std::size_t>(T));
+    for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
         const float* a = att + ((long(b) * NH + h) * T + t) * T;
+        float* da = datt + ((long(b) * NH + h) * T + t) * T;
         const float* d = dout + (long(b) * T + t) * C + h * hs;
         // forward: o[i] += a[t2] * v[t2][i]
         for (int t2 = 0; t2 <= t; ++t2) {
@@ -342,26 +376,39 @@ void cpu_attention_backward(void*, float* dqkv, const float* dout, const float* 
             s += v[i] * d[i];
             dv[i] += a[t2] * d[i];
           }
-          datt[std::size_t(t2)] = s;
+          da[t2] += s;
         }
-        // forward: a = softmax(pre); dpre[t2] = a[t2] * (datt[t2] - sum_t3 a[t3] datt[t3])
+      }
+}
+
+void cpu_attention_scores_backward(void*, float* dqkv, const float* datt, const float* att, const float* qkv, int B,
+                                   int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  // One (b, h) per iteration: rows t of a head add into dk of every t2 <= t, so t stays serial.
+#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * hs >= kParallelWork)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const float* a = att + ((long(b) * NH + h) * T + t) * T;
+        const float* da = datt + ((long(b) * NH + h) * T + t) * T;
+        // forward: a = softmax(pre); dpre[t2] = a[t2] * (da[t2] - sum_t3 a[t3] da[t3])
         float dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * datt[std::size_t(t2)];
-        for (int t2 = 0; t2 <= t; ++t2) dpre[std::size_t(t2)] = a[t2] * (datt[std::size_t(t2)] - dot);
+        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * da[t2];
         // forward: pre[t2] = scale * q . k[t2]
         const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
         float* dq = dqkv + (long(b) * T + t) * 3 * C + h * hs;
         for (int t2 = 0; t2 <= t; ++t2) {
           const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
           float* dk = dqkv + (long(b) * T + t2) * 3 * C + C + h * hs;
-          const float g = dpre[std::size_t(t2)] * scale;
+          const float dpre = a[t2] * (da[t2] - dot);
+          const float g = dpre * scale;
           for (int i = 0; i < hs; ++i) {
             dq[i] += g * k[i];
             dk[i] += g * q[i];
           }
         }
       }
-    }
 }
 
 // GeLU, tanh approximation (torch's approximate="tanh", GPT-2's)
@@ -424,6 +471,61 @@ void cpu_crossentropy_backward(void*, float* dlogits, const float* probs, const 
       dlogits[long(r) * V + i] += (probs[long(r) * V + i] - (i == targets[r] ? 1.0f : 0.0f)) * dloss;
 }
 
+// 16-bit conversions, one element per iteration (exec/backend/half.hpp rounds)
+
+void cpu_to_fp32(void*, float* dst, const void* src, adam::DType t, long n) {
+  if (n <= 0) return;
+  if (t == adam::DType::fp32) return void(std::memcpy(dst, src, std::size_t(n) * sizeof(float)));
+  const auto* s = static_cast<const std::uint16_t*>(src);
+#pragma omp parallel for if(n >= kParallelWork)
+  for (long i = 0; i < n; ++i) dst[i] = half::f32_from_half(s[i], t);
+}
+
+void cpu_from_fp32(void*, void* dst, const float* src, adam::DType t, long n) {
+  if (n <= 0) return;
+  if (t == adam::DType::fp32) return void(std::memcpy(dst, src, std::size_t(n) * sizeof(float)));
+  auto* d = static_cast<std::uint16_t*>(dst);
+#pragma omp parallel for if(n >= kParallelWork)
+  for (long i = 0; i < n; ++i) d[i] = half::half_from_f32(src[i], t);
+}
+
+void cpu_accumulate_to(void*, void* dst, const float* src, adam::DType t, long n) {
+  if (t == adam::DType::fp32) {
+    float* d = static_cast<float*>(dst);
+#pragma omp parallel for if(n >= kParallelWork)
+    for (long i = 0; i < n; ++i) d[i] += src[i];
+    return;
+  }
+  auto* d = static_cast<std::uint16_t*>(dst);
+#pragma omp parallel for if(n >= kParallelWork)
+  for (long i = 0; i < n; ++i) d[i] = half::half_from_f32(half::add_f32(half::f32_from_half(d[i], t), src[i]), t);
+}
+
+// CpuAdam on the pointers (the cpu device is host memory). A CpuAdam is made for one set of
+// options and keeps a worker pool: it is made again only when the options change (a learning
+// rate schedule: once per step, not once per chunk).
+void cpu_adam_update(void* ctx, const DeviceAdam& d) {
+  CpuCtx& c = C_(ctx);
+  const adam::AdamOptions o{d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, d.decoupled_weight_decay};
+  if (c.adam) {
+    const adam::AdamOptions& have = c.adam->options();
+    if (have.lr != o.lr || have.beta1 != o.beta1 || have.beta2 != o.beta2 || have.eps != o.eps ||
+        have.weight_decay != o.weight_decay || have.decoupled_weight_decay != o.decoupled_weight_decay)
+      c.adam.reset();
+  }
+  if (!c.adam) {
+    Result<adam::CpuAdam> made = adam::CpuAdam::create(o);
+    if (!made) return record_error(c, "adam_update: " + made.error());
+    c.adam.emplace(std::move(made).value());
+  }
+  const adam::AdamChunk chunk{d.param,   d.exp_avg,      d.exp_avg_sq, d.grad, d.grad_type,
+                              d.param16, d.param16_type, d.n};
+  Result<std::size_t> done = c.adam->step(chunk, d.step);
+  if (!done) record_error(c, "adam_update: " + done.error());
+}
+
+const char* cpu_sticky_error(void* ctx) { return C_(ctx).error.empty() ? nullptr : C_(ctx).error.c_str(); }
+
 void cpu_destroy(void* ctx) {
   cpu_synchronize(ctx);
   CpuCtx* c = static_cast<CpuCtx*>(ctx);
@@ -445,6 +547,7 @@ const BackendOps kCpuOps = {
     cpu_event_destroy,
     cpu_event_record,
     cpu_event_synchronize,
+    cpu_event_query,
     cpu_stream_wait_event,
     cpu_synchronize,
     nullptr,  // host_register: host memory is already the device's
@@ -456,19 +559,31 @@ const BackendOps kCpuOps = {
     cpu_layernorm_backward,
     cpu_bias_forward,
     cpu_bias_backward,
-    cpu_attention_forward,
-    cpu_attention_backward,
+    cpu_attention_scores_forward,
+    cpu_attention_context_forward,
+    cpu_attention_context_backward,
+    cpu_attention_scores_backward,
     cpu_gelu_forward,
     cpu_gelu_backward,
     cpu_residual_forward,
     cpu_accumulate,
     cpu_crossentropy_forward,
     cpu_crossentropy_backward,
-    nullptr,  // sticky_error: every cpu kernel has finished when its call returns
+    cpu_to_fp32,
+    cpu_from_fp32,
+    cpu_accumulate_to,
+    cpu_adam_update,
+    cpu_sticky_error,  // every cpu kernel has finished when its call returns: only refusals
     cpu_destroy,
 };
 
 }  // namespace
+
+// Test hook, declared by tests/exec/backend only: queues a host task on copy stream s (>= 1) of a
+// cpu backend, so a test can hold a stream (and the events behind it) until it lets go.
+void cpu_stream_enqueue_for_test(Backend& cpu, Stream s, std::function<void()> task) {
+  if (cpu.caps().name == "cpu" && s >= 1) on_stream(cpu.ctx(), s, std::move(task));
+}
 
 Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o) {
   if (o.compute != ComputeType::fp32)

@@ -1,15 +1,20 @@
 // The cuda backend: cudaMalloc against a hard capacity, a compute stream plus copy streams,
 // events, cuBLAS GEMMs (fp32, or fp16 / bf16 tensor-core compute with fp32 accumulation) and small
-// hand-written fp32 kernels for the rest. Tensors stay fp32 in device memory: the 16-bit formats
-// are used where the FLOPs are, inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16F / _16BF).
-// The kernels are written for clarity, one thread per output row or element (llm.c's first CUDA
-// versions, not its fused ones); atomics make some backward sums order-dependent, so unlike the
-// cpu backend results may differ in the last bits run to run.
+// hand-written fp32 kernels for the rest. Activations stay fp32 in device memory: the 16-bit
+// formats are used where the FLOPs are, inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16F / _16BF), and
+// for 16-bit parameter / gradient buffers through the conversion kernels (exec/backend/half.hpp,
+// the cpu backend's rounding bit for bit). adam_update is torch's Adam in IEEE-rounded intrinsics.
+// The kernels are written for clarity, one thread (or warp) per output row or element (llm.c's
+// first CUDA versions, not its fused ones); atomics make some backward sums order-dependent, so
+// unlike the cpu backend results may differ in the last bits run to run (the attention kernels
+// use no atomics).
 // Every CUDA and cuBLAS call goes through CUDA_CHECK / CUBLAS_CHECK: a failure is recorded with
 // file:line as the backend's sticky error (the first one wins) and printed to stderr.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "exec/backend/backend.hpp"
+#include "exec/backend/half.hpp"
 #include "model/units.hpp"
 
 namespace memwall::exec {
@@ -30,6 +36,10 @@ struct CudaCtx {
   cublasHandle_t blas = nullptr;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   std::string error;
+  // attention_scores_backward's row sums (B*NH*T floats), grown on demand; the backend's own,
+  // outside alloc()'s capacity
+  float* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
 };
 
 CudaCtx& X(void* ctx) { return *static_cast<CudaCtx*>(ctx); }
@@ -103,6 +113,20 @@ Event cu_event_create(void* ctx) {
 void cu_event_destroy(void* ctx, Event e) { CUDA_CHECK(X(ctx), cudaEventDestroy(cudaEvent_t(e))); }
 void cu_event_record(void* ctx, Event e, Stream s) { CUDA_CHECK(X(ctx), cudaEventRecord(cudaEvent_t(e), S(ctx, s))); }
 void cu_event_sync(void* ctx, Event e) { CUDA_CHECK(X(ctx), cudaEventSynchronize(cudaEvent_t(e))); }
+bool cu_event_query(void* ctx, Event e) {
+  const cudaError_t err = cudaEventQuery(cudaEvent_t(e));
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    // not an error, but the runtime may keep it as the last error: clear it so the next
+    // LAUNCH_CHECK does not report it (what PyTorch's CUDAEvent::query does)
+    const cudaError_t last = cudaGetLastError();
+    if (last != cudaSuccess && last != cudaErrorNotReady)
+      record_error(X(ctx), cudaGetErrorString(last), __FILE__, __LINE__);
+    return false;
+  }
+  record_error(X(ctx), cudaGetErrorString(err), __FILE__, __LINE__);
+  return true;  // sticky now: a caller polling for completion stops and finds sticky_error
+}
 void cu_wait(void* ctx, Stream s, Event e) { CUDA_CHECK(X(ctx), cudaStreamWaitEvent(S(ctx, s), cudaEvent_t(e), 0)); }
 void cu_sync(void* ctx) {
   for (cudaStream_t s : X(ctx).streams) CUDA_CHECK(X(ctx), cudaStreamSynchronize(s));
@@ -186,78 +210,128 @@ __global__ void layernorm_bwd_k(float* dinp, float* dw, float* db, const float* 
   }
 }
 
-__global__ void bias_fwd_k(float* out, const float* bias, int BT, int OC) {
+// out[r * ldo + o] += bias[o]: OC columns of a (BT, ldo) output
+__global__ void bias_fwd_k(float* out, const float* bias, int BT, int OC, int ldo) {
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < long(BT) * OC) out[i] += bias[i % OC];
+  if (i >= long(BT) * OC) return;
+  const long r = i / OC;
+  const int o = int(i % OC);
+  out[r * ldo + o] += bias[o];
 }
-__global__ void bias_bwd_k(float* dbias, const float* dout, int BT, int OC) {
+// forward: out[r * ldo + o] += bias[o]; one thread per column, rows in order
+__global__ void bias_bwd_k(float* dbias, const float* dout, int BT, int OC, int ldd) {
   int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
   float s = 0;
-  for (int r = 0; r < BT; ++r) s += dout[long(r) * OC + o];
+  for (int r = 0; r < BT; ++r) s += dout[long(r) * ldd + o];
   dbias[o] += s;
 }
 
-// one thread per (b, h, t) query row
-__global__ void attention_fwd_k(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= B * NH * T) return;
-  const int t = i % T, h = (i / T) % NH, b = i / (T * NH), hs = C / NH;
-  const float scale = rsqrtf(float(hs));
+// Attention: q, k, v = qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs;
+// att rows are (b, h, t), row r = (b * NH + h) * T + t. No atomics: every output element is
+// written by one thread, which sums in a fixed order.
+
+// one warp per (b, h, t) row; lane l takes t2 = l, l + 32, ... (and only ever touches those)
+__global__ void attention_scores_fwd_k(float* att, const float* qkv, int B, int T, int C, int NH) {
+  const long row = blockIdx.x;
+  const int lane = threadIdx.x;
+  if (row >= long(B) * NH * T) return;
+  const int t = int(row % T), h = int(row / T % NH), b = int(row / (long(T) * NH)), hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
   const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
-  float* a = att + ((long(b) * NH + h) * T + t) * T;
+  float* a = att + row * T;
   float maxv = -INFINITY;
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = lane; t2 <= t; t2 += 32) {
     const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
     float s = 0;
     for (int j = 0; j < hs; ++j) s += q[j] * k[j];
     a[t2] = s * scale;
     maxv = fmaxf(maxv, a[t2]);
   }
+  maxv = warp_max(maxv);
   float sum = 0;
-  for (int t2 = 0; t2 <= t; ++t2) {
+  for (int t2 = lane; t2 <= t; t2 += 32) {
     a[t2] = expf(a[t2] - maxv);
     sum += a[t2];
   }
-  for (int t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
-  float* o = out + (long(b) * T + t) * C + h * hs;
-  for (int j = 0; j < hs; ++j) {
-    float s = 0;
-    for (int t2 = 0; t2 <= t; ++t2) s += a[t2] * qkv[(long(b) * T + t2) * 3 * C + 2 * C + h * hs + j];
-    o[j] = s;
-  }
+  const float inv = 1.0f / warp_sum(sum);
+  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
 }
-__global__ void attention_bwd_k(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                                int C, int NH) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= B * NH * T) return;
-  const int t = i % T, h = (i / T) % NH, b = i / (T * NH), hs = C / NH;
-  const float scale = rsqrtf(float(hs));
+
+// out[b,t,c] = sum over t2 <= t of att[b,h,t,t2] * v[b,t2,c], h = c / hs; one thread per element
+__global__ void attention_context_fwd_k(float* out, const float* att, const float* qkv, int B, int T, int C, int NH) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), t = int(i / C % T), b = int(i / (long(C) * T)), h = c / (C / NH);
   const float* a = att + ((long(b) * NH + h) * T + t) * T;
+  float s = 0;
+  for (int t2 = 0; t2 <= t; ++t2) s += a[t2] * qkv[(long(b) * T + t2) * 3 * C + 2 * C + c];
+  out[i] = s;
+}
+
+// forward: out[b,t,h] = sum_t2 att[b,h,t,t2] * v[b,t2,h]
+// datt[b,h,t,t2] += dout[b,t,h] . v[b,t2,h] for t2 <= t; one thread per (b, h, t, t2)
+__global__ void attention_datt_k(float* datt, const float* dout, const float* qkv, int B, int T, int C, int NH) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * NH * T * T) return;
+  const int t2 = int(i % T), t = int(i / T % T);
+  if (t2 > t) return;
+  const long bh = i / (long(T) * T);
+  const int b = int(bh / NH), h = int(bh % NH), hs = C / NH;
   const float* d = dout + (long(b) * T + t) * C + h * hs;
-  const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
-  float* dq = dqkv + (long(b) * T + t) * 3 * C + h * hs;
-  // datt[t2] = v[t2] . d, recomputed in both passes instead of kept (no scratch row)
-  float dot = 0;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
-    float s = 0;
-    for (int j = 0; j < hs; ++j) s += v[j] * d[j];
-    dot += a[t2] * s;
-  }
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const long base = (long(b) * T + t2) * 3 * C + h * hs;
-    const float* k = qkv + base + C;
-    const float* v = qkv + base + 2 * C;
-    float s = 0;
-    for (int j = 0; j < hs; ++j) s += v[j] * d[j];
-    const float g = a[t2] * (s - dot) * scale;
-    for (int j = 0; j < hs; ++j) {
-      atomicAdd(dqkv + base + 2 * C + j, a[t2] * d[j]);
-      atomicAdd(dqkv + base + C + j, g * q[j]);
-      dq[j] += g * k[j];
+  const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
+  float s = 0;
+  for (int j = 0; j < hs; ++j) s += v[j] * d[j];
+  datt[i] += s;
+}
+// dv[b,t2,c] += sum over t >= t2 of att[b,h,t,t2] * dout[b,t,c]; one thread per (b, t2, c)
+__global__ void attention_dv_k(float* dqkv, const float* dout, const float* att, int B, int T, int C, int NH) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), t2 = int(i / C % T), b = int(i / (long(C) * T)), h = c / (C / NH);
+  const float* a = att + (long(b) * NH + h) * T * T + t2;  // column t2 of the head's (T, T)
+  float s = 0;
+  for (int t = t2; t < T; ++t) s += a[long(t) * T] * dout[(long(b) * T + t) * C + c];
+  dqkv[(long(b) * T + t2) * 3 * C + 2 * C + c] += s;
+}
+
+// forward: att = softmax(pre); dot[row] = sum over t2 <= t of att[row, t2] * datt[row, t2]; one warp per row
+__global__ void attention_softmax_dot_k(float* dot, const float* att, const float* datt, long rows, int T) {
+  const long row = blockIdx.x;
+  const int lane = threadIdx.x;
+  if (row >= rows) return;
+  const int t = int(row % T);
+  float s = 0;
+  for (int t2 = lane; t2 <= t; t2 += 32) s += att[row * T + t2] * datt[row * T + t2];
+  s = warp_sum(s);
+  if (lane == 0) dot[row] = s;
+}
+// forward: pre[t,t2] = scale * q[t] . k[t2]; with g[t,t2] = scale * att * (datt - dot[t]) (dpre * scale):
+// dq[b,t,c] += sum over t2 <= t of g[t,t2] * k[b,t2,c]    (threads c < C of a position)
+// dk[b,t2,c] += sum over t >= t2 of g[t,t2] * q[b,t,c]    (threads C <= c < 2C)
+__global__ void attention_dqk_k(float* dqkv, const float* dot, const float* datt, const float* att, const float* qkv,
+                                int B, int T, int C, int NH) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * 2 * C) return;
+  const int c2 = int(i % (2 * C)), t = int(i / (2 * C) % T), b = int(i / (2L * C * T));
+  const int c = c2 % C, h = c / (C / NH);
+  const float scale = 1.0f / sqrtf(float(C / NH));
+  const long head = (long(b) * NH + h) * T;  // row of (b, h, 0)
+  float s = 0;
+  if (c2 < C) {
+    const long r = head + t;
+    for (int t2 = 0; t2 <= t; ++t2) {
+      const float g = att[r * T + t2] * (datt[r * T + t2] - dot[r]) * scale;
+      s += g * qkv[(long(b) * T + t2) * 3 * C + C + c];
+    }
+  } else {
+    for (int tq = t; tq < T; ++tq) {  // t is the key position here
+      const long r = head + tq;
+      const float g = att[r * T + t] * (datt[r * T + t] - dot[r]) * scale;
+      s += g * qkv[(long(b) * T + tq) * 3 * C + c];
     }
   }
+  dqkv[(long(b) * T + t) * 3 * C + c2] += s;
 }
 
 constexpr float kGeluS = 0.7978845608028654f;
@@ -305,6 +379,55 @@ __global__ void crossentropy_bwd_k(float* dlogits, const float* probs, const int
   dlogits[i] += (probs[i] - (v == targets[r] ? 1.0f : 0.0f)) * dloss;
 }
 
+// 16-bit conversions, one thread per element (half.hpp: the cpu backend's rounding)
+__global__ void to_fp32_k(float* dst, const std::uint16_t* src, adam::DType t, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = half::f32_from_half(src[i], t);
+}
+__global__ void from_fp32_k(std::uint16_t* dst, const float* src, adam::DType t, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = half::half_from_f32(src[i], t);
+}
+__global__ void accumulate_to_k(std::uint16_t* dst, const float* src, adam::DType t, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = half::half_from_f32(half::add_f32(half::f32_from_half(dst[i], t), src[i]), t);
+}
+
+// The fp32 constants of one Adam step, rounded from double where torch (and CpuAdam) round them.
+struct AdamScalars {
+  bool use_l2;           // Adam with weight_decay != 0: grad = grad.add(param, alpha=wd)
+  float l2;              // float(wd)
+  bool decoupled;        // AdamW: param.mul_(1 - lr * wd)
+  float param_decay;     // float(1 - lr * wd)
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bias_correction2_sqrt;  // float(sqrt(1 - beta2**step))
+  float eps;
+  float neg_step_size;          // float(-(lr / (1 - beta1**step)))
+};
+
+// One element per thread, CpuAdam's adam_element operation for operation, each rounding spelled
+// with an IEEE round-to-nearest intrinsic so nvcc cannot contract or approximate it: add(alpha)
+// is one fma, addcmul is fma(value * t1, t2, self), addcdiv is self + (value * t1) / t2.
+__global__ void adam_k(float* param, float* exp_avg, float* exp_avg_sq, const void* grad, adam::DType grad_type,
+                       std::uint16_t* param16, adam::DType param16_type, std::size_t n, AdamScalars s) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const auto* grad16 = static_cast<const std::uint16_t*>(grad);
+  float g = grad_type == adam::DType::fp32 ? static_cast<const float*>(grad)[i]
+                                           : half::f32_from_half(grad16[i], grad_type);
+  float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+  if (s.use_l2) g = __fmaf_rn(p, s.l2, g);                                   // grad.add(param, alpha=wd)
+  if (s.decoupled) p = __fmul_rn(p, s.param_decay);                          // param.mul_(1 - lr * wd)
+  m = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));                // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+  v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, g), g, __fmul_rn(v, s.beta2));  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));        // param.addcdiv_(m, denom, -step_size)
+  param[i] = p;
+  exp_avg[i] = m;
+  exp_avg_sq[i] = v;
+  if (param16) param16[i] = half::half_from_f32(p, param16_type);
+}
+
 constexpr int kThreads = 256;
 
 void cu_encoder_fwd(void* ctx, float* out, const int* tok, const float* wte, const float* wpe, int B, int T, int C) {
@@ -325,22 +448,63 @@ void cu_ln_bwd(void* ctx, float* dinp, float* dw, float* db, const float* dout, 
   layernorm_bwd_k<<<BT, 32, 0, K(ctx)>>>(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
   LAUNCH_CHECK(X(ctx));
 }
-void cu_bias_fwd(void* ctx, float* out, const float* bias, int BT, int OC) {
-  bias_fwd_k<<<blocks(long(BT) * OC, kThreads), kThreads, 0, K(ctx)>>>(out, bias, BT, OC);
+void cu_bias_fwd(void* ctx, float* out, const float* bias, int BT, int OC, int ldo) {
+  if (long(BT) * OC == 0) return;
+  bias_fwd_k<<<blocks(long(BT) * OC, kThreads), kThreads, 0, K(ctx)>>>(out, bias, BT, OC, ldo);
   LAUNCH_CHECK(X(ctx));
 }
-void cu_bias_bwd(void* ctx, float* dbias, const float* dout, int BT, int OC) {
-  bias_bwd_k<<<blocks(OC, kThreads), kThreads, 0, K(ctx)>>>(dbias, dout, BT, OC);
+void cu_bias_bwd(void* ctx, float* dbias, const float* dout, int BT, int OC, int ldd) {
+  if (OC == 0) return;
+  bias_bwd_k<<<blocks(OC, kThreads), kThreads, 0, K(ctx)>>>(dbias, dout, BT, OC, ldd);
   LAUNCH_CHECK(X(ctx));
 }
-void cu_att_fwd(void* ctx, float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  attention_fwd_k<<<blocks(long(B) * NH * T, 64), 64, 0, K(ctx)>>>(out, att, qkv, B, T, C, NH);
+void cu_att_scores_fwd(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const long rows = long(B) * NH * T;
+  if (rows == 0) return;
+  attention_scores_fwd_k<<<unsigned(rows), 32, 0, K(ctx)>>>(att, qkv, B, T, C, NH);
   LAUNCH_CHECK(X(ctx));
 }
-void cu_att_bwd(void* ctx, float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                int NH) {
-  attention_bwd_k<<<blocks(long(B) * NH * T, 64), 64, 0, K(ctx)>>>(dqkv, dout, qkv, att, B, T, C, NH);
+void cu_att_context_fwd(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C, int NH) {
+  const long n = long(B) * T * C;
+  if (n == 0) return;
+  attention_context_fwd_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(out, att, qkv, B, T, C, NH);
   LAUNCH_CHECK(X(ctx));
+}
+void cu_att_context_bwd(void* ctx, float* datt, float* dqkv, const float* dout, const float* att, const float* qkv,
+                        int B, int T, int C, int NH) {
+  const long n_att = long(B) * NH * T * T, n_v = long(B) * T * C;
+  if (n_att == 0 || n_v == 0) return;
+  attention_datt_k<<<blocks(n_att, kThreads), kThreads, 0, K(ctx)>>>(datt, dout, qkv, B, T, C, NH);
+  LAUNCH_CHECK(X(ctx));
+  attention_dv_k<<<blocks(n_v, kThreads), kThreads, 0, K(ctx)>>>(dqkv, dout, att, B, T, C, NH);
+  LAUNCH_CHECK(X(ctx));
+}
+void cu_att_scores_bwd(void* ctx, float* dqkv, const float* datt, const float* att, const float* qkv, int B, int T,
+                       int C, int NH) {
+  CudaCtx& c = X(ctx);
+  const long rows = long(B) * NH * T;
+  if (rows == 0 || C == 0) return;
+  const std::size_t bytes = std::size_t(rows) * sizeof(float);
+  if (bytes > c.scratch_bytes) {  // grow: the old buffer may still be read by queued kernels
+    if (c.scratch) {
+      CUDA_CHECK(c, cudaStreamSynchronize(K(ctx)));
+      CUDA_CHECK(c, cudaFree(c.scratch));
+      c.scratch = nullptr;
+      c.scratch_bytes = 0;
+    }
+    cudaError_t e = cudaMalloc(&c.scratch, bytes);
+    if (e != cudaSuccess) {
+      c.scratch = nullptr;
+      record_error(c, std::string("attention_scores_backward scratch: ") + cudaGetErrorString(e), __FILE__, __LINE__);
+      return;
+    }
+    c.scratch_bytes = bytes;
+  }
+  attention_softmax_dot_k<<<unsigned(rows), 32, 0, K(ctx)>>>(c.scratch, att, datt, rows, T);
+  LAUNCH_CHECK(c);
+  const long n = long(B) * T * 2 * C;
+  attention_dqk_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(dqkv, c.scratch, datt, att, qkv, B, T, C, NH);
+  LAUNCH_CHECK(c);
 }
 void cu_gelu_fwd(void* ctx, float* out, const float* inp, long N) {
   gelu_fwd_k<<<blocks(N, kThreads), kThreads, 0, K(ctx)>>>(out, inp, N);
@@ -367,24 +531,114 @@ void cu_ce_bwd(void* ctx, float* dlogits, const float* probs, const int* targets
   LAUNCH_CHECK(X(ctx));
 }
 
+void cu_copy_fp32(void* ctx, void* dst, const void* src, long n) {
+  CUDA_CHECK(X(ctx), cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, K(ctx)));
+}
+void cu_to_fp32(void* ctx, float* dst, const void* src, adam::DType t, long n) {
+  if (n <= 0) return;
+  if (t == adam::DType::fp32) return cu_copy_fp32(ctx, dst, src, n);
+  to_fp32_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(dst, static_cast<const std::uint16_t*>(src), t, n);
+  LAUNCH_CHECK(X(ctx));
+}
+void cu_from_fp32(void* ctx, void* dst, const float* src, adam::DType t, long n) {
+  if (n <= 0) return;
+  if (t == adam::DType::fp32) return cu_copy_fp32(ctx, dst, src, n);
+  from_fp32_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(static_cast<std::uint16_t*>(dst), src, t, n);
+  LAUNCH_CHECK(X(ctx));
+}
+void cu_accumulate_to(void* ctx, void* dst, const float* src, adam::DType t, long n) {
+  if (n <= 0) return;
+  if (t == adam::DType::fp32) return cu_accumulate(ctx, static_cast<float*>(dst), src, n);
+  accumulate_to_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(static_cast<std::uint16_t*>(dst), src, t, n);
+  LAUNCH_CHECK(X(ctx));
+}
+
+// The step's scalars in double (Python's float arithmetic), then cast where ATen casts them:
+// the same expressions as CpuAdam's (exec/adam/cpu_adam.cpp, step_scalars).
+void cu_adam_update(void* ctx, const DeviceAdam& d) {
+  CudaCtx& c = X(ctx);
+  if (d.step < 1)
+    return record_error(c, "adam_update: step: expected the step number after incrementing (>= 1), got " +
+                               std::to_string(d.step), __FILE__, __LINE__);
+  if (d.param16 && d.param16_type == adam::DType::fp32)
+    return record_error(c, "adam_update: param16_type: expected fp16 or bf16, got fp32", __FILE__, __LINE__);
+  if (d.n == 0) return;
+  if (!d.param || !d.exp_avg || !d.exp_avg_sq || !d.grad)
+    return record_error(c, "adam_update: param, exp_avg, exp_avg_sq and grad must all be given", __FILE__, __LINE__);
+  const double bias_correction1 = 1 - std::pow(d.beta1, static_cast<double>(d.step));
+  const double bias_correction2 = 1 - std::pow(d.beta2, static_cast<double>(d.step));
+  const double step_size = d.lr / bias_correction1;
+  AdamScalars s{};
+  s.use_l2 = !d.decoupled_weight_decay && d.weight_decay != 0;
+  s.l2 = static_cast<float>(d.weight_decay);
+  s.decoupled = d.decoupled_weight_decay;
+  s.param_decay = static_cast<float>(1 - d.lr * d.weight_decay);
+  s.beta1 = static_cast<float>(d.beta1);
+  s.one_minus_beta1 = static_cast<float>(1 - d.beta1);
+  s.beta2 = static_cast<float>(d.beta2);
+  s.one_minus_beta2 = static_cast<float>(1 - d.beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(d.eps);
+  s.neg_step_size = static_cast<float>(-step_size);
+  adam_k<<<blocks(long(d.n), kThreads), kThreads, 0, K(ctx)>>>(d.param, d.exp_avg, d.exp_avg_sq, d.grad, d.grad_type,
+                                                               static_cast<std::uint16_t*>(d.param16), d.param16_type,
+                                                               d.n, s);
+  LAUNCH_CHECK(c);
+}
+
 const char* cu_sticky_error(void* ctx) { return X(ctx).error.empty() ? nullptr : X(ctx).error.c_str(); }
 
 void cu_destroy(void* ctx) {
   CudaCtx* c = static_cast<CudaCtx*>(ctx);
   cu_sync(ctx);
   for (auto& [p, n] : c->sizes) cudaFree(p);
+  if (c->scratch) cudaFree(c->scratch);
   if (c->blas) cublasDestroy(c->blas);
   for (cudaStream_t s : c->streams) cudaStreamDestroy(s);
   delete c;
 }
 
 const BackendOps kCudaOps = {
-    cu_alloc,       cu_free,        cu_used,        cu_memset,     cu_stream_create, cu_copy,
-    cu_copy,        cu_copy,        cu_event_create, cu_event_destroy, cu_event_record, cu_event_sync,
-    cu_wait,        cu_sync,        cu_host_register, cu_host_unregister, cu_gemm,   cu_encoder_fwd,
-    cu_encoder_bwd, cu_ln_fwd,      cu_ln_bwd,      cu_bias_fwd,   cu_bias_bwd,      cu_att_fwd,
-    cu_att_bwd,     cu_gelu_fwd,    cu_gelu_bwd,    cu_residual,   cu_accumulate,    cu_ce_fwd,
-    cu_ce_bwd,      cu_sticky_error, cu_destroy,
+    cu_alloc,
+    cu_free,
+    cu_used,
+    cu_memset,
+    cu_stream_create,
+    cu_copy,
+    cu_copy,
+    cu_copy,
+    cu_event_create,
+    cu_event_destroy,
+    cu_event_record,
+    cu_event_sync,
+    cu_event_query,
+    cu_wait,
+    cu_sync,
+    cu_host_register,
+    cu_host_unregister,
+    cu_gemm,
+    cu_encoder_fwd,
+    cu_encoder_bwd,
+    cu_ln_fwd,
+    cu_ln_bwd,
+    cu_bias_fwd,
+    cu_bias_bwd,
+    cu_att_scores_fwd,
+    cu_att_context_fwd,
+    cu_att_context_bwd,
+    cu_att_scores_bwd,
+    cu_gelu_fwd,
+    cu_gelu_bwd,
+    cu_residual,
+    cu_accumulate,
+    cu_ce_fwd,
+    cu_ce_bwd,
+    cu_to_fp32,
+    cu_from_fp32,
+    cu_accumulate_to,
+    cu_adam_update,
+    cu_sticky_error,
+    cu_destroy,
 };
 
 }  // namespace

@@ -1,23 +1,12 @@
-// GPT forward and backward on a Backend. Each layer is a kernel call (or a GEMM and a bias); the
-// backward of each quotes the forward line it differentiates.
+// GPT operators on a Backend. Each operator's forward is one kernel (or a GEMM and a bias); each
+// backward quotes the forward line it differentiates.
 #include "exec/gpt/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <random>
+#include <cstring>
 
 namespace memwall::exec {
-
-// Per-block tensor order inside the parameter array (after wte, wpe).
-enum BlockTensor { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFc1W, kFc1B, kFc2W, kFc2B, kPerBlock };
-
-
-namespace {
-std::size_t block_act_floats(const GptConfig& c, int B, int T) {
-  const std::size_t BT = std::size_t(B) * T, C = std::size_t(c.hidden);
-  return BT * C * 18 + BT * 4 + std::size_t(B) * c.heads * T * T;
-}
-int blocks_per_segment(const GptConfig& c, int ci) { return ci <= 0 || ci >= c.layers ? c.layers : ci; }
-}  // namespace
 
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& c) {
   const long C = c.hidden, V = c.vocab;
@@ -55,25 +44,18 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& c) {
   std::vector<ParamGroup> groups;
   for (const ParamTensor& t : gpt_param_tensors(c)) {
     const std::string g = t.name.substr(0, t.name.rfind('.'));
-    if (groups.empty() || groups.back().name != g) groups.push_back({g, t.offset, 0});
+    if (groups.empty() || groups.back().name != g) {
+      ParamGroup pg{g, t.offset, 0};
+      if (t.name.ends_with(".weight") && t.shape.size() == 2) {
+        pg.linear = true;
+        pg.out_features = t.shape[0];
+        pg.in_features = t.shape[1];
+      }
+      groups.push_back(pg);
+    }
     groups.back().elems += t.elems;
   }
   return groups;
-}
-
-GptMemory gpt_memory(const GptConfig& c, int B, int T, int ci) {
-  const std::size_t BT = std::size_t(B) * T, C = std::size_t(c.hidden), V = std::size_t(c.vocab), f = sizeof(float);
-  std::size_t n = 0;
-  for (const ParamTensor& t : gpt_param_tensors(c)) n += t.elems;
-  const int per_seg = blocks_per_segment(c, ci);
-  const int segs = (c.layers + per_seg - 1) / per_seg;
-  GptMemory m;
-  m.params_bytes = n * f;
-  m.grads_bytes = n * f;
-  m.activations_bytes = (block_act_floats(c, B, T) * std::size_t(per_seg) + BT * C + 2 * BT + 2 * BT * V + BT) * f;
-  m.checkpoints_bytes = std::size_t(segs) * BT * C * f;
-  m.scratch_bytes = (2 * BT * C + 2 * BT * 4 * C) * f + 2 * BT * sizeof(int);
-  return m;
 }
 
 std::vector<float> gpt_init_params(const GptConfig& c, std::uint64_t seed) {
@@ -99,238 +81,323 @@ std::vector<float> gpt_init_params(const GptConfig& c, std::uint64_t seed) {
   return p;
 }
 
-Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg, int B, int T, int ci) {
+namespace {
+// Copies rows of a (OC, IC) weight and entries of its (OC) bias between the two orders.
+template <bool kToTiles>
+void permute(const ParamGroup& g, int tiles, const float* in, float* out) {
+  if (!g.linear || tiles <= 1) {
+    std::memcpy(out, in, g.elems * sizeof(float));
+    return;
+  }
+  const std::size_t IC = std::size_t(g.in_features), OC = std::size_t(g.out_features), OCt = OC / std::size_t(tiles);
+  for (std::size_t t = 0; t < std::size_t(tiles); ++t) {
+    const std::size_t tile_at = t * OCt * (IC + 1);  // [W_t (OCt, IC), b_t (OCt)]
+    for (std::size_t r = 0; r < OCt * IC; ++r) {
+      const std::size_t flat = t * OCt * IC + r, tiled = tile_at + r;
+      (kToTiles ? out[tiled] : out[flat]) = kToTiles ? in[flat] : in[tiled];
+    }
+    for (std::size_t r = 0; r < OCt; ++r) {
+      const std::size_t flat = OC * IC + t * OCt + r, tiled = tile_at + OCt * IC + r;
+      (kToTiles ? out[tiled] : out[flat]) = kToTiles ? in[flat] : in[tiled];
+    }
+  }
+}
+}  // namespace
+
+void to_tile_major(const ParamGroup& g, int tiles, const float* in, float* out) { permute<true>(g, tiles, in, out); }
+void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out) {
+  permute<false>(g, tiles, in, out);
+}
+
+Result<OpRef> parse_op(const GptConfig& cfg, const std::string& name) {
+  static const std::pair<const char*, OpKind> kBlockOps[] = {
+      {"ln1", OpKind::ln1},           {"qkv", OpKind::qkv},       {"attn_scores", OpKind::attn_scores},
+      {"attn_context", OpKind::attn_context}, {"proj", OpKind::proj}, {"residual1", OpKind::residual1},
+      {"ln2", OpKind::ln2},           {"fc1", OpKind::fc1},       {"gelu", OpKind::gelu},
+      {"fc2", OpKind::fc2},           {"residual2", OpKind::residual2}};
+  if (name == "embed") return OpRef{OpKind::embed, -1, "embed"};
+  if (name == "ln_f") return OpRef{OpKind::ln_f, -1, "ln_f"};
+  if (name == "lm_head") return OpRef{OpKind::lm_head, -1, "embed"};
+  const auto dot = name.find('.');
+  if (name.rfind("block", 0) == 0 && dot != std::string::npos) {
+    int b = -1;
+    try {
+      std::size_t used = 0;
+      b = std::stoi(name.substr(5, dot - 5), &used);
+      if (used != dot - 5) b = -1;
+    } catch (const std::exception&) {
+      b = -1;
+    }
+    const std::string op = name.substr(dot + 1);
+    if (b >= 0 && b < cfg.layers)
+      for (const auto& [n, k] : kBlockOps)
+        if (op == n) {
+          const bool has_params = k == OpKind::ln1 || k == OpKind::qkv || k == OpKind::proj || k == OpKind::ln2 ||
+                                  k == OpKind::fc1 || k == OpKind::fc2;
+          return OpRef{k, b, has_params ? name : ""};
+        }
+  }
+  return make_error("no GPT operator \"" + name + "\" (expected embed, blockN.ln1 ... blockN.residual2 with N < " +
+                    std::to_string(cfg.layers) + ", ln_f or lm_head)");
+}
+
+// ---- workspace -------------------------------------------------------------------------------
+
+struct GptOps::Layout {
+  std::size_t BT, C, V, NH, T;
+  int ci, mbs;
+  std::size_t staging = 0;  // floats
+
+  Layout(const GptConfig& c, int B, int T_, int ci_, int mbs_, int tiles)
+      : BT(std::size_t(B) * T_), C(std::size_t(c.hidden)), V(std::size_t(c.vocab)), NH(std::size_t(c.heads)),
+        T(std::size_t(T_)), ci(std::max(1, std::min(ci_, c.layers))), mbs(mbs_) {
+    for (const ParamGroup& g : gpt_param_groups(c))
+      staging = std::max(staging, g.linear ? g.elems / std::size_t(std::max(1, tiles)) : g.elems);
+  }
+  std::size_t att() const { return BT / T * NH * T * T; }  // (B, NH, T, T)
+
+  // Walks every buffer in a fixed order; `take(floats)` returns where it goes (or counts it).
+  template <typename Take>
+  void carve(std::vector<MicroBatch>& mb, float*& wstage, float*& gstage, Take take) const {
+    wstage = take(staging);
+    gstage = take(staging);
+    mb.resize(std::size_t(mbs));
+    for (MicroBatch& m : mb) {
+      m.tokens = reinterpret_cast<int*>(take(BT));
+      m.targets = reinterpret_cast<int*>(take(BT));
+      m.stream[0] = take(BT * C);
+      m.stream[1] = take(BT * C);
+      m.ws.resize(std::size_t(ci));
+      for (BlockActs& a : m.ws) {
+        a.ln1 = take(BT * C), a.ln1_mean = take(BT), a.ln1_rstd = take(BT), a.qkv = take(BT * 3 * C);
+        a.att = take(att()), a.atty = take(BT * C), a.attproj = take(BT * C), a.res2 = take(BT * C);
+        a.ln2 = take(BT * C), a.ln2_mean = take(BT), a.ln2_rstd = take(BT), a.fch = take(BT * 4 * C);
+        a.fch_gelu = take(BT * 4 * C), a.fcproj = take(BT * C), a.res3 = take(BT * C);
+      }
+      m.segment_input = nullptr;
+      m.lnf = take(BT * C), m.lnf_mean = take(BT), m.lnf_rstd = take(BT);
+      m.logits = take(BT * V), m.probs = take(BT * V), m.dlogits = take(BT * V), m.losses = take(BT);
+      m.dx = take(BT * C), m.dA = take(BT * C), m.dB = take(BT * 4 * C), m.dC = take(BT * 4 * C);
+      m.datt = take(att());
+    }
+  }
+};
+
+namespace {
+constexpr std::size_t kAlign = 256;  // bytes: cudaMalloc's alignment, enough for every kernel
+std::size_t aligned(std::size_t floats) { return (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles) {
+  Layout l(cfg, B, T, ci, micro_batches, tiles);
+  std::size_t total = 0;
+  std::vector<MicroBatch> mb;
+  float *w = nullptr, *g = nullptr;
+  l.carve(mb, w, g, [&](std::size_t n) -> float* {
+    total += aligned(n);
+    return nullptr;
+  });
+  return total;
+}
+
+Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig& cfg, int B, int T, int ci,
+                                               int micro_batches, int tiles, void* workspace, std::size_t bytes) {
   if (cfg.layers < 1 || cfg.hidden < 1 || cfg.heads < 1 || cfg.hidden % cfg.heads != 0)
     return make_error("hidden (" + std::to_string(cfg.hidden) + ") must be a positive multiple of heads (" +
                       std::to_string(cfg.heads) + ")");
-  if (T < 1 || T > cfg.max_seq || B < 1)
+  if (T < 1 || T > cfg.max_seq || B < 1 || micro_batches < 1)
     return make_error("seq must be between 1 and the model's " + std::to_string(cfg.max_seq) + ", bsz >= 1");
-  std::unique_ptr<Gpt> g(new Gpt(backend, cfg, B, T, blocks_per_segment(cfg, ci)));
-  Result<bool> ok = g->allocate();
-  if (!ok) return make_error(ok.error());
+  for (const ParamGroup& g : gpt_param_groups(cfg))
+    if (g.linear && tiles > 1 && g.out_features % tiles != 0)
+      return make_error("tiling " + std::to_string(tiles) + " must divide the output features of every linear layer (" +
+                        g.name + " has " + std::to_string(g.out_features) + ")");
+  const std::size_t need = workspace_bytes(cfg, B, T, ci, micro_batches, tiles);
+  if (bytes < need || reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0)
+    return make_error("GPT workspace: " + std::to_string(need) + " bytes aligned to " + std::to_string(kAlign) +
+                      " needed, got " + std::to_string(bytes));
+  std::unique_ptr<GptOps> g(new GptOps(backend, cfg, B, T, std::max(1, std::min(ci, cfg.layers)), micro_batches));
+  Layout l(cfg, B, T, ci, micro_batches, tiles);
+  char* at = static_cast<char*>(workspace);
+  l.carve(g->mb_, g->weight_staging_, g->grad_staging_, [&](std::size_t n) {
+    float* p = reinterpret_cast<float*>(at);
+    at += aligned(n);
+    return p;
+  });
+  g->staging_elems_ = l.staging;
   return g;
 }
 
-Gpt::~Gpt() {
-  be_.ops().synchronize(be_.ctx());
-  for (void* p : allocations_) be_.ops().free(be_.ctx(), p);
+// ---- operators -------------------------------------------------------------------------------
+
+const float* GptOps::block_input(int b, int u) const { return mb_[std::size_t(u)].stream[b % 2]; }
+
+const float* GptOps::block_in(int b, int u, bool recompute) const {
+  const MicroBatch& m = mb_[std::size_t(u)];
+  if (!recompute) return m.stream[b % 2];
+  if (b % ci_ == 0) return m.segment_input;                 // the loaded checkpoint
+  return m.ws[std::size_t((b - 1) % ci_)].res3;             // the previous block of the segment
 }
 
-Result<ParamGroup> Gpt::group(const std::string& name) const {
-  for (const ParamGroup& g : groups_)
-    if (g.name == name) return g;
-  return make_error("no parameter group \"" + name + "\" (expected embed, blockN.ln1, blockN.qkv, ..., ln_f)");
+float* GptOps::block_out(int b, int u, bool recompute) {
+  MicroBatch& m = mb_[std::size_t(u)];
+  return recompute ? m.ws[std::size_t(b % ci_)].res3 : m.stream[(b + 1) % 2];
 }
 
-Result<bool> Gpt::allocate() {
-  tensors_ = gpt_param_tensors(cfg_);
-  groups_ = gpt_param_groups(cfg_);
-  for (const ParamTensor& t : tensors_) num_params_ += t.elems;
-  segments_ = (cfg_.layers + ci_ - 1) / ci_;
-  const std::size_t BT = std::size_t(B_) * T_, C = std::size_t(cfg_.hidden), V = std::size_t(cfg_.vocab);
-  std::string error;
-  auto get = [&](std::size_t n) -> float* {
-    if (!error.empty()) return nullptr;
-    Result<float*> p = alloc_array<float>(be_, n);
-    if (!p) {
-      error = p.error();
-      return nullptr;
+// A linear operator, or one tile of its output columns: out (BT, OC) columns [o0, o0 + OCt).
+void GptOps::linear_forward(const OpCall& c, float* out, const float* inp, long IC, long OC) {
+  const int BT = B_ * T_;
+  const long OCt = OC / c.tiles, o0 = c.tile < 0 ? 0 : c.tile * OCt;
+  const float* W = c.params;          // (OCt, IC)
+  const float* bias = W + OCt * IC;   // (OCt)
+  // out[:, o0:o0+OCt] = inp (BT, IC) . W^T; then += bias
+  be_.ops().gemm(be_.ctx(), false, true, BT, int(OCt), int(IC), 1.0f, inp, int(IC), 0, W, int(IC), 0, 0.0f, out + o0,
+                 int(OC), 0, 1);
+  be_.ops().bias_forward(be_.ctx(), out + o0, bias, BT, int(OCt), int(OC));
+}
+
+void GptOps::linear_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, long IC, long OC) {
+  const int BT = B_ * T_;
+  const long OCt = OC / c.tiles, o0 = c.tile < 0 ? 0 : c.tile * OCt;
+  const float* W = c.params;
+  float* dW = c.grads;
+  float* dbias = dW + OCt * IC;
+  // forward: out[:, tile] = inp . W^T + bias
+  // dinp (BT, IC) += dout[:, tile] (BT, OCt) . W (OCt, IC): tiles add their parts
+  be_.ops().gemm(be_.ctx(), false, false, BT, int(IC), int(OCt), 1.0f, dout + o0, int(OC), 0, W, int(IC), 0, 1.0f,
+                 dinp, int(IC), 0, 1);
+  // dW (OCt, IC) += dout[:, tile]^T (OCt, BT) . inp (BT, IC)
+  be_.ops().gemm(be_.ctx(), true, false, int(OCt), int(IC), BT, 1.0f, dout + o0, int(OC), 0, inp, int(IC), 0, 1.0f, dW,
+                 int(IC), 0, 1);
+  be_.ops().bias_backward(be_.ctx(), dbias, dout + o0, BT, int(OCt), int(OC));
+}
+
+void GptOps::forward(const OpCall& c) {
+  const BackendOps& k = be_.ops();
+  void* cx = be_.ctx();
+  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, b = c.op.block, u = c.micro_batch;
+  MicroBatch& m = mb_[std::size_t(u)];
+  switch (c.op.kind) {
+    case OpKind::embed:
+      // stream[0] (B, T, C) = wte[tokens] + wpe[t]; wte (V, C) then wpe (maxT, C) in the group
+      k.encoder_forward(cx, m.stream[0], m.tokens, c.params, c.params + std::size_t(V) * C, B_, T_, C);
+      return;
+    case OpKind::ln1: {
+      BlockActs& a = acts(b, u);
+      k.layernorm_forward(cx, a.ln1, a.ln1_mean, a.ln1_rstd, block_in(b, u, c.recompute), c.params, c.params + C, BT, C);
+      return;
     }
-    allocations_.push_back(*p);
-    return *p;
-  };
-  params_ = get(num_params_);
-  grads_ = get(num_params_);
-  for (int s = 0; s < segments_; ++s) ckpt_.push_back(get(BT * C));
-  for (int i = 0; i < ci_; ++i) {
-    BlockActs a{};
-    a.ln1 = get(BT * C), a.ln1_mean = get(BT), a.ln1_rstd = get(BT), a.qkv = get(BT * 3 * C), a.atty = get(BT * C);
-    a.att = get(std::size_t(B_) * cfg_.heads * T_ * T_), a.attproj = get(BT * C), a.res2 = get(BT * C);
-    a.ln2 = get(BT * C), a.ln2_mean = get(BT), a.ln2_rstd = get(BT), a.fch = get(BT * 4 * C);
-    a.fch_gelu = get(BT * 4 * C), a.fcproj = get(BT * C), a.res3 = get(BT * C);
-    ws_.push_back(a);
-  }
-  lnf_ = get(BT * C), lnf_mean_ = get(BT), lnf_rstd_ = get(BT);
-  logits_ = get(BT * V), probs_ = get(BT * V), losses_ = get(BT);
-  dx_ = get(BT * C), dA_ = get(BT * C), dB_ = get(BT * 4 * C), dC_ = get(BT * 4 * C);
-  if (error.empty()) {
-    Result<int*> t = alloc_array<int>(be_, 2 * BT);
-    if (t) {
-      allocations_.push_back(*t);
-      tokens_ = *t;
-      targets_ = *t + BT;
-    } else {
-      error = t.error();
+    case OpKind::qkv: linear_forward(c, acts(b, u).qkv, acts(b, u).ln1, C, 3L * C); return;
+    case OpKind::attn_scores: k.attention_scores_forward(cx, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH); return;
+    case OpKind::attn_context:
+      k.attention_context_forward(cx, acts(b, u).atty, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      return;
+    case OpKind::proj: linear_forward(c, acts(b, u).attproj, acts(b, u).atty, C, C); return;
+    case OpKind::residual1:
+      k.residual_forward(cx, acts(b, u).res2, block_in(b, u, c.recompute), acts(b, u).attproj, long(BT) * C);
+      return;
+    case OpKind::ln2: {
+      BlockActs& a = acts(b, u);
+      k.layernorm_forward(cx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, c.params, c.params + C, BT, C);
+      return;
     }
+    case OpKind::fc1: linear_forward(c, acts(b, u).fch, acts(b, u).ln2, C, 4L * C); return;
+    case OpKind::gelu: k.gelu_forward(cx, acts(b, u).fch_gelu, acts(b, u).fch, long(BT) * 4 * C); return;
+    case OpKind::fc2: linear_forward(c, acts(b, u).fcproj, acts(b, u).fch_gelu, 4L * C, C); return;
+    case OpKind::residual2:
+      k.residual_forward(cx, block_out(b, u, c.recompute), acts(b, u).res2, acts(b, u).fcproj, long(BT) * C);
+      return;
+    case OpKind::ln_f:
+      k.layernorm_forward(cx, m.lnf, m.lnf_mean, m.lnf_rstd, m.stream[cfg_.layers % 2], c.params, c.params + C, BT, C);
+      return;
+    case OpKind::lm_head:
+      // logits (BT, V) = lnf (BT, C) . wte^T: the LM head tied to the token embedding
+      k.gemm(cx, false, true, BT, V, C, 1.0f, m.lnf, C, 0, c.params, C, 0, 0.0f, m.logits, V, 0, 1);
+      k.crossentropy_forward(cx, m.probs, m.losses, m.logits, m.targets, BT, V);
+      return;
   }
-  if (!error.empty()) return make_error(error);
-  for (std::size_t i = 0, g = 0; i < tensors_.size(); ++i) {
-    while (tensors_[i].offset >= groups_[g].offset + groups_[g].elems) ++g;
-    tensor_group_.push_back(g);
-    tensor_in_group_.push_back(tensors_[i].offset - groups_[g].offset);
-  }
-  for (const ParamGroup& g : groups_) {
-    group_params_.push_back(params_ + g.offset);
-    group_grads_.push_back(grads_ + g.offset);
-  }
-  return true;
 }
 
-Result<bool> Gpt::bind_group(const std::string& name, float* weights, float* grads) {
-  for (std::size_t g = 0; g < groups_.size(); ++g)
-    if (groups_[g].name == name) {
-      group_params_[g] = weights ? weights : params_ + groups_[g].offset;
-      group_grads_[g] = grads ? grads : grads_ + groups_[g].offset;
-      return true;
+void GptOps::backward(const OpCall& c) {
+  const BackendOps& k = be_.ops();
+  void* cx = be_.ctx();
+  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, b = c.op.block, u = c.micro_batch;
+  const std::size_t f = sizeof(float), btc = std::size_t(BT) * C;
+  MicroBatch& m = mb_[std::size_t(u)];
+  // the first tile of a linear operator in backward order (tiles run last to first) clears dinp
+  const bool first_part = c.tile < 0 || c.tile == c.tiles - 1;
+  switch (c.op.kind) {
+    case OpKind::lm_head:
+      // loss = mean over every position of every micro-batch: dlosses = 1 / (BT * micro-batches)
+      k.memset_zero(cx, m.dlogits, std::size_t(BT) * V * f);
+      k.crossentropy_backward(cx, m.dlogits, m.probs, m.targets, 1.0f / (float(BT) * float(micro_batches_)), BT, V);
+      // logits = lnf . wte^T: dlnf (into dA) = dlogits . wte; dwte += dlogits^T . lnf
+      k.memset_zero(cx, m.dA, btc * f);
+      k.gemm(cx, false, false, BT, C, V, 1.0f, m.dlogits, V, 0, c.params, C, 0, 1.0f, m.dA, C, 0, 1);
+      k.gemm(cx, true, false, V, C, BT, 1.0f, m.dlogits, V, 0, m.lnf, C, 0, 1.0f, c.grads, C, 0, 1);
+      return;
+    case OpKind::ln_f:
+      // lnf = layernorm(x_L): dx = d(x_L)
+      k.memset_zero(cx, m.dx, btc * f);
+      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, m.stream[cfg_.layers % 2], c.params, m.lnf_mean,
+                           m.lnf_rstd, BT, C);
+      return;
+    case OpKind::residual2:  // res3 = res2 + fcproj: d(res2) = d(fcproj) = dx, so dx carries on as d(res2)
+    case OpKind::residual1:  // res2 = x + attproj: d(x) = d(attproj) = dx, so dx carries on as d(x)
+      return;
+    case OpKind::fc2: {
+      // fcproj = fc2(fch_gelu): d(fch_gelu) into dB
+      if (first_part) k.memset_zero(cx, m.dB, 4 * btc * f);
+      linear_backward(c, m.dB, m.dx, acts(b, u).fch_gelu, 4L * C, C);
+      return;
     }
-  return make_error("no parameter group \"" + name + "\" (expected embed, blockN.ln1, blockN.qkv, ..., ln_f)");
-}
-
-std::size_t Gpt::tensor_index(int layer, int which) const { return 2 + std::size_t(layer) * kPerBlock + which; }
-
-const float* Gpt::block_input(int l) const {
-  return l % ci_ == 0 ? ckpt_[std::size_t(l / ci_)] : ws_[std::size_t((l - 1) % ci_)].res3;
-}
-
-void Gpt::linear_forward(float* out, const float* inp, std::size_t w, std::size_t b, int BT, int IC, int OC) {
-  // out (BT, OC) = inp (BT, IC) . W^T, W (OC, IC); then out += bias
-  be_.ops().gemm(be_.ctx(), false, true, BT, OC, IC, 1.0f, inp, IC, 0, P(w), IC, 0, 0.0f, out, OC, 0, 1);
-  be_.ops().bias_forward(be_.ctx(), out, P(b), BT, OC);
-}
-
-void Gpt::linear_backward(float* dinp, const float* dout, const float* inp, std::size_t w, std::size_t b, int BT,
-                          int IC, int OC) {
-  // forward: out = inp . W^T + bias
-  // dinp (BT, IC) += dout (BT, OC) . W (OC, IC)
-  be_.ops().gemm(be_.ctx(), false, false, BT, IC, OC, 1.0f, dout, OC, 0, P(w), IC, 0, 1.0f, dinp, IC, 0, 1);
-  // dW (OC, IC) += dout^T (OC, BT) . inp (BT, IC)
-  be_.ops().gemm(be_.ctx(), true, false, OC, IC, BT, 1.0f, dout, OC, 0, inp, IC, 0, 1.0f, G(w), IC, 0, 1);
-  be_.ops().bias_backward(be_.ctx(), G(b), dout, BT, OC);
-}
-
-void Gpt::block_forward(int l) {
-  const BackendOps& k = be_.ops();
-  void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden;
-  const float* x = block_input(l);
-  BlockActs& a = ws_[std::size_t(l % ci_)];
-  auto t = [&](int which) { return tensor_index(l, which); };
-  k.layernorm_forward(cx, a.ln1, a.ln1_mean, a.ln1_rstd, x, P(t(kLn1W)), P(t(kLn1B)), BT, C);
-  linear_forward(a.qkv, a.ln1, t(kQkvW), t(kQkvB), BT, C, 3 * C);
-  k.attention_forward(cx, a.atty, a.att, a.qkv, B_, T_, C, cfg_.heads);
-  linear_forward(a.attproj, a.atty, t(kProjW), t(kProjB), BT, C, C);
-  k.residual_forward(cx, a.res2, x, a.attproj, long(BT) * C);
-  k.layernorm_forward(cx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(t(kLn2W)), P(t(kLn2B)), BT, C);
-  linear_forward(a.fch, a.ln2, t(kFc1W), t(kFc1B), BT, C, 4 * C);
-  k.gelu_forward(cx, a.fch_gelu, a.fch, long(BT) * 4 * C);
-  linear_forward(a.fcproj, a.fch_gelu, t(kFc2W), t(kFc2B), BT, 4 * C, C);
-  k.residual_forward(cx, a.res3, a.res2, a.fcproj, long(BT) * C);
-}
-
-// dx: on entry d(res3), on exit d(block input). dA (BT, C), dB, dC (BT, 4C) are scratch.
-void Gpt::block_backward(int l, float* dx) {
-  const BackendOps& k = be_.ops();
-  void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden;
-  const std::size_t f = sizeof(float);
-  const float* x = block_input(l);
-  BlockActs& a = ws_[std::size_t(l % ci_)];
-  auto t = [&](int which) { return tensor_index(l, which); };
-  // res3 = res2 + fcproj: d(res2) = d(fcproj) = dx, so dx carries on as d(res2)
-  // fcproj = fc2(fch_gelu)
-  k.memset_zero(cx, dB_, std::size_t(BT) * 4 * C * f);
-  linear_backward(dB_, dx, a.fch_gelu, t(kFc2W), t(kFc2B), BT, 4 * C, C);
-  // fch_gelu = gelu(fch)
-  k.memset_zero(cx, dC_, std::size_t(BT) * 4 * C * f);
-  k.gelu_backward(cx, dC_, a.fch, dB_, long(BT) * 4 * C);
-  // fch = fc1(ln2)
-  k.memset_zero(cx, dA_, std::size_t(BT) * C * f);
-  linear_backward(dA_, dC_, a.ln2, t(kFc1W), t(kFc1B), BT, C, 4 * C);
-  // ln2 = layernorm(res2): adds into d(res2)
-  k.layernorm_backward(cx, dx, G(t(kLn2W)), G(t(kLn2B)), dA_, a.res2, P(t(kLn2W)), a.ln2_mean, a.ln2_rstd, BT, C);
-  // res2 = x + attproj: d(x) = d(attproj) = dx
-  // attproj = proj(atty)
-  k.memset_zero(cx, dA_, std::size_t(BT) * C * f);
-  linear_backward(dA_, dx, a.atty, t(kProjW), t(kProjB), BT, C, C);
-  // atty = attention(qkv)
-  k.memset_zero(cx, dB_, std::size_t(BT) * 3 * C * f);
-  k.attention_backward(cx, dB_, dA_, a.qkv, a.att, B_, T_, C, cfg_.heads);
-  // qkv = qkv(ln1)
-  k.memset_zero(cx, dA_, std::size_t(BT) * C * f);
-  linear_backward(dA_, dB_, a.ln1, t(kQkvW), t(kQkvB), BT, C, 3 * C);
-  // ln1 = layernorm(x): adds into d(x)
-  k.layernorm_backward(cx, dx, G(t(kLn1W)), G(t(kLn1B)), dA_, x, P(t(kLn1W)), a.ln1_mean, a.ln1_rstd, BT, C);
-}
-
-void Gpt::segment_forward(int s, bool save_next) {
-  const int first = s * ci_, last = std::min(cfg_.layers, first + ci_);
-  for (int l = first; l < last; ++l) block_forward(l);
-  // keep the next segment's input: it is all backward will have of this segment's activations
-  if (save_next && s + 1 < segments_)
-    be_.ops().copy_d2d_async(be_.ctx(), 0, ckpt_[std::size_t(s + 1)], ws_[std::size_t((last - 1) % ci_)].res3,
-                             std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
-}
-
-void Gpt::forward() {
-  const BackendOps& k = be_.ops();
-  void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab;
-  // encoded (B, T, C) = wte[tokens] + wpe[t]: the first segment's checkpoint
-  k.encoder_forward(cx, ckpt_[0], tokens_, P(0), P(1), B_, T_, C);
-  for (int s = 0; s < segments_; ++s) segment_forward(s, true);
-  const float* xf = ws_[std::size_t((cfg_.layers - 1) % ci_)].res3;
-  const std::size_t lnf = tensors_.size() - 2;
-  k.layernorm_forward(cx, lnf_, lnf_mean_, lnf_rstd_, xf, P(lnf), P(lnf + 1), BT, C);
-  // logits (BT, V) = lnf (BT, C) . wte^T: the LM head tied to the token embedding
-  k.gemm(cx, false, true, BT, V, C, 1.0f, lnf_, C, 0, P(0), C, 0, 0.0f, logits_, V, 0, 1);
-  k.crossentropy_forward(cx, probs_, losses_, logits_, targets_, BT, V);
-}
-
-float Gpt::loss() {
-  const std::size_t BT = std::size_t(B_) * T_;
-  std::vector<float> l(BT);
-  be_.ops().copy_d2h_async(be_.ctx(), 0, l.data(), losses_, BT * sizeof(float));
-  be_.ops().synchronize(be_.ctx());
-  double s = 0;  // summed in double on the host: the mean does not depend on a kernel's order
-  for (float v : l) s += v;
-  return float(s / double(BT));
-}
-
-const float* Gpt::logits() const { return logits_; }
-
-void Gpt::zero_grad() {
-  be_.ops().memset_zero(be_.ctx(), grads_, num_params_ * sizeof(float));
-  for (std::size_t g = 0; g < groups_.size(); ++g)
-    if (group_grads_[g] != grads_ + groups_[g].offset)
-      be_.ops().memset_zero(be_.ctx(), group_grads_[g], groups_[g].elems * sizeof(float));
-}
-
-void Gpt::backward() {
-  const BackendOps& k = be_.ops();
-  void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab;
-  const std::size_t f = sizeof(float);
-  // loss = mean(losses): dlosses = 1 / BT; dlogits into the logits buffer
-  float* dlogits = logits_;
-  k.memset_zero(cx, dlogits, std::size_t(BT) * V * f);
-  k.crossentropy_backward(cx, dlogits, probs_, targets_, 1.0f / float(BT), BT, V);
-  // logits = lnf . wte^T: dlnf += dlogits . wte; dwte += dlogits^T . lnf
-  k.memset_zero(cx, dA_, std::size_t(BT) * C * f);
-  k.gemm(cx, false, false, BT, C, V, 1.0f, dlogits, V, 0, P(0), C, 0, 1.0f, dA_, C, 0, 1);
-  k.gemm(cx, true, false, V, C, BT, 1.0f, dlogits, V, 0, lnf_, C, 0, 1.0f, G(0), C, 0, 1);
-  // lnf = layernorm(x_L)
-  const std::size_t lnf = tensors_.size() - 2;
-  const float* xf = ws_[std::size_t((cfg_.layers - 1) % ci_)].res3;
-  k.memset_zero(cx, dx_, std::size_t(BT) * C * f);
-  k.layernorm_backward(cx, dx_, G(lnf), G(lnf + 1), dA_, xf, P(lnf), lnf_mean_, lnf_rstd_, BT, C);
-  for (int s = segments_ - 1; s >= 0; --s) {
-    // the last segment's activations are still in the workspace; earlier ones are recomputed
-    if (s != segments_ - 1) segment_forward(s, false);
-    const int first = s * ci_, last = std::min(cfg_.layers, first + ci_);
-    for (int l = last - 1; l >= first; --l) block_backward(l, dx_);
+    case OpKind::gelu:
+      // fch_gelu = gelu(fch): d(fch) into dC
+      k.memset_zero(cx, m.dC, 4 * btc * f);
+      k.gelu_backward(cx, m.dC, acts(b, u).fch, m.dB, long(BT) * 4 * C);
+      return;
+    case OpKind::fc1:
+      // fch = fc1(ln2): d(ln2) into dA
+      if (first_part) k.memset_zero(cx, m.dA, btc * f);
+      linear_backward(c, m.dA, m.dC, acts(b, u).ln2, C, 4L * C);
+      return;
+    case OpKind::ln2: {
+      // ln2 = layernorm(res2): adds into d(res2) = dx
+      BlockActs& a = acts(b, u);
+      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, a.res2, c.params, a.ln2_mean, a.ln2_rstd, BT, C);
+      return;
+    }
+    case OpKind::proj:
+      // attproj = proj(atty): d(atty) into dA
+      if (first_part) k.memset_zero(cx, m.dA, btc * f);
+      linear_backward(c, m.dA, m.dx, acts(b, u).atty, C, C);
+      return;
+    case OpKind::attn_context:
+      // atty = att . v: d(att) into datt, d(v) into the v part of d(qkv) (dB)
+      k.memset_zero(cx, m.datt, std::size_t(B_) * NH * T_ * T_ * f);
+      k.memset_zero(cx, m.dB, 3 * btc * f);
+      k.attention_context_backward(cx, m.datt, m.dB, m.dA, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      return;
+    case OpKind::attn_scores:
+      // att = softmax(q . k / sqrt(hs)): d(q), d(k) into d(qkv) (dB)
+      k.attention_scores_backward(cx, m.dB, m.datt, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      return;
+    case OpKind::qkv:
+      // qkv = qkv(ln1): d(ln1) into dA
+      if (first_part) k.memset_zero(cx, m.dA, btc * f);
+      linear_backward(c, m.dA, m.dB, acts(b, u).ln1, C, 3L * C);
+      return;
+    case OpKind::ln1: {
+      // ln1 = layernorm(x): adds into d(x) = dx
+      BlockActs& a = acts(b, u);
+      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, block_in(b, u, true), c.params, a.ln1_mean,
+                           a.ln1_rstd, BT, C);
+      return;
+    }
+    case OpKind::embed:
+      // stream[0] = wte[tokens] + wpe[t]
+      k.encoder_backward(cx, c.grads, c.grads + std::size_t(V) * C, m.dx, m.tokens, B_, T_, C);
+      return;
   }
-  // encoded = wte[tokens] + wpe[t]
-  k.encoder_backward(cx, G(0), G(1), dx_, tokens_, B_, T_, C);
 }
 
 }  // namespace memwall::exec

@@ -1,13 +1,14 @@
-// A GPT on the Backend interface, in the style of llm.c's train_gpt2.c: token + position
-// embeddings, pre-LN blocks (ln1, qkv, causal attention, proj, residual; ln2, fc1, GeLU, fc2,
-// residual), ln_f and an LM head tied to the token embedding; fp32 on the device.
-// Parameters are grouped and named as model/operator_graph.cpp names operators ("embed",
-// "block3.qkv", "ln_f"), each group contiguous, so the ZeRO-3 engine can fetch/release a group.
-// Activation checkpointing: with ci > 0 only the input of every ci-th block is kept; backward
-// recomputes one segment of ci blocks at a time. Does not own the optimizer or the data.
-// Thread-safety: one thread drives a Gpt (and its backend).
+// A GPT as the operators of model/operator_graph.hpp, in the style of llm.c's train_gpt2.c: token
+// and position embeddings, pre-LN blocks (ln1, qkv, attn_scores, attn_context, proj, residual1;
+// ln2, fc1, gelu, fc2, residual2), ln_f and an LM head tied to the token embedding. Every operator
+// has a forward (also used to recompute a checkpointed block) and a backward entry point that is
+// handed the fp32 weights of that operator (or of one tile of it, Sec. 5.1.3) and the fp32 buffer
+// its parameter gradient accumulates into: whoever calls them (exec/engine, driven by the schedule)
+// decides where parameters and gradients live. This file owns the activations: a workspace the
+// caller provides, carved here into per-micro-batch buffers. It owns no parameters, no optimizer,
+// no data. Thread-safety: one thread drives a GptOps (and its backend).
 //
-// Key: B batch, T sequence, C channels, NH heads, V vocabulary, L layers, BT = B*T.
+// Key: B batch (per micro-batch), T sequence, C channels, NH heads, V vocabulary, L layers, BT = B*T.
 #pragma once
 
 #include <cstddef>
@@ -42,57 +43,75 @@ struct ParamGroup {
   std::string name;              // "embed", "block0.ln1", "block0.qkv", ..., "ln_f"
   std::size_t offset = 0;
   std::size_t elems = 0;
+  bool linear = false;           // weight (OC, IC) then bias (OC): may be tiled by output rows
+  long in_features = 0, out_features = 0;
 };
-
-// Device bytes a Gpt of this shape allocates for (B, T) with checkpoint interval ci (0: none).
-struct GptMemory {
-  std::size_t params_bytes = 0, grads_bytes = 0, activations_bytes = 0, checkpoints_bytes = 0, scratch_bytes = 0;
-  std::size_t total() const { return params_bytes + grads_bytes + activations_bytes + checkpoints_bytes + scratch_bytes; }
-};
-GptMemory gpt_memory(const GptConfig& cfg, int B, int T, int ci);
 
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg);
 std::vector<ParamGroup> gpt_param_groups(const GptConfig& cfg);
 
 // GPT-2's initialisation from a seed (normal(0, 0.02); residual projections / sqrt(2L); LayerNorm
-// weight 1, biases 0), deterministic across platforms.
+// weight 1, biases 0), deterministic across platforms, in the parameter array's order.
 std::vector<float> gpt_init_params(const GptConfig& cfg, std::uint64_t seed);
 
-class Gpt {
+// A linear group tiled by output rows keeps tile t's weight rows and bias entries together, so
+// one tile is one contiguous range: [W_t (OC/tiles, IC), b_t (OC/tiles)] for t = 0 .. tiles-1.
+// These move a group between the parameter array's order and that one (tiles 1: identity).
+void to_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
+void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
+
+enum class OpKind { embed, ln1, qkv, attn_scores, attn_context, proj, residual1, ln2, fc1, gelu, fc2, residual2, ln_f,
+                    lm_head };
+struct OpRef {
+  OpKind kind = OpKind::embed;
+  int block = -1;
+  std::string group;  // the parameter group it uses ("embed" for lm_head), empty if none
+};
+// "block3.fc1", "lm_head", ...: the operator graph's names.
+Result<OpRef> parse_op(const GptConfig& cfg, const std::string& name);
+
+// One call of an operator. `params` / `grads` point at the operator's (tile's) parameters in the
+// group layout above (tile-major), fp32 on the device; nullptr for operators without parameters.
+struct OpCall {
+  OpRef op;
+  int tile = -1;         // -1: untiled; else 0 .. tiles-1
+  int tiles = 1;
+  int micro_batch = 0;
+  bool recompute = false;  // forward of a checkpointed block in backward: reads the segment's input
+  const float* params = nullptr;
+  float* grads = nullptr;  // backward accumulates (+=) into it
+};
+
+class GptOps {
  public:
-  // Allocates parameters, gradients, activations for exactly (B, T) on `backend`; fails (with the
-  // backend's out-of-memory message) when they do not fit.
-  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int B, int T, int ci);
-  ~Gpt();
-  Gpt(const Gpt&) = delete;
-  Gpt& operator=(const Gpt&) = delete;
+  // Bytes of the workspace for micro-batches of (B, T), checkpoint interval ci (blocks per
+  // segment), `micro_batches` of them alive at once (l2l), and fp32 staging for the largest
+  // operator's (tile's) parameters and gradients. 256-byte aligned pieces.
+  static std::size_t workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles);
+  // Carves `workspace` (device memory of workspace_bytes(...), owned by the caller, alive as long
+  // as this object) into activation buffers.
+  static Result<std::unique_ptr<GptOps>> create(Backend& backend, const GptConfig& cfg, int B, int T, int ci,
+                                                int micro_batches, int tiles, void* workspace, std::size_t bytes);
 
   const GptConfig& config() const { return cfg_; }
   int B() const { return B_; }
   int T() const { return T_; }
-  int ci() const { return ci_; }
-  std::size_t num_params() const { return num_params_; }
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  const std::vector<ParamGroup>& groups() const { return groups_; }
-  Result<ParamGroup> group(const std::string& name) const;
 
-  float* params() { return params_; }   // (num_params) device: every group, unless rebound
-  float* grads() { return grads_; }     // (num_params) device: every group, unless rebound
+  void forward(const OpCall& c);
+  void backward(const OpCall& c);
 
-  // Points one parameter group's weights and gradients at other device buffers of group.elems
-  // floats (a ZeRO-3 engine's gathered buffer); nullptr restores the slot inside params()/grads().
-  // Kernels read the bound buffers from the next call on; the caller keeps them alive and
-  // resident while the group's operators run.
-  Result<bool> bind_group(const std::string& name, float* weights, float* grads);
-  int* tokens() { return tokens_; }     // (B, T) device inputs
-  int* targets() { return targets_; }   // (B, T) device targets
-
-  // Forward over tokens()/targets() already on the device; returns nothing until loss() syncs.
-  void forward();
-  float loss();                         // mean cross-entropy of the last forward (waits for it)
-  const float* logits() const;          // (B, T, V) device, valid after forward() until backward()
-  void zero_grad();
-  void backward();                      // accumulates into grads()
+  int* tokens(int u) { return mb_[std::size_t(u)].tokens; }    // (B, T) device inputs of micro-batch u
+  int* targets(int u) { return mb_[std::size_t(u)].targets; }  // (B, T) device targets
+  // The input of block b in forward: what a checkpoint saved at b copies (B, T, C).
+  const float* block_input(int b, int u) const;
+  // Where a loaded checkpoint of block b (a segment's first block) lives for its recompute.
+  void set_segment_input(int u, const float* x) { mb_[std::size_t(u)].segment_input = x; }
+  const float* losses(int u) const { return mb_[std::size_t(u)].losses; }  // (B, T) after lm_head forward
+  const float* logits(int u) const { return mb_[std::size_t(u)].logits; }  // (B, T, V) after lm_head forward
+  // fp32 staging the caller may use to widen 16-bit parameters and gradients of one call.
+  float* weight_staging() { return weight_staging_; }
+  float* grad_staging() { return grad_staging_; }
+  std::size_t staging_elems() const { return staging_elems_; }
 
  private:
   // One block's activations, all kept for its backward.
@@ -101,8 +120,8 @@ class Gpt {
     float* ln1_mean;  // (B, T)
     float* ln1_rstd;  // (B, T)
     float* qkv;       // (B, T, 3C)
-    float* atty;      // (B, T, C)
     float* att;       // (B, NH, T, T)
+    float* atty;      // (B, T, C)
     float* attproj;   // (B, T, C)
     float* res2;      // (B, T, C)
     float* ln2;       // (B, T, C)
@@ -111,50 +130,44 @@ class Gpt {
     float* fch;       // (B, T, 4C)
     float* fch_gelu;  // (B, T, 4C)
     float* fcproj;    // (B, T, C)
-    float* res3;      // (B, T, C): the block's output
+    float* res3;      // (B, T, C): the block's output in recompute
   };
-  Gpt(Backend& b, const GptConfig& cfg, int B, int T, int ci) : be_(b), cfg_(cfg), B_(B), T_(T), ci_(ci) {}
-  Result<bool> allocate();
-  const float* P(std::size_t i) const { return group_params_[tensor_group_[i]] + tensor_in_group_[i]; }
-  float* G(std::size_t i) { return group_grads_[tensor_group_[i]] + tensor_in_group_[i]; }
-  std::size_t tensor_index(int layer, int which) const;
-  const float* block_input(int layer) const;
-  void block_forward(int layer);
-  void block_backward(int layer, float* dx);
-  void segment_forward(int seg, bool save_next);
-  void linear_forward(float* out, const float* inp, std::size_t w, std::size_t b, int BT, int IC, int OC);
-  void linear_backward(float* dinp, const float* dout, const float* inp, std::size_t w, std::size_t b, int BT, int IC,
-                       int OC);
+  struct MicroBatch {
+    int* tokens;                 // (B, T)
+    int* targets;                // (B, T)
+    float* stream[2];            // (B, T, C) forward residual stream: block b reads stream[b % 2]
+    std::vector<BlockActs> ws;   // (ci) the live segment's blocks
+    const float* segment_input;  // recompute: the loaded checkpoint of the segment's first block
+    float* lnf;                  // (B, T, C)
+    float* lnf_mean;             // (B, T)
+    float* lnf_rstd;             // (B, T)
+    float* logits;               // (B, T, V)
+    float* probs;                // (B, T, V)
+    float* dlogits;              // (B, T, V)
+    float* losses;               // (B, T)
+    float* dx;                   // (B, T, C) gradient of the residual stream
+    float* dA;                   // (B, T, C) scratch gradients
+    float* dB;                   // (B, T, 4C), also d(qkv) (B, T, 3C)
+    float* dC;                   // (B, T, 4C)
+    float* datt;                 // (B, NH, T, T)
+  };
+  struct Layout;  // sizes and carving, shared by workspace_bytes and create
+
+  GptOps(Backend& b, const GptConfig& cfg, int B, int T, int ci, int mbs)
+      : be_(b), cfg_(cfg), B_(B), T_(T), ci_(ci), micro_batches_(mbs) {}
+  BlockActs& acts(int block, int u) { return mb_[std::size_t(u)].ws[std::size_t(block % ci_)]; }
+  const float* block_in(int block, int u, bool recompute) const;
+  float* block_out(int block, int u, bool recompute);
+  void linear_forward(const OpCall& c, float* out, const float* inp, long IC, long OC);
+  void linear_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, long IC, long OC);
 
   Backend& be_;
   GptConfig cfg_;
-  int B_, T_, ci_;       // ci_: blocks per segment (L when checkpointing is off)
-  int segments_ = 1;
-  std::size_t num_params_ = 0;
-  std::vector<ParamTensor> tensors_;
-  std::vector<ParamGroup> groups_;
-  std::vector<std::size_t> tensor_group_;     // (tensors) index of each tensor's group
-  std::vector<std::size_t> tensor_in_group_;  // (tensors) element offset inside its group
-  std::vector<float*> group_params_;          // (groups) where each group's weights live now
-  std::vector<float*> group_grads_;           // (groups) and its gradients
-  std::vector<void*> allocations_;
-
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
-  int* tokens_ = nullptr;
-  int* targets_ = nullptr;
-  std::vector<float*> ckpt_;              // (segments) x (B, T, C): input of each segment's first block
-  std::vector<BlockActs> ws_;             // (ci) per-block activations of the live segment
-  float* lnf_ = nullptr;                  // (B, T, C)
-  float* lnf_mean_ = nullptr;             // (B, T)
-  float* lnf_rstd_ = nullptr;             // (B, T)
-  float* logits_ = nullptr;               // (B, T, V); reused as dlogits in backward
-  float* probs_ = nullptr;                // (B, T, V)
-  float* losses_ = nullptr;               // (B, T)
-  float* dx_ = nullptr;                   // (B, T, C) gradient of the residual stream
-  float* dA_ = nullptr;                   // (B, T, C) scratch gradients
-  float* dB_ = nullptr;                   // (B, T, 4C)
-  float* dC_ = nullptr;                   // (B, T, 4C)
+  int B_, T_, ci_, micro_batches_;
+  std::vector<MicroBatch> mb_;
+  float* weight_staging_ = nullptr;
+  float* grad_staging_ = nullptr;
+  std::size_t staging_elems_ = 0;
 };
 
 }  // namespace memwall::exec

@@ -74,12 +74,18 @@ struct IoEngine::Shared {
   std::size_t outstanding = 0;  // chunks submitted and not finished, all batches
   std::string first_error;      // since the last wait_all
   int warnings = 0;
+  IoCounters counters;
 };
 
 IoEngine::IoEngine(EngineOptions options) : options_(std::move(options)), shared_(std::make_unique<Shared>()) {}
 IoEngine::~IoEngine() = default;
 
 Status IoEngine::register_buffers(std::span<const iovec>) { return ok_status(); }
+
+IoCounters IoEngine::counters() const {
+  std::lock_guard lock(shared_->m);
+  return shared_->counters;
+}
 
 int IoEngine::warnings_issued() const {
   std::lock_guard lock(shared_->m);
@@ -187,26 +193,31 @@ IoHandle IoEngine::submit(std::span<const IoRequest> requests) {
   return h;
 }
 
-void IoEngine::account_done(const std::string* error) {
+void IoEngine::account_done(IoOp op, std::size_t bytes, const std::string* error) {
   std::lock_guard lock(shared_->m);
   if (error && shared_->first_error.empty()) shared_->first_error = *error;
+  if (error) ++shared_->counters.errors;
+  else (op == IoOp::read ? shared_->counters.bytes_read : shared_->counters.bytes_written) += bytes;
   if (--shared_->outstanding == 0) shared_->cv.notify_all();
 }
 
 void IoEngine::finish(Chunk* c, std::string error) {
   std::shared_ptr<Batch> b = std::move(c->batch);
+  const IoOp op = c->op;
+  const std::size_t bytes = c->length;
   delete c;
   {
     std::lock_guard lock(b->m);
     if (!error.empty() && b->error.empty()) b->error = error;
     if (--b->pending == 0) b->cv.notify_all();
   }
-  account_done(error.empty() ? nullptr : &error);
+  account_done(op, bytes, error.empty() ? nullptr : &error);
 }
 
 bool IoEngine::on_result(Chunk* c, long res) {
   const std::uint64_t at = c->offset + c->done;
   const std::uint64_t left = c->length - c->done;
+  if (options_.inject) res = options_.inject(c->op, c->file->path, at, left, res);
   if (res == -EAGAIN || res == -EINTR) return true;
   if (res < 0) {
     finish(c, detail::io_error(c->op, c->file->path, at, left, std::strerror(static_cast<int>(-res))));

@@ -43,6 +43,8 @@ inline Status ok_status() { return std::monostate{}; }
 enum class EngineKind { uring, psync };
 std::string to_string(EngineKind k);
 
+enum class IoOp { read, write };
+
 struct EngineOptions {
   unsigned queue_depth = 32;           // requests in flight per ring (uring) / worker threads (psync)
   std::size_t block_bytes = 1 << 20;   // requests longer than this are split into blocks (<= 1 GiB)
@@ -50,6 +52,19 @@ struct EngineOptions {
   bool direct = true;                  // open files with O_DIRECT where the filesystem supports it
   // Receives the one warning an engine may print (buffered fallback). Default: stderr.
   std::function<void(const std::string&)> warn;
+  // Fault injection around the real engine (tests): sees the kernel's result for every transfer
+  // (bytes moved, or -errno) with the path, offset and length asked for, and may replace it, e.g.
+  // with -EIO or -ENOSPC at a chosen offset, or 0 (a read that found the end of the file). What
+  // the engine does with the replaced result is what it does with a real one. Default: none.
+  std::function<long(IoOp op, const std::string& path, std::uint64_t offset, std::size_t length, long result)>
+      inject;
+};
+
+// Bytes this engine moved (blocks that completed without error) and requests that failed.
+struct IoCounters {
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  std::uint64_t errors = 0;
 };
 
 struct OpenOptions {
@@ -78,7 +93,6 @@ class IoFile {
   std::shared_ptr<const detail::FileState> state_;
 };
 
-enum class IoOp { read, write };
 
 struct IoRequest {
   IoOp op = IoOp::read;
@@ -128,6 +142,7 @@ class IoEngine {
   virtual Status register_buffers(std::span<const iovec> regions);
 
   int warnings_issued() const;  // 0 or 1
+  IoCounters counters() const;
 
  protected:
   explicit IoEngine(EngineOptions options);
@@ -141,7 +156,7 @@ class IoEngine {
 
  private:
   void warn_once(const std::string& message);
-  void account_done(const std::string* error);
+  void account_done(IoOp op, std::size_t bytes, const std::string* error);
 
   EngineOptions options_;
   struct Shared;

@@ -1,12 +1,13 @@
-// exec/gpt: parameter groups against the operator graph, the memory refusal, run-to-run
-// determinism, checkpointing that leaves losses unchanged, and run-config errors. The numerical
+// exec/gpt: the operators against the operator graph (names, parameter groups), the tile-major
+// layout, memory-centric tiling (a linear operator run tile by tile equals the untiled one) and the
+// workspace. Training through these operators is tested in tests/exec/engine; the numerical
 // comparison with PyTorch is torch_reference.py (ctest gpt.torch_reference).
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
+#include <cmath>
+#include <random>
 
-#include "exec/gpt/train.hpp"
+#include "exec/gpt/gpt.hpp"
 #include "model/model_spec.hpp"
 #include "model/operator_graph.hpp"
 
@@ -15,43 +16,73 @@ using namespace memwall::exec;
 
 namespace {
 
-RunConfig tiny(int ci = 0) {
-  RunConfig c;
-  c.model = GptConfig{3, 32, 4, 16, 256};
-  c.bsz = 2;
-  c.seq = 16;
-  c.ci = ci;
-  c.lr = 1e-2;
-  c.corpus = default_corpus_path();
-  return c;
-}
-
-std::vector<float> losses(const RunConfig& cfg, int steps) {
-  auto t = Trainer::create(cfg);
-  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error());
-  auto corpus = Corpus::load(cfg.corpus);
-  EXPECT_TRUE(corpus.ok());
-  std::uint64_t rng = 99;
-  std::vector<int> tok, tgt;
-  std::vector<float> out;
-  for (int s = 0; s < steps; ++s) {
-    corpus->next_batch(cfg.bsz, cfg.seq, rng, tok, tgt);
-    out.push_back((*t)->step(tok, tgt).value());
-  }
-  return out;
-}
-
-}  // namespace
-
-TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
-  const GptConfig g{2, 64, 4, 32, 256};
+ModelSpec spec_of(const GptConfig& g) {
   ModelSpec spec;
   spec.layers = g.layers;
   spec.hidden = g.hidden;
   spec.heads = g.heads;
   spec.seq = g.max_seq;
   spec.vocab = g.vocab;
-  OperatorGraph graph = build_gpt_graph(spec, 1, g.max_seq);
+  return spec;
+}
+
+std::vector<float> randn(std::size_t n, unsigned seed, float scale = 0.5f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(g);
+  return v;
+}
+
+double rel(const std::vector<float>& x, const std::vector<float>& r) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    num = std::max(num, std::abs(double(x[i]) - double(r[i])));
+    den = std::max(den, std::abs(double(r[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// A backend, a workspace and the operators, plus host <-> device helpers.
+struct Rig {
+  GptConfig cfg;
+  int B, T, tiles;
+  std::unique_ptr<Backend> be;
+  void* ws = nullptr;
+  std::unique_ptr<GptOps> ops;
+  std::vector<void*> held;
+
+  Rig(GptConfig c, int b, int t, int ci, int tl) : cfg(c), B(b), T(t), tiles(tl) {
+    be = create_backend("cpu").value();
+    const std::size_t bytes = GptOps::workspace_bytes(cfg, B, T, ci, 1, tiles);
+    ws = be->ops().alloc(be->ctx(), bytes + 256).value();
+    void* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(ws) + 255) / 256 * 256);
+    ops = GptOps::create(*be, cfg, B, T, ci, 1, tiles, aligned, bytes).value();
+  }
+  ~Rig() {
+    ops.reset();
+    for (void* p : held) be->ops().free(be->ctx(), p);
+    be->ops().free(be->ctx(), ws);
+  }
+  float* up(const std::vector<float>& h) {
+    float* d = alloc_array<float>(*be, h.size()).value();
+    held.push_back(d);
+    be->ops().copy_h2d_async(be->ctx(), 0, d, h.data(), h.size() * 4);
+    return d;
+  }
+  std::vector<float> down(const float* d, std::size_t n) {
+    std::vector<float> h(n);
+    be->ops().copy_d2h_async(be->ctx(), 0, h.data(), d, n * 4);
+    be->ops().synchronize(be->ctx());
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
+  const GptConfig g{2, 64, 4, 32, 256};
+  OperatorGraph graph = build_gpt_graph(spec_of(g), 1, g.max_seq);
   std::vector<std::pair<std::string, double>> owners;
   for (std::size_t v : graph.order)
     if (graph.op(v).param_elems > 0) owners.push_back({graph.op(v).name, graph.op(v).param_elems});
@@ -66,117 +97,136 @@ TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
   }
 }
 
-TEST(Gpt, GroupLookup) {
-  auto backend = create_backend("cpu").value();
-  auto gpt = Gpt::create(*backend, GptConfig{2, 32, 4, 16, 256}, 1, 16, 0);
-  ASSERT_TRUE(gpt.ok());
-  EXPECT_EQ((*gpt)->group("block1.fc1").value().elems, std::size_t(4 * 32 * 32 + 4 * 32));
-  EXPECT_FALSE((*gpt)->group("block9.fc1").ok());
-}
-
-// What a ZeRO-3 engine does: a group's weights and gradients in buffers of its own.
-TEST(Gpt, GroupBoundToItsOwnBuffersGivesTheSameLossAndGradients) {
-  auto be = create_backend("cpu").value();
-  const GptConfig cfg{2, 32, 4, 16, 256};
-  auto gpt = Gpt::create(*be, cfg, 2, 16, 1).value();
-  const BackendOps& k = be->ops();
-  std::vector<float> p = gpt_init_params(cfg, 3);
-  std::vector<int> tok(32), tgt(32);
-  for (int i = 0; i < 32; ++i) tok[std::size_t(i)] = (i * 37) % 256, tgt[std::size_t(i)] = (i * 11) % 256;
-  k.copy_h2d_async(be->ctx(), 0, gpt->params(), p.data(), p.size() * 4);
-  k.copy_h2d_async(be->ctx(), 0, gpt->tokens(), tok.data(), 32 * 4);
-  k.copy_h2d_async(be->ctx(), 0, gpt->targets(), tgt.data(), 32 * 4);
-  auto run = [&] {
-    gpt->zero_grad();
-    gpt->forward();
-    const float loss = gpt->loss();
-    gpt->backward();
-    std::vector<float> g(gpt->num_params());
-    k.copy_d2h_async(be->ctx(), 0, g.data(), gpt->grads(), g.size() * 4);
-    k.synchronize(be->ctx());
-    return std::make_pair(loss, g);
-  };
-  const auto [loss0, grads0] = run();
-  const ParamGroup qkv = gpt->group("block1.qkv").value();
-  float* w = alloc_array<float>(*be, qkv.elems).value();
-  float* dw = alloc_array<float>(*be, qkv.elems).value();
-  k.copy_d2d_async(be->ctx(), 0, w, gpt->params() + qkv.offset, qkv.elems * 4);
-  k.memset_zero(be->ctx(), gpt->params() + qkv.offset, qkv.elems * 4);  // the old slot must be unused
-  ASSERT_TRUE(gpt->bind_group("block1.qkv", w, dw).ok());
-  const auto [loss1, grads1] = run();
-  EXPECT_EQ(loss1, loss0);
-  std::vector<float> own(qkv.elems);
-  k.copy_d2h_async(be->ctx(), 0, own.data(), dw, own.size() * 4);
-  k.synchronize(be->ctx());
-  EXPECT_EQ(own, std::vector<float>(grads0.begin() + long(qkv.offset), grads0.begin() + long(qkv.offset + qkv.elems)));
-  for (std::size_t i = 0; i < grads1.size(); ++i)
-    if (i < qkv.offset || i >= qkv.offset + qkv.elems) ASSERT_EQ(grads1[i], grads0[i]) << i;
-    else ASSERT_EQ(grads1[i], 0.0f) << "the group's old gradient slot is left alone";
-  EXPECT_FALSE(gpt->bind_group("block7.qkv", w, dw).ok());
-  ASSERT_TRUE(gpt->bind_group("block1.qkv", nullptr, nullptr).ok());
-  k.free(be->ctx(), w);
-  k.free(be->ctx(), dw);
-}
-
-TEST(Gpt, RefusesAModelLargerThanTheDevice) {
-  RunConfig c = tiny();
-  c.capacity_bytes = 100000;
-  auto t = Trainer::create(c);
-  ASSERT_FALSE(t.ok());
-  const std::size_t need = gpt_memory(c.model, c.bsz, c.seq, c.ci).total();
-  EXPECT_NE(t.error().find("needs " + std::to_string(need) + " bytes"), std::string::npos) << t.error();
-  EXPECT_NE(t.error().find("but 100000 bytes"), std::string::npos) << t.error();
-}
-
-TEST(Gpt, MemoryEstimateIsWhatTheModelAllocates) {
-  for (int ci : {0, 1, 2}) {
-    const GptConfig g{3, 32, 4, 16, 256};
-    auto backend = create_backend("cpu").value();
-    auto gpt = Gpt::create(*backend, g, 2, 16, ci);
-    ASSERT_TRUE(gpt.ok());
-    EXPECT_EQ(backend->ops().used_bytes(backend->ctx()), gpt_memory(g, 2, 16, ci).total()) << "ci " << ci;
+// Every operator the schedule can name has an entry point, using the group its graph node owns.
+TEST(Gpt, EveryOperatorOfTheGraphHasAnEntryPoint) {
+  const GptConfig g{3, 64, 4, 32, 256};
+  OperatorGraph graph = build_gpt_graph(spec_of(g), 1, g.max_seq);
+  for (std::size_t v : graph.order) {
+    const Operator& op = graph.op(v);
+    Result<OpRef> r = parse_op(g, op.name);
+    ASSERT_TRUE(r.ok()) << op.name << ": " << r.error();
+    EXPECT_EQ(r->group, op.param_owner) << op.name;
+    EXPECT_EQ(r->block, op.block) << op.name;
   }
-  EXPECT_LT(gpt_memory(GptConfig{8, 64, 4, 64, 256}, 4, 64, 1).total(),
-            gpt_memory(GptConfig{8, 64, 4, 64, 256}, 4, 64, 0).total());
+  for (const char* bad : {"block3.qkv", "block0.qkvx", "blockx.qkv", "head", "block-1.ln1", "block0"})
+    EXPECT_FALSE(parse_op(g, bad).ok()) << bad;
 }
 
-TEST(Gpt, SameSeedSameLosses) {
-  const std::vector<float> a = losses(tiny(), 5), b = losses(tiny(), 5);
-  EXPECT_EQ(a, b);
+TEST(Gpt, TileMajorLayoutRoundTrips) {
+  const GptConfig g{1, 32, 4, 16, 256};
+  for (const ParamGroup& grp : gpt_param_groups(g)) {
+    const std::vector<float> in = randn(grp.elems, 3);
+    for (int tiles : {1, 2, 4}) {
+      std::vector<float> tiled(grp.elems), back(grp.elems);
+      to_tile_major(grp, tiles, in.data(), tiled.data());
+      from_tile_major(grp, tiles, tiled.data(), back.data());
+      EXPECT_EQ(back, in) << grp.name << " tiles " << tiles;
+      if (grp.linear && tiles == 2) {
+        // tile 1 starts with weight row OC/2, and its bias follows its weight rows
+        const std::size_t IC = std::size_t(grp.in_features), OCt = std::size_t(grp.out_features) / 2;
+        EXPECT_EQ(tiled[OCt * (IC + 1)], in[OCt * IC]) << grp.name;
+        EXPECT_EQ(tiled[OCt * IC], in[std::size_t(grp.out_features) * IC]) << grp.name;
+      }
+    }
+  }
 }
 
-TEST(Gpt, CheckpointingKeepsLossesBitForBit) {
-  const std::vector<float> a = losses(tiny(0), 4);
-  EXPECT_EQ(losses(tiny(1), 4), a);
-  EXPECT_EQ(losses(tiny(2), 4), a);
-}
-
-TEST(Gpt, LossFalls) {
-  RunConfig c = tiny();
-  c.model = GptConfig{2, 64, 4, 32, 256};
-  c.seq = 32;
-  c.bsz = 4;
-  c.lr = 3e-3;
-  const std::vector<float> l = losses(c, 60);
-  EXPECT_GT(l.front(), 5.0f);
-  EXPECT_LT(l.back(), 3.6f) << "a 2-layer model learns byte statistics within 60 steps";
-}
-
-TEST(RunConfig, Errors) {
-  auto err = [](std::string_view yaml) {
-    auto r = parse_run_config("run.yaml", yaml);
-    return r.ok() ? std::string("(ok)") : r.error();
+// One forward and backward of a 1-layer GPT through every operator, in the order the schedule runs
+// them; the operator `tiled` (if any) runs tile by tile on its tile-major parameters. Returns the
+// losses and every gradient in the parameter array's order.
+std::pair<std::vector<float>, std::vector<float>> one_pass(const GptConfig& g, const std::string& tiled, int tiles) {
+  const int B = 2, T = g.max_seq, BT = B * T;
+  Rig r(g, B, T, 1, tiles);
+  std::vector<int> tok(static_cast<std::size_t>(BT)), tgt(static_cast<std::size_t>(BT));
+  for (int i = 0; i < BT; ++i) tok[std::size_t(i)] = (i * 7) % 256, tgt[std::size_t(i)] = (i * 3 + 1) % 256;
+  r.be->ops().copy_h2d_async(r.be->ctx(), 0, r.ops->tokens(0), tok.data(), tok.size() * 4);
+  r.be->ops().copy_h2d_async(r.be->ctx(), 0, r.ops->targets(0), tgt.data(), tgt.size() * 4);
+  const std::vector<ParamGroup> groups = gpt_param_groups(g);
+  std::vector<float> params = gpt_init_params(g, 5);
+  for (const ParamGroup& grp : groups)  // the tiled group is stored tile-major, as the engine stores it
+    if (grp.name == tiled) {
+      std::vector<float> t(grp.elems);
+      to_tile_major(grp, tiles, params.data() + grp.offset, t.data());
+      std::copy(t.begin(), t.end(), params.begin() + long(grp.offset));
+    }
+  float* dp = r.up(params);
+  float* dg = r.up(std::vector<float>(params.size(), 0.0f));
+  auto call = [&](const std::string& n, bool backward, bool recompute = false) {
+    const OpRef op = parse_op(g, n).value();
+    std::size_t off = 0, elems = 0;
+    for (const ParamGroup& grp : groups)
+      if (grp.name == op.group) off = grp.offset, elems = grp.elems;
+    const int tl = n == tiled ? tiles : 1;
+    for (int i = 0; i < tl; ++i) {
+      const int t = backward ? tl - 1 - i : i;  // the schedule runs tiles last to first in backward
+      OpCall c;
+      c.op = op;
+      c.tile = tl > 1 ? t : -1;
+      c.tiles = tl;
+      c.recompute = recompute;
+      if (!op.group.empty()) {
+        c.params = dp + off + elems / std::size_t(tl) * std::size_t(t);
+        c.grads = dg + off + elems / std::size_t(tl) * std::size_t(t);
+      }
+      if (backward) r.ops->backward(c);
+      else r.ops->forward(c);
+    }
   };
-  EXPECT_EQ(err("layers: 2\nhiden: 64\n").rfind("run.yaml:2: hiden: unknown field", 0), 0u) << err("layers: 2\nhiden: 64\n");
-  EXPECT_NE(err("lr: fast\n").find("run.yaml:1: lr: expected a number > 0"), std::string::npos);
-  EXPECT_NE(err("hidden: 30\nheads: 4\n").find("hidden: expected a multiple of heads (4), got 30"), std::string::npos);
-  EXPECT_NE(err("backend: tpu\n").find("backend: expected cpu or cuda"), std::string::npos);
-  EXPECT_NE(err("corpus: /nonexistent/x.txt\n").find("run.yaml:1: corpus: no such file"), std::string::npos);
-  EXPECT_NE(err("capacity: 12\n").find("run.yaml:1: capacity:"), std::string::npos);
-  EXPECT_NE(err("ci: 9\nlayers: 2\n").find("ci: expected at most 2"), std::string::npos);
-  auto ok = parse_run_config("run.yaml", "layers: 2\nhidden: 64\nheads: 4\nseq: 32\nci: 1\ncapacity: 64 MiB\nlr: 3e-4\n");
-  ASSERT_TRUE(ok.ok()) << ok.error();
-  EXPECT_EQ(ok->model.max_seq, 32);
-  EXPECT_EQ(ok->capacity_bytes, std::size_t(64) << 20);
-  EXPECT_DOUBLE_EQ(ok->lr, 3e-4);
+  const std::vector<std::string> block = {"ln1", "qkv", "attn_scores", "attn_context", "proj", "residual1",
+                                          "ln2", "fc1", "gelu", "fc2", "residual2"};
+  call("embed", false);
+  for (const std::string& o : block) call("block0." + o, false);
+  call("ln_f", false);
+  call("lm_head", false);
+  call("lm_head", true);
+  call("ln_f", true);
+  r.ops->set_segment_input(0, r.ops->block_input(0, 0));  // the checkpoint of block 0 is its input
+  for (const std::string& o : block) call("block0." + o, false, true);
+  for (auto it = block.rbegin(); it != block.rend(); ++it) call("block0." + *it, true);
+  call("embed", true);
+  std::vector<float> grads = r.down(dg, params.size());
+  for (const ParamGroup& grp : groups)
+    if (grp.name == tiled) {
+      std::vector<float> t(grp.elems);
+      from_tile_major(grp, tiles, grads.data() + grp.offset, t.data());
+      std::copy(t.begin(), t.end(), grads.begin() + long(grp.offset));
+    }
+  return {r.down(r.ops->losses(0), std::size_t(BT)), grads};
+}
+
+// Sec. 5.1.3: a linear operator run tile by tile, each tile's weight rows and bias in a range of
+// their own, gives what the untiled operator gives: the same loss and the same gradients of every
+// parameter. The tiles' output columns are the same dot products; their input gradients add up in
+// another order than the untiled GEMM's, hence a tolerance instead of bit equality.
+TEST(Gpt, TiledLinearEqualsTheUntiledOperator) {
+  const GptConfig g{1, 64, 4, 16, 256};
+  const auto [loss0, grads0] = one_pass(g, "", 1);
+  for (const char* name : {"block0.qkv", "block0.proj", "block0.fc1", "block0.fc2"})
+    for (int tiles : {2, 4}) {
+      const auto [loss, grads] = one_pass(g, name, tiles);
+      EXPECT_LT(rel(loss, loss0), 1e-6) << name << " tiles " << tiles;
+      EXPECT_LT(rel(grads, grads0), 1e-5) << name << " tiles " << tiles;
+      for (const ParamGroup& grp : gpt_param_groups(g))
+        if (grp.name == name) {
+          std::vector<float> a(grads.begin() + long(grp.offset), grads.begin() + long(grp.offset + grp.elems));
+          std::vector<float> b(grads0.begin() + long(grp.offset), grads0.begin() + long(grp.offset + grp.elems));
+          EXPECT_LT(rel(a, b), 1e-6) << name << " tiles " << tiles << ": its own weight and bias gradients";
+        }
+    }
+  // and the checkpointed recompute reproduces the forward: the same pass twice is bit-identical
+  EXPECT_EQ(one_pass(g, "", 1).second, grads0);
+}
+
+TEST(Gpt, WorkspaceIsExactlyWhatIsCarved) {
+  const GptConfig g{2, 32, 4, 16, 256};
+  auto be = create_backend("cpu").value();
+  const std::size_t bytes = GptOps::workspace_bytes(g, 2, 16, 1, 1, 1);
+  void* p = std::aligned_alloc(256, bytes);
+  EXPECT_TRUE(GptOps::create(*be, g, 2, 16, 1, 1, 1, p, bytes).ok());
+  EXPECT_FALSE(GptOps::create(*be, g, 2, 16, 1, 1, 1, p, bytes - 1).ok());
+  EXPECT_FALSE(GptOps::create(*be, g, 2, 16, 1, 1, 3, p, bytes).ok()) << "tiling 3 does not divide 32";
+  // more blocks per segment and more micro-batches need more activations
+  EXPECT_GT(GptOps::workspace_bytes(g, 2, 16, 2, 1, 1), bytes);
+  EXPECT_GT(GptOps::workspace_bytes(g, 2, 16, 1, 2, 1), bytes);
+  std::free(p);
 }

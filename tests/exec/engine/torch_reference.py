@@ -1,8 +1,11 @@
-"""torch_reference.py GPT_REF_TOOL: memwall's GPT (exec/gpt) against the same GPT in PyTorch.
+"""torch_reference.py GPT_REF_TOOL [BACKEND [STRATEGY]]: memwall's GPT trained by its engine
+(exec/engine running the schedule, fp32, by default zero_inf_nvme: parameters, gradients and
+optimizer states through real swap files) against the same GPT in PyTorch.
 
 Run with /usr/bin/python3 (Debian's python3-torch); installs nothing. For each checkpoint interval
-ci in CIS the tool builds a tiny GPT (3 layers, C 32, 4 heads, T 16, B 3, V 256), runs one forward
-and backward and 10 Adam steps, and writes its parameters, batches, logits, loss and gradients.
+ci in CIS (0: one checkpoint, the whole stack recomputed) the tool trains a tiny GPT (3 layers,
+C 32, 4 heads, T 16, B 3, V 256) for 10 AdamW steps and writes its initial parameters, batches,
+the logits, loss and gradients of the first step, and every step's loss.
 This script loads the same parameters into torch and checks, with stated tolerances:
 
   logits, every parameter's gradient (per tensor X against torch's R, torch in float64):
@@ -10,10 +13,11 @@ This script loads the same parameters into torch and checks, with stated toleran
   loss of batch 0 and the losses of 10 AdamW(lr 1e-2, wd 0) steps, torch in float32
       (memwall's CPU Adam rounds as torch's does, so the runs track each other closely):
       |x - r| / |r|                                              <= 1e-4
-  and gradients with checkpointing (ci = 1, 2) equal those without (ci = 0) bit for bit on the
-  cpu backend (recompute runs the same kernels on the same inputs); on cuda, whose backward sums
-  use atomics in no fixed order, within rel 1e-6.
-Second argument: the backend (cpu, the default, or cuda; exit 77 = skipped, no device).
+  and gradients with checkpoints every block or every two (ci = 1, 2) equal those with one
+  checkpoint (ci = 0) bit for bit on the cpu backend (recompute runs the same kernels on the same
+  inputs); on cuda within rel 1e-6.
+Second argument: the backend (cpu, the default, or cuda; exit 77 = skipped, no device); third: the
+strategy (a placement preset).
 """
 import json
 import os
@@ -31,6 +35,7 @@ except ImportError:
 
 TOOL = sys.argv[1]
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+STRATEGY = sys.argv[3] if len(sys.argv) > 3 else "zero_inf_nvme"
 CIS = [0, 1, 2]
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-4
@@ -38,7 +43,7 @@ failures = []
 
 
 def run_tool(ci, d):
-    rc = subprocess.run([TOOL, d, str(ci), BACKEND]).returncode
+    rc = subprocess.run([TOOL, d, str(ci), BACKEND, STRATEGY]).returncode
     if rc == 77:
         print(f"torch_reference.py: SKIPPED: the {BACKEND} backend has no device here")
         sys.exit(77)

@@ -1,0 +1,125 @@
+// Engine: the schedule, executed (DESIGN.md "The engine"). It builds the Schedule of model/ for a
+// GPT, a placement, a training config and a profile (with the byte sizes this executor really
+// allocates), refuses what does not fit before touching any data, places the model states on their
+// tiers (the backend's device memory under its hard capacity, pinned host memory, swap files on
+// NVMe through the liburing engine with O_DIRECT), and runs every step of every iteration through
+// a handler of its kind: a step starts when its dependencies are done, so prefetches run ahead of
+// compute as the schedule says. It counts the bytes each handler moved per link class, the memory
+// held per tier and when each step ran, so an iteration compares with the simulator's step by step.
+//
+// Owns: the backend, the tiers (device and pinned arenas, host states, swap files), the io engine,
+// CPU Adam, the GPT's operators and their workspace. Does not own: the data (callers pass batches).
+// Thread-safety: one thread drives an Engine. Inside, copy streams, io_uring workers and a host
+// lane for CPU Adam run beside the dispatcher and only report completions to it.
+//
+// Data-parallel ranks (dp > 1) need collectives between processes; this engine runs dp = 1 and
+// refuses a schedule with collective steps, naming the flag.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/adam/adam_types.hpp"
+#include "exec/backend/backend.hpp"
+#include "exec/gpt/gpt.hpp"
+#include "exec/io/io_engine.hpp"
+#include "model/hardware_profile.hpp"
+#include "model/placement.hpp"
+#include "model/result.hpp"
+#include "model/schedule.hpp"
+#include "model/timeline.hpp"
+#include "model/training_config.hpp"
+
+namespace memwall::exec {
+
+struct EngineOptions {
+  GptConfig model;                 // max_seq = the sequence length
+  Placement placement;
+  TrainingConfig config;           // bsz, seq, ci, tiling, prefetch, micro_batches (l2l); dp 1
+  HardwareProfile profile;         // capacities: GPU memory, CPU memory, pinned budget, NVMe
+  std::string backend = "cpu";
+  ComputeType compute = ComputeType::fp32;
+  adam::DType precision = adam::DType::bf16;  // param16 / grad16 storage
+  std::size_t capacity_bytes = 0;  // device memory limit; 0 = the profile's GPU memory
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // AdamW
+  std::uint64_t seed = 1337;       // initial weights
+  std::string nvme_dir;            // swap files (needed when any state is on nvme)
+  io::EngineOptions io;            // queue depth, block size; `inject` for fault tests
+  bool trace = false;              // keep every step's times for a Chrome trace
+  bool serial = false;             // debug: issue one step, wait for it, then the next
+  bool keep_gradients = false;     // tests: gradients as the optimizer read them (gradients())
+  double stall_timeout_s = 120;    // nothing completes for this long: stop with what is in flight
+};
+
+// One iteration, measured. Bytes per link class are counted by the handlers as they complete.
+struct IterationReport {
+  int iteration = 0;               // 1-based
+  float loss = 0;                  // mean cross-entropy of the batch, before the update
+  double iteration_s = 0;
+  OverlapReport overlap;           // compute, transfer, exposed transfer, hidden fraction
+  std::array<double, kLinkClasses> bytes_moved{};
+  std::array<double, kTiers> peak_bytes{};  // this iteration: device arena, host states + pinned arena, swap files
+  std::vector<StepTime> times;     // every step, when options.trace
+};
+
+struct EngineStats {
+  std::size_t device_capacity_bytes = 0;   // the backend's hard limit
+  std::size_t device_high_water_bytes = 0; // most bytes live in the device arena, over the run
+  std::size_t device_extent_bytes = 0;     // highest end of any device range (fragmentation included)
+  std::size_t pinned_high_water_bytes = 0; // most bytes live in the pinned arena
+  std::size_t host_state_bytes = 0;        // model states resident in host memory
+  std::size_t swap_file_bytes = 0;         // on NVMe
+  io::IoCounters io;                       // the io engine's own counters (padded to 4 KiB blocks)
+};
+
+class Engine {
+ public:
+  // Builds and checks the schedule and refuses, with one line naming what to change, a model that
+  // does not fit (bytes needed and available per tier, and `memwall plan` as the hint), a pinned
+  // budget too small for the schedule's buffers, an unwritable or too small NVMe folder, or dp > 1.
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Schedule& schedule() const;
+  const BackendCaps& backend_caps() const;
+  std::size_t num_params() const;
+  int tokens_per_iteration() const;  // micro-batches x bsz x seq
+
+  // One iteration on (micro_batches x bsz, seq) tokens and next-token targets: every step of the
+  // schedule, the optimizer included. An I/O or device error stops it with the step, path and
+  // offset; the optimizer never runs on data that failed to arrive.
+  Result<IterationReport> step(const std::vector<int>& tokens, const std::vector<int>& targets);
+
+  // fp32 master parameters in the parameter array's order (gpt_param_tensors), from their tier.
+  Result<std::vector<float>> master_params();
+  // The gradients the last optimizer step read, as fp32 in the parameter array's order
+  // (options.keep_gradients), and the logits of micro-batch 0 of the last iteration (B, T, V).
+  std::vector<float> gradients() const;
+  Result<std::vector<float>> logits();
+
+  EngineStats stats() const;
+  // Every step of the last iteration as trace events (options.trace), rank 0.
+  std::vector<TraceEvent> trace_events(const IterationReport& r) const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The sizes a schedule must count for this executor: 16-bit (or fp32) parameters and gradients,
+// 12 bytes of fp32 optimizer state per parameter (master, momentum, variance), fp32 activations in
+// one workspace of GptOps::workspace_bytes.
+MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config, adam::DType precision,
+                           int micro_batches);
+
+// The ModelSpec the operator graph is built from for this GPT (vocab, seq = max_seq).
+ModelSpec model_spec(const GptConfig& g);
+
+}  // namespace memwall::exec

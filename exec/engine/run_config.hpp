@@ -1,0 +1,58 @@
+// What `memwall run` trains and how: the run configuration (YAML, validated with file:line:field
+// errors: model shape, steps, batch, learning rate, seed, backend, precision, device capacity,
+// corpus) and the byte-level corpus batches are drawn from. Where states live and how an iteration
+// is scheduled come from a placement and a training config (flags or a plan), not from here.
+// Value types; Corpus is immutable after load and safe to share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "exec/adam/adam_types.hpp"
+#include "exec/backend/backend.hpp"
+#include "exec/gpt/gpt.hpp"
+#include "model/result.hpp"
+
+namespace memwall::exec {
+
+struct RunConfig {
+  GptConfig model;                   // layers, hidden, heads (max_seq = seq, vocab 256)
+  int steps = 300;
+  int bsz = 8;                       // sequences per step
+  int seq = 64;                      // tokens per sequence
+  int ci = 0;                        // checkpoint interval in blocks; 0 = keep every activation
+  double lr = 1e-3;                  // Adam
+  double weight_decay = 0.0;         // AdamW's decoupled decay
+  std::uint64_t seed = 1337;         // initial weights and batch order
+  std::string backend = "cpu";
+  ComputeType compute = ComputeType::fp32;
+  // What param16 and grad16 are stored as: bf16 / fp16 (mixed precision, the paper's) or fp32 (for
+  // comparison with PyTorch in fp32). Master parameters and Adam's moments are always fp32.
+  adam::DType precision = adam::DType::bf16;
+  std::size_t capacity_bytes = 0;    // device memory limit; 0 = the profile's GPU memory
+  std::string corpus;                // byte-level text file; empty = the one memwall ships
+};
+
+// Parses a run YAML. Unknown keys, bad values and a missing corpus are errors naming file:line:field.
+// Relative corpus paths are taken from the config file's folder.
+Result<RunConfig> parse_run_config(const std::string& source, std::string_view text);
+Result<RunConfig> load_run_config(const std::string& path);
+std::string default_corpus_path();
+
+// Reads a corpus (at least seq + 1 bytes) and draws batches of (B, T) inputs and next-byte targets
+// at offsets from a seeded generator: the same seed gives the same batches.
+class Corpus {
+ public:
+  static Result<Corpus> load(const std::string& path);
+  std::size_t bytes() const { return data_.size(); }
+  void next_batch(int B, int T, std::uint64_t& rng, std::vector<int>& tokens, std::vector<int>& targets) const;
+
+ private:
+  std::vector<unsigned char> data_;
+};
+
+}  // namespace memwall::exec

@@ -1,0 +1,127 @@
+#include "model/timeline.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace memwall {
+
+std::string step_label(const Step& s) {
+  std::string n = to_string(s.kind);
+  if (!s.hop.empty()) n += "." + s.hop;
+  return n + " " + s.op;
+}
+
+std::string step_resource(const Step& s) {
+  switch (s.kind) {
+    case StepKind::compute: return "gpu_compute";
+    case StepKind::optimizer: return s.src == Tier::cpu ? "cpu" : "gpu_compute";
+    case StepKind::release: return "";
+    default: break;
+  }
+  if (s.bytes <= 0) return "";
+  switch (s.link) {
+    case LinkClass::none: return "";
+    case LinkClass::nvme_cpu: return "nvme";
+    case LinkClass::cpu_gpu: return "pcie";
+    case LinkClass::gpu_gpu: return "nvlink";
+    case LinkClass::network: return "network";
+  }
+  return "";
+}
+
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::map<std::string, int> tid;
+  std::map<int, bool> ranks;
+  for (const TraceEvent& e : events) {
+    if (!tid.count(e.track)) tid[e.track] = int(tid.size());
+    ranks[e.rank] = true;
+  }
+  for (const auto& [rank, unused] : ranks) {
+    for (const auto& [track, id] : tid)
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", id}, {"args", {{"name", track}}}});
+    out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank},
+                   {"args", {{"name", process_name + (ranks.size() > 1 ? " rank " + std::to_string(rank) : "")}}}});
+  }
+  for (const TraceEvent& e : events)
+    out.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", e.rank}, {"tid", tid[e.track]},
+                   {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"step", e.step}}}});
+  return nlohmann::ordered_json{{"displayTimeUnit", "ms"}, {"traceEvents", out}}.dump() + "\n";
+}
+
+namespace {
+
+using Interval = std::pair<double, double>;
+
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.second <= i.first) continue;
+    if (!out.empty() && i.first <= out.back().second)
+      out.back().second = std::max(out.back().second, i.second);
+    else
+      out.push_back(i);
+  }
+  return out;
+}
+
+double measure(const std::vector<Interval>& m) {
+  double s = 0;
+  for (const Interval& i : m) s += i.second - i.first;
+  return s;
+}
+
+// Measure of `a` (merged) outside `b` (merged).
+double outside(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double s = 0;
+  size_t j = 0;
+  for (const Interval& i : a) {
+    double at = i.first;
+    while (j < b.size() && b[j].second <= at) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < i.second; ++k) {
+      if (b[k].first > at) s += b[k].first - at;
+      at = std::max(at, b[k].second);
+      if (at >= i.second) break;
+    }
+    if (at < i.second) s += i.second - at;
+  }
+  return s;
+}
+
+}  // namespace
+
+OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& times) {
+  OverlapReport r;
+  std::vector<Interval> compute;
+  std::array<std::vector<Interval>, kLinkClasses> link;
+  double first = 0, last = 0;
+  bool any = false;
+  for (const StepTime& t : times) {
+    if (t.step < 0 || t.step >= int(s.steps.size())) continue;
+    const Step& st = s.steps[size_t(t.step)];
+    first = any ? std::min(first, t.start_s) : t.start_s;
+    last = any ? std::max(last, t.end_s) : t.end_s;
+    any = true;
+    if (st.kind == StepKind::compute || st.kind == StepKind::optimizer) compute.push_back({t.start_s, t.end_s});
+    else if (st.link != LinkClass::none && st.bytes > 0) link[int(st.link)].push_back({t.start_s, t.end_s});
+  }
+  r.iteration_s = any ? last - first : 0;
+  const std::vector<Interval> busy = merged(compute);
+  r.compute_s = measure(busy);
+  double moved = 0, exposed = 0;
+  for (int c = 0; c < kLinkClasses; ++c) {
+    const std::vector<Interval> m = merged(link[size_t(c)]);
+    r.transfer_s[size_t(c)] = measure(m);
+    r.exposed_s[size_t(c)] = outside(m, busy);
+    moved += r.transfer_s[size_t(c)];
+    exposed += r.exposed_s[size_t(c)];
+  }
+  r.hidden_fraction = moved > 0 ? 1 - exposed / moved : 1;
+  return r;
+}
+
+}  // namespace memwall

@@ -1,0 +1,53 @@
+// Timeline: when the steps of a schedule ran, simulated (sim/) or executed (exec/), and what both
+// report from it: the name and resource of each step in a trace, the Chrome trace itself, and the
+// overlap metrics of results/METRICS.md (compute time, transfer time and exposed transfer time per
+// link class, the fraction of transfer time hidden behind compute). One definition, so a simulated
+// and an executed iteration are measured the same way and their traces open side by side.
+// Pure functions over value types: thread-safe.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "model/schedule.hpp"
+
+namespace memwall {
+
+// "fetch.nc block3.fc1", "compute block3.fc1", "optimizer adam[chunk 2]": what a trace calls a step.
+std::string step_label(const Step& s);
+// The resource a step occupies: "gpu_compute", "pcie", "nvme", "cpu" (CPU Adam), "nvlink",
+// "network", or "" for bookkeeping that occupies nothing (release, a checkpoint kept on the GPU).
+std::string step_resource(const Step& s);
+
+struct TraceEvent {
+  std::string name, track;  // step_label; a resource, per GPU where it is one ("gpu0 pcie")
+  double start_s = 0, end_s = 0;
+  int step = 0;
+  int rank = 0;             // data-parallel rank: the trace's process
+};
+
+// Chrome trace-event JSON (opens in Perfetto / chrome://tracing): one process per rank named
+// `process_name` (with the rank), one thread per track, step ids in each event's args.
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name);
+
+struct StepTime {
+  int step = 0;
+  double start_s = 0, end_s = 0;
+};
+
+// results/METRICS.md, "Overlap": over one iteration of `s` with the steps' times,
+//   compute_s        measure of the union of compute and optimizer step intervals
+//   transfer_s[c]    measure of the union of the intervals of steps moving bytes over link class c
+//   exposed_s[c]     measure of transfer_s[c]'s intervals outside every compute interval
+//   hidden_fraction  1 - sum(exposed_s) / sum(transfer_s)  (1 when nothing moved)
+struct OverlapReport {
+  double iteration_s = 0;
+  double compute_s = 0;
+  std::array<double, kLinkClasses> transfer_s{};
+  std::array<double, kLinkClasses> exposed_s{};
+  double hidden_fraction = 1;
+};
+OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& times);
+
+}  // namespace memwall

@@ -1,0 +1,111 @@
+// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY]]: trains a tiny GPT for 10 steps with exec/engine in
+// fp32 (default strategy zero_inf_nvme, swap files in OUT_DIR/swap) and writes what
+// torch_reference.py compares against PyTorch: meta.json (config, parameter layout, the loss of
+// batch 0 and the losses of the 10 AdamW steps), params.bin (initial fp32 parameters), tokens.bin /
+// targets.bin (int32 (steps, B, T)), logits.bin ((B, T, V) of batch 0) and grads.bin (the gradients
+// of batch 0, as the optimizer read them). CI 0 means one checkpoint for the whole stack.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/engine/engine.hpp"
+
+using namespace memwall;
+using namespace memwall::exec;
+
+namespace {
+template <typename T>
+void write_bin(const std::string& path, const std::vector<T>& v) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(T)));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: gpt_ref_tool OUT_DIR CI [cpu|cuda [STRATEGY]]\n";
+    return 2;
+  }
+  const std::string dir = argv[1];
+  EngineOptions o;
+  o.model = GptConfig{3, 32, 4, 16, 256};  // L, C, NH, maxT, V
+  const int ci = std::stoi(argv[2]);
+  o.config.bsz = 3;
+  o.config.ci = ci == 0 ? o.model.layers : ci;
+  o.backend = argc > 3 ? argv[3] : "cpu";
+  o.placement = preset(argc > 4 ? argv[4] : "zero_inf_nvme").value();
+  o.profile = load_profile("local-cpu").value();
+  o.precision = adam::DType::fp32;
+  o.lr = 1e-2;
+  o.seed = 7;
+  o.keep_gradients = true;
+  o.nvme_dir = dir + "/swap";
+  std::filesystem::create_directories(o.nvme_dir);
+  const int steps = 10;
+  auto engine = Engine::create(o);
+  if (!engine) {
+    std::cerr << "gpt_ref_tool: " << engine.error() << "\n";
+    return engine.error().rfind("backend: no CUDA device", 0) == 0 ? 77 : 1;  // 77: ctest's skip
+  }
+  Engine& e = **engine;
+  const std::size_t BT = std::size_t(o.config.bsz) * std::size_t(o.model.max_seq), V = 256;
+
+  // random bytes from a 16-letter alphabet, each followed by a fixed function of itself: learnable
+  // in a few steps, so the 10 steps' losses fall (every row of the tied embedding still gets a
+  // gradient, through the LM head)
+  std::vector<int> tokens(steps * BT), targets(steps * BT);
+  std::uint64_t s = 12345;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    tokens[i] = int((s >> 33) % 16);
+    targets[i] = (tokens[i] * 7 + 3) % 16;
+  }
+  const std::vector<float> params0 = e.master_params().value();
+  std::vector<float> losses, logits, grads;
+  for (int i = 0; i < steps; ++i) {
+    std::vector<int> tk(tokens.begin() + long(i * BT), tokens.begin() + long((i + 1) * BT));
+    std::vector<int> tg(targets.begin() + long(i * BT), targets.begin() + long((i + 1) * BT));
+    auto r = e.step(tk, tg);
+    if (!r) {
+      std::cerr << "gpt_ref_tool: " << r.error() << "\n";
+      return 1;
+    }
+    losses.push_back(r->loss);
+    if (i == 0) {  // batch 0 by the engine: its logits, and the gradients CPU Adam consumed
+      logits = e.logits().value();
+      // the engine's gradients are in partition (tile-major) order; untiled here, so it is the
+      // parameter array's order
+      grads = e.gradients();
+    }
+  }
+
+  nlohmann::ordered_json meta;
+  meta["layers"] = o.model.layers;
+  meta["hidden"] = o.model.hidden;
+  meta["heads"] = o.model.heads;
+  meta["max_seq"] = o.model.max_seq;
+  meta["vocab"] = o.model.vocab;
+  meta["B"] = int(o.config.bsz);
+  meta["T"] = o.model.max_seq;
+  meta["ci"] = ci;
+  meta["lr"] = o.lr;
+  meta["steps"] = steps;
+  meta["strategy"] = o.placement.name;
+  meta["loss"] = losses.front();
+  meta["losses"] = losses;
+  meta["tensors"] = nlohmann::json::array();
+  for (const ParamTensor& p : gpt_param_tensors(o.model))
+    meta["tensors"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"elems", p.elems}});
+  std::ofstream(dir + "/meta.json") << meta.dump(1) << "\n";
+  write_bin(dir + "/params.bin", params0);
+  write_bin(dir + "/tokens.bin", tokens);
+  write_bin(dir + "/targets.bin", targets);
+  write_bin(dir + "/logits.bin", logits);
+  write_bin(dir + "/grads.bin", grads);
+  (void)V;
+  return 0;
+}
