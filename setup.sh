@@ -15,7 +15,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libboost-graph-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsimgrid-dev liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin
+  libsimgrid-dev liburing-dev libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth
   fio python3-torch python3-numpy
 )

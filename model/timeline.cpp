@@ -98,6 +98,8 @@ OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& tim
   OverlapReport r;
   std::vector<Interval> compute;
   std::array<std::vector<Interval>, kLinkClasses> link;
+  std::array<Interval, 4> phase;
+  phase.fill({1e300, -1e300});
   double first = 0, last = 0;
   bool any = false;
   for (const StepTime& t : times) {
@@ -106,10 +108,13 @@ OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& tim
     first = any ? std::min(first, t.start_s) : t.start_s;
     last = any ? std::max(last, t.end_s) : t.end_s;
     any = true;
+    Interval& ph = phase[size_t(st.phase)];
+    ph = {std::min(ph.first, t.start_s), std::max(ph.second, t.end_s)};
     if (st.kind == StepKind::compute || st.kind == StepKind::optimizer) compute.push_back({t.start_s, t.end_s});
     else if (st.link != LinkClass::none && st.bytes > 0) link[int(st.link)].push_back({t.start_s, t.end_s});
   }
   r.iteration_s = any ? last - first : 0;
+  for (size_t p = 0; p < phase.size(); ++p) r.phase_s[p] = std::max(0.0, phase[p].second - phase[p].first);
   const std::vector<Interval> busy = merged(compute);
   r.compute_s = measure(busy);
   double moved = 0, exposed = 0;

@@ -41,8 +41,11 @@ struct StepTime {
 //   transfer_s[c]    measure of the union of the intervals of steps moving bytes over link class c
 //   exposed_s[c]     measure of transfer_s[c]'s intervals outside every compute interval
 //   hidden_fraction  1 - sum(exposed_s) / sum(transfer_s)  (1 when nothing moved)
+//   phase_s[p]       from the first start to the last end of the steps of phase p (forward,
+//                    recompute, backward, optimizer; recompute and backward interleave)
 struct OverlapReport {
   double iteration_s = 0;
+  std::array<double, 4> phase_s{};  // indexed by Phase
   double compute_s = 0;
   std::array<double, kLinkClasses> transfer_s{};
   std::array<double, kLinkClasses> exposed_s{};

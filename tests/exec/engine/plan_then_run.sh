@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# plan_then_run.sh MEMWALL: the issue's end-to-end check on this machine. `memwall plan` on the
+# shipped local-cpu profile (a 64 MiB cpu-backend device) for an 8-layer, 512-hidden GPT that needs
+# ~400 MiB with every state on the device, then `memwall run --plan` of what it wrote: it must
+# train (the loss falls) with the device's high-water mark within its capacity.
+set -euo pipefail
+mw=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$mw" plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o "$dir/p.yaml" >"$dir/plan.txt"
+grep -q "the executor's buffers): .*: fits" "$dir/plan.txt" || { cat "$dir/plan.txt"; exit 1; }
+"$mw" run --config "$(dirname "$0")/fixtures/big.yaml" --strategy data_parallel >/dev/null 2>"$dir/refused.txt" && exit 1
+grep -q "does not fit: out of memory on gpu" "$dir/refused.txt" || { cat "$dir/refused.txt"; exit 1; }
+"$mw" run --plan "$dir/p.yaml" --steps 3 --nvme-dir "$dir" --json >"$dir/run.json"
+python3 - "$dir/run.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+losses = [s["loss"] for s in j["steps"]]
+assert losses[-1] < losses[0] - 0.5, losses
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"] == 64 << 20, j
+for name, link in j["links"].items():
+    assert link["moved_bytes"] == link["schedule_bytes"], (name, link)
+print(f"plan -> run: {j['strategy']}, losses {losses[0]:.4f} -> {losses[-1]:.4f}, device high-water "
+      f"{j['device_high_water_bytes']} of {j['device_capacity_bytes']} bytes")
+PY
