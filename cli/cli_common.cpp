@@ -1,7 +1,15 @@
 #include "cli/cli_common.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <functional>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,47 +18,112 @@
 
 namespace memwall::cli {
 
+namespace {
+
+long parse_int_flag(const std::string& name, const std::string& text, long lo, long hi) {
+  long v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi)
+    throw CLI::ValidationError(name, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                                         ", got \"" + text + "\"");
+  return v;
+}
+
+// `set` receives a value already checked against [lo, hi], so narrowing it is safe.
+CLI::Option* add_int_impl(CLI::App& app, const std::string& name, std::function<void(long)> set, long lo, long hi,
+                          const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          name, [set, name, lo, hi](const std::string& s) { set(parse_int_flag(name, s, lo, hi)); }, help)
+      ->type_name("INT");
+}
+
+}  // namespace
+
+CLI::Option* add_int(CLI::App& app, const std::string& name, int& target, long lo, long hi, const std::string& help) {
+  return add_int_impl(app, name, [&target](long v) { target = int(v); }, lo, std::min<long>(hi, INT_MAX), help)
+      ->default_str(std::to_string(target));
+}
+CLI::Option* add_int(CLI::App& app, const std::string& name, long& target, long lo, long hi, const std::string& help) {
+  return add_int_impl(app, name, [&target](long v) { target = v; }, lo, hi, help)->default_str(std::to_string(target));
+}
+CLI::Option* add_int(CLI::App& app, const std::string& name, std::optional<int>& target, long lo, long hi,
+                     const std::string& help) {
+  return add_int_impl(app, name, [&target](long v) { target = int(v); }, lo, std::min<long>(hi, INT_MAX), help);
+}
+CLI::Option* add_int(CLI::App& app, const std::string& name, std::optional<long>& target, long lo, long hi,
+                     const std::string& help) {
+  return add_int_impl(app, name, [&target](long v) { target = v; }, lo, hi, help);
+}
+
+CLI::Option* add_number(CLI::App& app, const std::string& name, double& target, double hi, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, name, hi](const std::string& text) {
+            double v = 0;
+            auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !(v <= hi))
+              throw CLI::ValidationError(name, "expected a number > 0 and at most " + format_g(hi) + ", got \"" + text +
+                                                   "\"");
+            target = v;
+          },
+          help)
+      ->type_name("NUM")
+      ->default_str(format_g(target));
+}
+
+double parse_quantity_flag(const std::string& flag, const std::string& text, Dimension d, double lo, double hi) {
+  Result<double> v = parse_quantity(text, d);
+  if (!v) throw UsageError(flag + ": " + v.error());
+  const QuantityRange range = quantity_range(d);
+  lo = std::max(lo, range.min);
+  hi = std::min(hi, range.max);
+  if (!(*v >= lo) || !(*v <= hi) || (d == Dimension::count && !(*v > 0)))
+    throw UsageError(flag + ": expected " + (d == Dimension::count && lo <= 0 ? "more than 0" : "at least " + format_quantity(lo, d)) +
+                     " and at most " + format_quantity(hi, d) + ", got \"" + text + "\"");
+  return *v;
+}
+
 void ProfileFlags::add(CLI::App& app) {
   app.add_option("--profile", profile,
-                 "Hardware profile: a built-in name (dgx2, dgx2-superpod, dgx-a100, dgx-h100, gh200, workstation) "
-                 "or a path to a YAML file")
+                 "Hardware profile: a built-in name (dgx2, dgx2-superpod, dgx-a100, dgx-h100, gh200, workstation, "
+                 "local-cpu) or a path to a YAML file")
       ->capture_default_str();
-  app.add_option("--nodes", nodes, "Scale the profile to N identical nodes (default: as the profile says)");
+  add_int(app, "--nodes", nodes, 1, kMaxNodes, "Scale the profile to N identical nodes (default: as the profile says)");
 }
 
 HardwareProfile ProfileFlags::load() const {
   HardwareProfile p = take(load_profile(profile));
-  if (nodes != -1) p = take(scale_to_nodes(p, nodes));
+  if (nodes) p = take(scale_to_nodes(p, *nodes));
   return p;
 }
 
 void ModelFlags::add(CLI::App& app) {
   app.add_option("--model", model, "Model: a catalogue name (memwall models lists them) or a model YAML file");
-  app.add_option("--layers", layers, "Transformer layers (with --hidden and --heads, instead of --model)");
+  add_int(app, "--layers", layers, 1, kMaxLayers, "Transformer layers (with --hidden and --heads, instead of --model)");
   app.add_option("--hidden", hidden, "Hidden size, e.g. 8192 or 8K (K = 1024)");
-  app.add_option("--heads", heads, "Attention heads");
-  app.add_option("--seq", seq, "Sequence length (default: the model's, 1024 for the paper's models)");
-  app.add_option("--vocab", vocab, "Vocabulary size (default 50257)");
+  add_int(app, "--heads", heads, 1, kMaxHeads, "Attention heads");
+  add_int(app, "--seq", seq, 1, kMaxSeq, "Sequence length (default: the model's, 1024 for the paper's models)");
+  add_int(app, "--vocab", vocab, 1, kMaxVocab, "Vocabulary size (default 50257)");
 }
 
 ModelSpec ModelFlags::load() const {
   ModelSpec m;
-  bool shape = layers > 0 || !hidden.empty() || heads > 0;
+  bool shape = layers || !hidden.empty() || heads;
   if (!model.empty() && shape) throw UsageError("--model: give either --model or --layers/--hidden/--heads, not both");
   if (!model.empty()) {
     m = take(load_model(model));
   } else {
-    if (layers <= 0) throw UsageError("--layers: missing (expected an integer >= 1 with --hidden and --heads)");
+    if (!layers) throw UsageError("--layers: missing (expected an integer >= 1 with --hidden and --heads)");
     if (hidden.empty()) throw UsageError("--hidden: missing (expected a hidden size such as 8192 or 8K)");
-    if (heads <= 0) throw UsageError("--heads: missing (expected an integer >= 1 that divides --hidden)");
+    if (!heads) throw UsageError("--heads: missing (expected an integer >= 1 that divides --hidden)");
     Result<long> h = parse_hidden(hidden);
     if (!h) throw UsageError("--hidden: " + h.error());
-    m = take(model_from_shape(layers, *h, heads));
+    m = take(model_from_shape(*layers, *h, *heads));
   }
-  if (seq < 0) throw UsageError("--seq: expected a sequence length >= 1, got " + std::to_string(seq));
-  if (seq > 0) m.seq = seq;
-  if (vocab < 0) throw UsageError("--vocab: expected a vocabulary size >= 1, got " + std::to_string(vocab));
-  if (vocab > 0) m.vocab = vocab;
+  if (seq) m.seq = *seq;
+  if (vocab) m.vocab = *vocab;
   return m;
 }
 
@@ -60,25 +133,26 @@ void StrategyFlags::add(CLI::App& app) {
                  "l2l) or a placement YAML file")
       ->capture_default_str();
   app.add_option("--place", place, "Override one state's tier: param16=cpu, optim32=nvme, act_ckpt=cpu ...");
-  app.add_option("--bsz", config.bsz, "Micro-batch per GPU")->capture_default_str();
-  app.add_option("--ci", config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
-  app.add_option("--tiling", config.tiling_factor, "Memory-centric tiling factor for linear layers")
-      ->capture_default_str();
-  app.add_option("--prefetch-depth", config.prefetch_depth, "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2")
-      ->capture_default_str();
-  app.add_option("--dp", config.dp, "Data-parallel degree (default: all GPUs / mp)");
-  app.add_option("--mp", config.mp, "Tensor-slicing degree inside a node")->capture_default_str();
-  app.add_option("--micro-batches", config.micro_batches, "l2l: micro-batches looped inside each layer (default 4)")
-      ->capture_default_str();
+  add_number(app, "--bsz", config.bsz, kMaxBsz, "Micro-batch per GPU");
+  add_int(app, "--ci", config.ci, 1, kMaxLayers, "Transformer blocks between activation checkpoints");
+  add_int(app, "--tiling", config.tiling_factor, 1, kMaxTiling, "Memory-centric tiling factor for linear layers");
+  add_int(app, "--prefetch-depth", config.prefetch_depth, 0, kMaxPrefetchDepth,
+          "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2");
+  add_int(app, "--dp", config.dp, 1, kMaxGpus, "Data-parallel degree (default: all GPUs / mp)")->default_str("");
+  add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
+  add_int(app, "--micro-batches", config.micro_batches, 1, kMaxMicroBatches,
+          "l2l: micro-batches looped inside each layer (default 4)");
 }
 
 Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }
 
-TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl) const {
+TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl, const HardwareProfile& p) const {
   TrainingConfig c = config;
   c.seq = model.seq;
   if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
-  return take(validate(c, model.layers));
+  c = take(validate(c, model.layers));
+  c = take(fit_to_profile(c, p));
+  return take(check_schedule_size(model, pl, c, p));
 }
 
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent) {
@@ -111,27 +185,30 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows, int 
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::cout << text;
+    std::cout.flush();
+    if (!std::cout) throw UsageError("stdout: write failed (disk full or closed?)");
     return;
   }
-  std::filesystem::path target(path);
-  std::filesystem::path tmp = target;
-  tmp += ".tmp";
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) throw UsageError(path + ": is a folder, expected a file name to write");
+  // Beside the target (same filesystem, so the rename is atomic), named so no user file is hit.
+  fs::path tmp = target;
+  tmp += ".memwall-" + std::to_string(::getpid()) + ".tmp";
+  auto give_up = [&](const std::string& why) {
+    fs::remove(tmp, ec);
+    throw UsageError(path + ": " + why);
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError(path + ": cannot open for writing");
+    if (!out) throw UsageError(path + ": cannot open for writing: " + std::strerror(errno));
     out << text;
     out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw UsageError(path + ": write failed");
-    }
+    if (!out) give_up("write failed");
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw UsageError(path + ": cannot write: " + ec.message());
-  }
+  fs::rename(tmp, target, ec);
+  if (ec) give_up("cannot write: " + ec.message());
 }
 
 }  // namespace memwall::cli

@@ -1,5 +1,7 @@
 // Helpers shared by the `memwall` subcommands: turning flags into validated model objects, the
-// one-line error convention (exit 2 for bad input), text tables and atomic output files.
+// one-line error convention (exit 2 for bad input), text tables and atomic output files. Every
+// numeric flag goes through add_int / add_number / parse_quantity_flag: the one place where flag
+// values are range-checked (and NaN, infinity and overflow refused) before anything narrows them.
 // Subcommands only parse and wire; anything worth testing lives in the libraries.
 #pragma once
 
@@ -15,6 +17,7 @@
 #include "model/placement.hpp"
 #include "model/training_config.hpp"
 #include "model/result.hpp"
+#include "model/units.hpp"
 
 namespace memwall::cli {
 
@@ -30,10 +33,25 @@ T take(Result<T> r) {
   return std::move(r).value();
 }
 
+// An integer flag in [lo, hi]: "--nodes 0", "--nodes 4294967296", "--nodes 2.5" are refused as
+// CLI11 reads them ("--nodes: expected an integer from 1 to 65536, got \"0\""), exit 2.
+CLI::Option* add_int(CLI::App& app, const std::string& name, int& target, long lo, long hi, const std::string& help);
+CLI::Option* add_int(CLI::App& app, const std::string& name, long& target, long lo, long hi, const std::string& help);
+CLI::Option* add_int(CLI::App& app, const std::string& name, std::optional<int>& target, long lo, long hi,
+                     const std::string& help);
+CLI::Option* add_int(CLI::App& app, const std::string& name, std::optional<long>& target, long lo, long hi,
+                     const std::string& help);
+// A number flag > 0 and <= hi (NaN and infinity refused).
+CLI::Option* add_number(CLI::App& app, const std::string& name, double& target, double hi, const std::string& help);
+
+// A quantity flag ("2 GiB", "100M") in its dimension's range and within [lo, hi]; throws UsageError
+// naming the flag.
+double parse_quantity_flag(const std::string& flag, const std::string& text, Dimension d, double lo, double hi);
+
 // --profile, --nodes
 struct ProfileFlags {
   std::string profile = "dgx2";
-  int nodes = -1;  // -1 = as the profile says
+  std::optional<int> nodes;  // unset: as the profile says
   void add(CLI::App& app);
   HardwareProfile load() const;
 };
@@ -41,31 +59,33 @@ struct ProfileFlags {
 // --model or --layers/--hidden/--heads, plus --seq and --vocab
 struct ModelFlags {
   std::string model;
-  int layers = 0;
+  std::optional<int> layers;
   std::string hidden;
-  int heads = 0;
-  long seq = 0;  // 0 = the model's
-  long vocab = 0;
+  std::optional<int> heads;
+  std::optional<long> seq;  // unset: the model's
+  std::optional<long> vocab;
   void add(CLI::App& app);
-  bool given() const { return !model.empty() || layers > 0 || !hidden.empty() || heads > 0; }
+  bool given() const { return !model.empty() || layers || !hidden.empty() || heads; }
   ModelSpec load() const;
 };
 
-// --strategy, --place and the training flags shared by `schedule` and `simulate`.
+// --strategy, --place and the training flags shared by `schedule`, `simulate` and `run`.
 struct StrategyFlags {
   std::string strategy = "zero_inf_nvme";
   std::vector<std::string> place;
   TrainingConfig config;
   void add(CLI::App& app);
-  Placement placement() const;                           // preset or YAML plus --place overrides
-  TrainingConfig training(const ModelSpec& model, const Placement& placement) const;  // validated
+  Placement placement() const;  // preset or YAML plus --place overrides
+  // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits).
+  TrainingConfig training(const ModelSpec& model, const Placement& placement, const HardwareProfile& profile) const;
 };
 
 // A plain text table: first row is the header; columns after the first are right-aligned.
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent = 2);
 
-// Writes `text` to `path` through a temporary file and rename, so a failure leaves nothing
-// half-written; "-" or empty means stdout.
+// Writes `text` to `path` through a temporary file beside it and a rename, so a failure leaves
+// nothing half-written and no temporary file; "-" or empty means stdout (a failed write to stdout,
+// such as a full disk behind a redirection, is an error too).
 void write_output(const std::string& path, const std::string& text);
 
 }  // namespace memwall::cli

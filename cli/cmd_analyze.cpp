@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,7 @@ struct AnalyzeFlags {
   ProfileFlags profile;
   ModelFlags model;
   TrainingConfig config;
-  int gpus = 0;
+  std::optional<int> gpus;  // unset: every GPU of the profile
   std::string table;
   std::string sweep;
   std::string peak = "70 TFLOPS";
@@ -235,9 +236,9 @@ Command add_analyze(CLI::App& app) {
       "With no model, prints every Fig. 2a model on the profile (default dgx2).");
   f->profile.add(*sub);
   f->model.add(*sub);
-  sub->add_option("--bsz", f->config.bsz, "Micro-batch per GPU (may be fractional)")->capture_default_str();
-  sub->add_option("--ci", f->config.ci, "Transformer blocks between activation checkpoints")->capture_default_str();
-  sub->add_option("--gpus", f->gpus, "GPUs to use (default: all of the profile)");
+  add_number(*sub, "--bsz", f->config.bsz, kMaxBsz, "Micro-batch per GPU (may be fractional)");
+  add_int(*sub, "--ci", f->config.ci, 1, kMaxLayers, "Transformer blocks between activation checkpoints");
+  add_int(*sub, "--gpus", f->gpus, 1, kMaxGpus, "GPUs to use (default: all of the profile)");
   sub->add_option("--table", f->table, "Print a paper table instead: fig2a or table3")
       ->check(CLI::IsMember({"fig2a", "table3"}));
   sub->add_option("--sweep", f->sweep, "Write Fig. 3 efficiency-vs-bandwidth curves as CSV: fig3a, fig3b or fig3c")
@@ -254,30 +255,29 @@ Command add_analyze(CLI::App& app) {
             } else if (f->table == "table3") {
               text = table3_text(f->json);
             } else if (!f->sweep.empty()) {
-              Result<double> peak = parse_quantity(f->peak, Dimension::flops_rate);
-              if (!peak) throw UsageError("--peak: " + peak.error());
-              if (*peak <= 0) throw UsageError("--peak: expected a positive compute rate");
-              long seq = f->model.seq > 0 ? f->model.seq : 1024;
-              text = sweep_text(f->sweep, *peak, seq, f->config.ci, f->json);
+              const double peak = parse_quantity_flag("--peak", f->peak, Dimension::flops_rate, 0, 1e21);
+              const long seq = f->model.seq.value_or(1024);
+              text = sweep_text(f->sweep, peak, seq, f->config.ci, f->json);
             } else {
               HardwareProfile p = f->profile.load();
-              if (f->gpus < 0 || f->gpus > p.total_gpus())
+              if (f->gpus && *f->gpus > p.total_gpus())
                 throw UsageError("--gpus: profile " + p.name + " has " + std::to_string(p.total_gpus()) +
                                  " GPUs (" + std::to_string(p.nodes) + " node(s) x " +
-                                 std::to_string(p.gpus_per_node) + "), asked for " + std::to_string(f->gpus) +
+                                 std::to_string(p.gpus_per_node) + "), asked for " + std::to_string(*f->gpus) +
                                  "; add nodes with --nodes");
+              const int gpus = f->gpus.value_or(0);  // analyze(): 0 = every GPU of the profile
               if (f->model.given()) {
                 ModelSpec m = f->model.load();
                 TrainingConfig c = f->config;
                 c.seq = m.seq;
-                c = take(validate(c, m.layers));
-                Analysis a = analyze(m, c, p, f->gpus);
+                c = take(validate_ranges(c, m.layers));
+                Analysis a = analyze(m, c, p, gpus);
                 text = f->json ? analysis_json(a).dump(2) + "\n" : analysis_text(a, p);
               } else {
                 TrainingConfig c = f->config;
-                c.seq = f->model.seq > 0 ? f->model.seq : 1024;
-                c = take(validate(c, 80));
-                text = overview_text(p, c, f->gpus, f->json);
+                c.seq = f->model.seq.value_or(1024);
+                c = take(validate_ranges(c, 80));
+                text = overview_text(p, c, gpus, f->json);
               }
             }
             write_output(f->output, text);

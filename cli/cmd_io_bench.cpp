@@ -1,6 +1,11 @@
 // `memwall io-bench`: sequential and random read/write bandwidth of the NVMe engine (exec/io) on
 // one directory's filesystem. Parses flags and prints; exec/io/io_bench.cpp measures.
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 
 #include <filesystem>
 #include <iostream>
@@ -12,6 +17,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "exec/io/io_bench.hpp"
+#include "model/training_config.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -21,39 +27,55 @@ struct IoBenchFlags {
   std::string dir;
   std::string size = "4GiB";
   std::string block = "1MiB";
-  long qd = 32;
-  long rings = 1;
+  int qd = 32;
+  int rings = 1;
   std::string engine = "uring";
   bool json = false;
 };
 
-std::uint64_t parse_size_flag(const std::string& flag, const std::string& text) {
-  Result<double> v = parse_quantity(text, Dimension::bytes);
-  if (!v) throw UsageError(flag + ": " + v.error());
-  if (*v <= 0 || *v != static_cast<double>(static_cast<std::uint64_t>(*v)))
-    throw UsageError(flag + ": expected a positive whole number of bytes, got \"" + text + "\"");
-  return static_cast<std::uint64_t>(*v);
-}
+// The psync engine runs one thread per request in flight.
+constexpr int kMaxPsyncThreads = 1024;
 
 io::IoBenchOptions validate(const IoBenchFlags& f) {
   io::IoBenchOptions o;
   std::error_code ec;
-  if (!std::filesystem::is_directory(f.dir, ec)) throw UsageError("--dir: " + f.dir + ": no such directory");
+  const std::filesystem::file_status st = std::filesystem::status(f.dir, ec);
+  if (st.type() == std::filesystem::file_type::not_found) throw UsageError("--dir: " + f.dir + ": no such directory");
+  if (ec) throw UsageError("--dir: " + f.dir + ": " + ec.message());
+  if (st.type() != std::filesystem::file_type::directory) throw UsageError("--dir: " + f.dir + ": not a directory");
+  if (::access(f.dir.c_str(), W_OK | X_OK) != 0)
+    throw UsageError("--dir: " + f.dir + ": cannot create files there: " + std::strerror(errno));
   o.dir = f.dir;
-  o.block_bytes = parse_size_flag("--block", f.block);
-  if (o.block_bytes % io::kIoAlignment || o.block_bytes > (1u << 30))
+  o.block_bytes = std::size_t(parse_quantity_flag("--block", f.block, Dimension::bytes, 1, double(1u << 30)));
+  if (o.block_bytes % io::kIoAlignment)
     throw UsageError("--block: expected a multiple of 4 KiB (O_DIRECT) up to 1 GiB, got " + f.block);
-  o.size_bytes = parse_size_flag("--size", f.size);
-  if (o.size_bytes < o.block_bytes || o.size_bytes % o.block_bytes)
+  const double size = parse_quantity_flag("--size", f.size, Dimension::bytes, double(o.block_bytes), 1e18);
+  o.size_bytes = std::uint64_t(size);
+  if (size != std::floor(size) || o.size_bytes % o.block_bytes)
     throw UsageError("--size: expected a whole number of --block (" + format_bytes(double(o.block_bytes)) +
                      ") blocks, got " + f.size);
-  if (f.qd < 1 || f.qd > 4096) throw UsageError("--qd: expected a queue depth from 1 to 4096, got " + std::to_string(f.qd));
-  o.queue_depth = static_cast<unsigned>(f.qd);
-  if (f.rings < 1 || f.rings > 64) throw UsageError("--rings: expected 1 to 64, got " + std::to_string(f.rings));
-  o.rings = static_cast<unsigned>(f.rings);
+  struct statvfs fs {};
+  if (::statvfs(f.dir.c_str(), &fs) == 0) {
+    const double free_bytes = double(fs.f_bavail) * double(fs.f_frsize);
+    if (size > free_bytes)
+      throw UsageError("--size: " + format_bytes(size) + " does not fit in " + f.dir + " (" + format_bytes(free_bytes) +
+                       " free)");
+  }
   Result<io::EngineKind> k = io::parse_engine_kind(f.engine);
   if (!k) throw UsageError("--engine: " + k.error());
   o.engine = *k;
+  if (o.engine == io::EngineKind::psync && f.qd > kMaxPsyncThreads)
+    throw UsageError("--qd: the psync engine runs one thread per request in flight: at most " +
+                     std::to_string(kMaxPsyncThreads) + ", got " + std::to_string(f.qd));
+  o.queue_depth = static_cast<unsigned>(f.qd);
+  o.rings = static_cast<unsigned>(f.rings);
+  // Buffers for every request in flight and queued (kWindowPerQueueSlot per slot), locked if allowed.
+  const double window = double(io::kWindowPerQueueSlot) * f.qd * double(o.block_bytes);
+  const double memory = machine_memory_bytes();
+  if (window > memory / 4)
+    throw UsageError("--qd/--block: " + std::to_string(io::kWindowPerQueueSlot * f.qd) + " buffers of " +
+                     format_bytes(double(o.block_bytes)) + " (" + format_bytes(window) +
+                     ") are more than a quarter of this machine's " + format_bytes(memory) + " memory");
   return o;
 }
 
@@ -71,9 +93,8 @@ Command add_io_bench(CLI::App& app) {
   sub->add_option("--size", f->size, "Bytes per phase: the temporary file's size, a multiple of --block")
       ->capture_default_str();
   sub->add_option("--block", f->block, "Bytes per request, a multiple of 4 KiB up to 1 GiB")->capture_default_str();
-  sub->add_option("--qd", f->qd, "Queue depth: requests in flight")->capture_default_str();
-  sub->add_option("--rings", f->rings, "io_uring instances, one submitting thread each (uring only)")
-      ->capture_default_str();
+  add_int(*sub, "--qd", f->qd, 1, 4096, "Queue depth: requests in flight");
+  add_int(*sub, "--rings", f->rings, 1, 64, "io_uring instances, one submitting thread each (uring only)");
   sub->add_option("--engine", f->engine, "uring (liburing) or psync (pread/pwrite threads, one per --qd)")
       ->capture_default_str();
   sub->add_flag("--json", f->json, "JSON output (read_Bps, write_Bps, rand_read_Bps, rand_write_Bps, phases)");

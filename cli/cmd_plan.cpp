@@ -83,9 +83,7 @@ std::string config_words(const Evaluated& e) {
 
 double parse_alloc(const std::string& text) {
   if (text.empty()) return 0;
-  Result<double> v = parse_quantity(text, Dimension::bytes);
-  if (!v || !(*v > 0)) throw UsageError("--max-alloc: expected a size such as 2 GiB, got \"" + text + "\"");
-  return *v;
+  return parse_quantity_flag("--max-alloc", text, Dimension::bytes, 4096, quantity_range(Dimension::bytes).max);
 }
 
 int run_reproduce(const PlanFlags& f) {
@@ -109,6 +107,7 @@ int run_reproduce(const PlanFlags& f) {
 int run_check(const PlanFlags& f) {
   HardwareProfile p = f.profile.load();
   Plan plan = take(load_plan(f.check, &p));
+  take(check_schedule_size(plan.model, plan.candidate.placement, plan.candidate.config, p));
   FitOptions o;
   o.max_alloc_bytes = parse_alloc(f.max_alloc);
   Evaluated e = evaluate(plan.model, plan.candidate, p, o);
@@ -155,6 +154,12 @@ int run_plan(const PlanFlags& f) {
   HardwareProfile p = f.profile.load();
   if (!f.model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
   ModelSpec m = f.model.load();
+  // The chosen plan's schedule is built to check it: the model alone must leave room for that.
+  {
+    TrainingConfig one;
+    one.seq = m.seq;
+    take(validate(one, m.layers));
+  }
   Fixes fixes = take(parse_fixes(f.fix));
   SearchSpace space = take(make_space(m, p, fixes));
   SearchOptions so;
@@ -199,6 +204,8 @@ int run_plan(const PlanFlags& f) {
     if (z.workspace_bytes > p.gpu_memory_bytes)
       return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
              format_bytes(z.workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+    if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
+      return "schedule check: " + ok.error();
     Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
     if (!sched) return "schedule check: " + sched.error();
     if (!sched->overflow) return "";
@@ -229,8 +236,10 @@ int run_plan(const PlanFlags& f) {
   const bool sched_fits = cs.chosen.has_value();
   const Evaluated* chosen = sched_fits ? &*cs.chosen : &r.top.front();
   {
-    Result<Schedule> sched = build_schedule(m, chosen->candidate.placement, chosen->candidate.config, p, 0,
-                                            sizes_for(chosen->candidate));
+    Result<TrainingConfig> small = check_schedule_size(m, chosen->candidate.placement, chosen->candidate.config, p);
+    Result<Schedule> sched = !small ? Result<Schedule>(make_error(small.error()))
+                                    : build_schedule(m, chosen->candidate.placement, chosen->candidate.config, p, 0,
+                                                     sizes_for(chosen->candidate));
     sched_line = !sched ? "schedule check: " + sched.error()
                         : std::string("schedule check (build_schedule, rank 0") +
                               (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
@@ -360,10 +369,10 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--max-alloc", f->max_alloc,
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
                   "for --reproduce fig7)");
-  sub->add_option("--runners", f->runners, "Runners-up to show")->capture_default_str();
-  sub->add_option("--simulate-top", f->simulate_top,
-                  "Re-rank the best N analytic candidates by simulating one iteration each (memwall simulate; seconds to minutes per candidate on paper-sized models). 0: analytic only")
-      ->capture_default_str();
+  add_int(*sub, "--runners", f->runners, 0, 100, "Runners-up to show");
+  add_int(*sub, "--simulate-top", f->simulate_top, 0, 64,
+          "Re-rank the best N analytic candidates by simulating one iteration each (memwall simulate; seconds to "
+          "minutes per candidate on paper-sized models). 0: analytic only");
   sub->add_flag("--max-model-size", f->max_model_size, "The largest model --strategy trains on the profile (Fig. 6)");
   sub->add_option("--strategy", f->strategy, "With --max-model-size: a placement preset");
   sub->add_option("--reproduce", f->reproduce, "fig6 or fig7: the paper's table beside memwall's (CSV + Markdown into -o DIR)");

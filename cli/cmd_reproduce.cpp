@@ -1,5 +1,6 @@
 // `memwall reproduce`: the paper's evaluation (Fig. 5a-c, 8, 9, 10) by simulation on the DGX-2
 // profile, written as CSV and Markdown beside the paper's numbers. Parses and writes; sim/ works.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -27,14 +28,20 @@ Command add_reproduce(CLI::App& app) {
   return {sub, [f]() {
             HardwareProfile node = take(load_profile(f->profile));
             node.nodes = 1;
-            std::vector<std::string> figures = f->figure == "all" ? sim::reproduction_figures()
-                                                                  : std::vector<std::string>{f->figure};
+            const std::vector<std::string> known = sim::reproduction_figures();
+            std::string names;
+            for (const auto& n : known) names += n + ", ";
+            if (f->figure != "all" && std::find(known.begin(), known.end(), f->figure) == known.end())
+              throw UsageError("--figure: expected one of " + names + "or all, got \"" + f->figure + "\"");
+            std::vector<std::string> figures = f->figure == "all" ? known : std::vector<std::string>{f->figure};
             std::error_code ec;
-            std::filesystem::create_directories(f->out, ec);
-            if (ec) throw UsageError("-o: cannot create " + f->out + ": " + ec.message());
+            if (std::filesystem::exists(f->out, ec) && !std::filesystem::is_directory(f->out, ec))
+              throw UsageError("-o: " + f->out + ": not a folder");
             for (const std::string& fig : figures) {
               auto progress = [](const std::string& what) { std::cerr << "  " << what << "\n"; };
               std::vector<sim::ReproRow> rows = take(sim::reproduce(fig, node, progress));
+              std::filesystem::create_directories(f->out, ec);  // once there is something to write
+              if (ec) throw UsageError("-o: cannot create " + f->out + ": " + ec.message());
               write_output(f->out + "/" + fig + ".csv", sim::repro_csv(rows));
               std::string md = sim::repro_markdown(fig, rows);
               write_output(f->out + "/" + fig + ".md", md);

@@ -2,6 +2,7 @@
 // link class, as text or JSON. The schedule is model/'s; this file only parses and prints.
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -76,7 +77,7 @@ Command add_schedule(CLI::App& app) {
   f->profile.add(*sub);
   f->model.add(*sub);
   f->run.add(*sub);
-  sub->add_option("--rank", f->rank, "Which data-parallel rank to print")->capture_default_str();
+  add_int(*sub, "--rank", f->rank, 0, kMaxGpus - 1, "Which data-parallel rank to print");
   sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, traffic_bytes");
   sub->add_flag("--text", f->text, "Text: one step per line (the default)");
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
@@ -86,10 +87,10 @@ Command add_schedule(CLI::App& app) {
             if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
             ModelSpec m = f->model.load();
             Placement pl = f->run.placement();
-            TrainingConfig c = f->run.training(m, pl);
+            TrainingConfig c = f->run.training(m, pl, p);
             Schedule s = take(build_schedule(m, pl, c, p, f->rank));
             std::vector<std::string> bad = check_invariants(s);
-            if (!bad.empty()) throw UsageError("internal error: schedule breaks an invariant: " + bad.front());
+            if (!bad.empty()) throw std::logic_error("schedule breaks an invariant: " + bad.front());  // a bug: exit 1
             std::string out = f->json ? schedule_json(s).dump(1) + "\n" : schedule_text(s) + summary_text(s);
             write_output(f->output, out);
             return s.overflow ? 1 : 0;

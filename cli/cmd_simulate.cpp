@@ -46,6 +46,10 @@ Command add_simulate(CLI::App& app) {
             TrainingConfig c;
             if (!f->plan.empty()) {
               if (f->model.given()) throw UsageError("--plan: give --plan or --model, not both");
+              for (const char* flag : {"--strategy", "--place", "--bsz", "--ci", "--tiling", "--prefetch-depth", "--dp",
+                                       "--mp", "--micro-batches", "--seq", "--vocab"})
+                if (sub->count(flag) > 0)
+                  throw UsageError(std::string(flag) + ": not used with --plan (the plan fixes the model and training)");
               // The plan names its profile and nodes; --profile/--nodes override them.
               Result<planner::Plan> peek = planner::load_plan(f->plan);
               if (!peek) throw UsageError(peek.error());
@@ -56,20 +60,21 @@ Command add_simulate(CLI::App& app) {
               planner::Plan plan = take(planner::load_plan(f->plan, &p));
               m = plan.model;
               pl = plan.candidate.placement;
-              c = take(validate(plan.candidate.config, m.layers));
+              c = take(fit_to_profile(take(validate(plan.candidate.config, m.layers)), p));
+              c = take(check_schedule_size(m, pl, c, p));
             } else {
               p = f->profile.load();
               if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads, or --plan)");
               m = f->model.load();
               pl = f->run.placement();
-              c = f->run.training(m, pl);
+              c = f->run.training(m, pl, p);
             }
             sim::SimOptions o;
             o.overlap = !f->no_overlap;
             o.trace = !f->trace.empty();
             sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
             nlohmann::ordered_json j = {{"strategy", r.strategy}, {"model", m.name}, {"profile", p.name},
-                                        {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};
+                                        {"nodes", p.nodes}, {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};
             std::ostringstream o_text;
             if (r.overflow) {
               j["overflow"] = r.overflow->message;
@@ -82,7 +87,11 @@ Command add_simulate(CLI::App& app) {
               j["busy_fraction"] = r.busy_fraction;
               j["ranks_simulated"] = r.ranks_simulated;
               j["activities"] = r.activities;
-              o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << r.gpus << " GPUs: dp " << r.dp
+              const std::string gpus = r.gpus == p.total_gpus() && p.nodes == 1
+                                           ? std::to_string(r.gpus) + " GPUs"
+                                           : std::to_string(r.gpus) + " of " + std::to_string(p.total_gpus()) +
+                                                 " GPUs on " + std::to_string(p.nodes) + " node(s)";
+              o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << gpus << ": dp " << r.dp
                      << " x mp " << r.mp << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
                      << c.ci << (o.overlap ? "" : ", no overlap") << "\n";
               o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)

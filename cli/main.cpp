@@ -1,10 +1,32 @@
-// memwall: the command. Parses flags, dispatches to one subcommand, turns bad input into one line
-// on stderr and exit code 2. Nothing else lives here.
+// memwall: the command. Parses flags, dispatches to one subcommand and turns every exception into
+// one line on stderr: bad input (a flag, a file) exits 2, anything else is "internal error" and
+// exits 1. Nothing else lives here.
+#include <exception>
 #include <iostream>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+
+namespace {
+
+// One line, whatever the message holds (library messages may quote input with newlines in it).
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string command_name(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({}))
+    if (sub->parsed()) return "memwall " + sub->get_name();
+  return "memwall";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace memwall::cli;
@@ -27,14 +49,10 @@ int main(int argc, char** argv) {
       add_run(app),
   };
 
-  std::string name = "memwall";
   try {
     app.parse(argc, argv);
     for (auto& [sub, run] : commands)
-      if (sub->parsed()) {
-        name = "memwall " + sub->get_name();
-        return run();
-      }
+      if (sub->parsed()) return run();
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -42,13 +60,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    for (CLI::App* sub : app.get_subcommands({}))
-      if (sub->parsed()) name = "memwall " + sub->get_name();
-    std::cerr << name << ": " << e.what() << " (see " << name << " --help)\n";
+    const std::string name = command_name(app);
+    std::cerr << name << ": " << one_line(e.what()) << " (see " << name << " --help)\n";
     return 2;
   } catch (const UsageError& e) {
-    std::cerr << name << ": " << e.what() << "\n";
+    std::cerr << command_name(app) << ": " << one_line(e.what()) << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << command_name(app) << ": out of memory (the input asks for more than this machine has)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << command_name(app) << ": internal error: " << one_line(e.what()) << "\n";
+    return 1;
+  } catch (...) {
+    std::cerr << command_name(app) << ": internal error: unknown exception\n";
+    return 1;
   }
   return 2;
 }

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "model/builtin_profiles.hpp"
 #include "model/yaml_reader.hpp"
@@ -44,16 +42,16 @@ HardwareProfile read_profile(const YamlReader& r) {
   HardwareProfile p;
   p.name = r.text(root, "", "name");
   p.description = r.text_or(root, "", "description", "");
-  p.nodes = int(r.integer_or(root, "", "nodes", 1, 1));
+  p.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
 
   YAML::Node gpu = r.section(root, "", "gpu");
   r.only_keys(gpu, "gpu", {"count_per_node", "memory", "peak", "peak_by_hidden"});
-  p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1));
+  p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
   if (YAML::Node table = gpu["peak_by_hidden"]; table.IsDefined() && !table.IsNull()) {
-    if (!table.IsSequence() || table.size() == 0)
-      r.fail(table, "gpu.peak_by_hidden", "expected a list of {hidden: 8K, peak: 62 TFLOPS}");
+    if (!table.IsSequence() || table.size() == 0 || table.size() > 64)
+      r.fail(table, "gpu.peak_by_hidden", "expected a list of 1 to 64 points {hidden: 8K, peak: 62 TFLOPS}");
     for (size_t i = 0; i < table.size(); ++i) {
       std::string path = "gpu.peak_by_hidden[" + std::to_string(i) + "]";
       if (!table[i].IsMap()) r.fail(table[i], path, "expected {hidden: 8K, peak: 62 TFLOPS}");
@@ -115,26 +113,29 @@ Result<HardwareProfile> parse_profile(std::string_view yaml_text, const std::str
     return p;
   } catch (const InputError& e) {
     return make_error(e.what());
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": " + e.what());
   }
 }
 
 Result<HardwareProfile> load_profile(const std::string& name_or_path) {
   if (auto text = builtin_profile_yaml(name_or_path)) return parse_profile(*text, "builtin:" + name_or_path);
-  std::filesystem::path path(name_or_path);
-  if (!std::filesystem::is_regular_file(path)) {
+  Result<std::string> text = read_input_file(name_or_path, "profile");
+  if (!text) {
+    std::error_code ec;
+    if (std::filesystem::symlink_status(name_or_path, ec).type() != std::filesystem::file_type::not_found)
+      return make_error(text.error());
     std::string names;
     for (const auto& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
     return make_error(name_or_path + ": no such profile file, and not a built-in profile (built-in: " + names + ")");
   }
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) return make_error(name_or_path + ": cannot read file");
-  return parse_profile(text.str(), name_or_path);
+  return parse_profile(*text, name_or_path);
 }
 
 Result<HardwareProfile> scale_to_nodes(const HardwareProfile& profile, int nodes) {
-  if (nodes < 1) return make_error("--nodes: expected an integer >= 1, got " + std::to_string(nodes));
+  if (nodes < 1 || nodes > kMaxNodes)
+    return make_error("--nodes: expected an integer from 1 to " + std::to_string(kMaxNodes) + ", got " +
+                      std::to_string(nodes));
   if (nodes > 1 && profile.inter_node_Bps <= 0)
     return make_error(profile.source + ": links.inter_node: missing field (needed to scale the profile to " +
                       std::to_string(nodes) + " nodes)");

@@ -13,6 +13,11 @@
 
 namespace memwall {
 
+// What a profile may describe: far beyond any machine built, small enough that GPU counts stay
+// exact in an int and a simulated platform fits in memory.
+inline constexpr int kMaxNodes = 65536;
+inline constexpr int kMaxGpusPerNode = 1024;
+
 struct PeakPoint {
   long hidden = 0;
   double flops_per_s = 0;
@@ -66,7 +71,8 @@ Result<HardwareProfile> parse_profile(std::string_view yaml_text, const std::str
 // Loads a profile: a path to a .yaml file, or the name of an embedded one ("dgx2").
 Result<HardwareProfile> load_profile(const std::string& name_or_path);
 
-// The same machine, N of them ("--nodes N"). Needs the profile's inter-node bandwidth when N > 1.
+// The same machine, N of them ("--nodes N", 1 to kMaxNodes). Needs the profile's inter-node
+// bandwidth when N > 1.
 Result<HardwareProfile> scale_to_nodes(const HardwareProfile& profile, int nodes);
 
 // Names of the profiles compiled into the binary, sorted.

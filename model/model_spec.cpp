@@ -1,8 +1,7 @@
 #include "model/model_spec.hpp"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "model/yaml_reader.hpp"
 
@@ -83,14 +82,19 @@ std::string catalogue_names() {
 }
 
 Result<ModelSpec> validate(ModelSpec s, const std::string& where) {
-  if (s.layers < 1) return make_error(where + "layers: expected an integer >= 1, got " + std::to_string(s.layers));
-  if (s.hidden < 1) return make_error(where + "hidden: expected a positive hidden size, got " + std::to_string(s.hidden));
-  if (s.heads < 1) return make_error(where + "heads: expected an integer >= 1, got " + std::to_string(s.heads));
+  auto range = [&](const char* field, long v, long lo, long hi) -> std::optional<Error> {
+    if (v >= lo && v <= hi) return std::nullopt;
+    return make_error(where + field + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                      ", got " + std::to_string(v));
+  };
+  if (auto e = range("layers", s.layers, 1, kMaxLayers)) return *e;
+  if (auto e = range("hidden", s.hidden, 1, kMaxHidden)) return *e;
+  if (auto e = range("heads", s.heads, 1, kMaxHeads)) return *e;
   if (s.hidden % s.heads != 0)
     return make_error(where + "heads: expected a divisor of hidden " + std::to_string(s.hidden) + ", got " +
                       std::to_string(s.heads));
-  if (s.seq < 1) return make_error(where + "seq: expected an integer >= 1, got " + std::to_string(s.seq));
-  if (s.vocab < 1) return make_error(where + "vocab: expected an integer >= 1, got " + std::to_string(s.vocab));
+  if (auto e = range("seq", s.seq, 1, kMaxSeq)) return *e;
+  if (auto e = range("vocab", s.vocab, 1, kMaxVocab)) return *e;
   return s;
 }
 
@@ -116,16 +120,18 @@ Result<ModelSpec> parse_model_spec(std::string_view yaml_text, const std::string
     ModelSpec s;
     s.name = r.text_or(root, "", "name", std::filesystem::path(source).stem().string());
     s.source = source;
-    s.layers = int(r.integer(root, "", "layers", 1));
+    s.layers = int(r.integer(root, "", "layers", 1, kMaxLayers));
     s.hidden = r.hidden(root, "", "hidden");
-    s.heads = int(r.integer(root, "", "heads", 1));
-    s.seq = r.integer_or(root, "", "seq", 1, s.seq);
-    s.vocab = r.integer_or(root, "", "vocab", 1, s.vocab);
+    s.heads = int(r.integer(root, "", "heads", 1, kMaxHeads));
+    s.seq = r.integer_or(root, "", "seq", 1, kMaxSeq, s.seq);
+    s.vocab = r.integer_or(root, "", "vocab", 1, kMaxVocab, s.vocab);
     s.note = r.text_or(root, "", "note", "");
     if (s.hidden % s.heads != 0) r.fail(root["heads"], "heads", "expected a divisor of hidden " + std::to_string(s.hidden));
     return s;
   } catch (const InputError& e) {
     return make_error(e.what());
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": " + e.what());
   }
 }
 
@@ -136,11 +142,9 @@ Result<ModelSpec> load_model(const std::string& name_or_path) {
     if (!e) return make_error(e.error());
     return e->spec;
   }
-  if (!std::filesystem::is_regular_file(name_or_path)) return make_error(name_or_path + ": no such model file");
-  std::ifstream in(name_or_path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_model_spec(text.str(), name_or_path);
+  Result<std::string> text = read_input_file(name_or_path, "model");
+  if (!text) return make_error(text.error());
+  return parse_model_spec(*text, name_or_path);
 }
 
 Result<ModelSpec> model_from_shape(int layers, long hidden, int heads, long seq, long vocab) {

@@ -13,6 +13,13 @@
 
 namespace memwall {
 
+// What a model may be: far beyond the paper's largest (315 layers, 160K hidden, 1024 heads), small
+// enough that counts stay exact in an int and products of them in a double.
+inline constexpr int kMaxLayers = 100000;
+inline constexpr int kMaxHeads = 65536;
+inline constexpr long kMaxSeq = 1L << 24;
+inline constexpr long kMaxVocab = 1L << 24;
+
 struct ModelSpec {
   std::string name;    // "fig2a-10T", a file stem, or "custom"
   std::string source;  // "paper Fig. 2a", a file path, or "flags"
@@ -49,7 +56,8 @@ Result<CatalogueEntry> find_catalogue_entry(std::string_view name);
 Result<ModelSpec> load_model(const std::string& name_or_path);
 Result<ModelSpec> parse_model_spec(std::string_view yaml_text, const std::string& source);
 
-// A model from --layers/--hidden/--heads; checks hidden % heads == 0.
+// A model from --layers/--hidden/--heads; checks the ranges above and hidden % heads == 0; the
+// messages name the flag ("--heads: ...").
 Result<ModelSpec> model_from_shape(int layers, long hidden, int heads, long seq = 1024, long vocab = 50257);
 
 // Fig. 2a's five rows in the paper's order (0.1T ... 100T).

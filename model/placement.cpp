@@ -1,8 +1,6 @@
 #include "model/placement.hpp"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
 #include "model/yaml_reader.hpp"
 
@@ -146,10 +144,7 @@ Result<Placement> parse_placement(std::string_view yaml_text, const std::string&
       Result<Tier> t = parse_tier(r.text(n, to_string(s), "tier"));
       if (!t) r.fail(n["tier"], std::string(to_string(s)) + ".tier", t.error());
       p.of(s).tier = *t;
-      std::string part = r.text_or(n, to_string(s), "partitioned", p.of(s).partitioned ? "true" : "false");
-      if (part != "true" && part != "false")
-        r.fail(n["partitioned"], std::string(to_string(s)) + ".partitioned", "expected true or false, got \"" + part + "\"");
-      p.of(s).partitioned = part == "true";
+      p.of(s).partitioned = r.boolean_or(n, to_string(s), "partitioned", p.of(s).partitioned);
     }
     std::string fetch = r.text_or(root, "", "fetch", p.fetch == ParamFetch::broadcast ? "broadcast" : "allgather");
     if (fetch != "allgather" && fetch != "broadcast")
@@ -160,17 +155,17 @@ Result<Placement> parse_placement(std::string_view yaml_text, const std::string&
     return p;
   } catch (const InputError& e) {
     return make_error(e.what());
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": " + e.what());
   }
 }
 
 Result<Placement> load_placement(const std::string& name_or_path, const std::vector<std::string>& overrides) {
   Placement p;
   if (name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml")) {
-    if (!std::filesystem::is_regular_file(name_or_path)) return make_error(name_or_path + ": no such placement file");
-    std::ifstream in(name_or_path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    Result<Placement> r = parse_placement(text.str(), name_or_path);
+    Result<std::string> text = read_input_file(name_or_path, "placement");
+    if (!text) return make_error(text.error());
+    Result<Placement> r = parse_placement(*text, name_or_path);
     if (!r) return r;
     p = *r;
   } else {

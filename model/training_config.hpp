@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include "model/hardware_profile.hpp"
+#include "model/model_spec.hpp"
+#include "model/placement.hpp"
 #include "model/result.hpp"
 
 namespace memwall {
@@ -20,7 +23,42 @@ struct TrainingConfig {
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
 };
 
-// Checks ranges; `layers` bounds ci. Messages name the flag ("--ci: ...").
+// Physical memory of this machine (sysconf), for limits that bound work.
+double machine_memory_bytes();
+
+// Upper bounds of a training config (the paper uses bsz <= 32, tiling <= 16, mp <= 8). The flags
+// and file readers check against these; validate() repeats the check for configs built in code.
+inline constexpr double kMaxBsz = 65536;
+inline constexpr int kMaxTiling = 4096;
+inline constexpr int kMaxMp = 1024;              // kMaxGpusPerNode
+inline constexpr long kMaxGpus = 1L << 26;        // kMaxNodes x kMaxGpusPerNode: dp x mp stays below it
+inline constexpr int kMaxPrefetchDepth = 64;
+inline constexpr int kMaxMicroBatches = 4096;
+
+// Checks ranges; `layers` bounds ci. Messages name the flag ("--ci: ..."). Also refuses a config
+// whose schedule (about layers x tiling x micro-batches steps) would not fit in an eighth of this
+// machine's memory, naming the largest value of the flag that would (schedule_size_check).
 Result<TrainingConfig> validate(const TrainingConfig& config, int layers);
+// The ranges alone, for the closed-form analysis (no schedule is built).
+Result<TrainingConfig> validate_ranges(const TrainingConfig& config, int layers);
+
+// dp and mp against a profile: mp divides a node's GPUs (tensor slicing stays inside a node) and
+// dp x mp is at most the profile's GPUs; dp 0 becomes every GPU / mp.
+Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const HardwareProfile& profile);
+
+// Steps build_schedule makes for one rank, estimated from above (plus `optimizer_chunks` chunked
+// optimizer updates), and the bytes they take.
+double estimated_schedule_steps(const TrainingConfig& config, int layers, double optimizer_chunks = 0);
+double estimated_schedule_bytes(const TrainingConfig& config, int layers, double optimizer_chunks = 0);
+// The check validate() makes with this machine's memory; exposed so tests can pass a memory size.
+Result<TrainingConfig> schedule_size_check(const TrainingConfig& config, int layers, double memory_bytes);
+
+// The same check with everything that sizes a schedule: also the optimizer's chunks when its
+// states are on NVMe (one per pinned-buffer third: a profile with a tiny cpu.pinned_budget and a
+// large model makes billions). Call before build_schedule with input from a user.
+Result<TrainingConfig> check_schedule_size(const ModelSpec& model, const Placement& placement,
+                                           const TrainingConfig& config, const HardwareProfile& profile,
+                                           double memory_bytes = machine_memory_bytes());
+
 
 }  // namespace memwall

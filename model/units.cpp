@@ -118,6 +118,28 @@ std::string_view dimension_example(Dimension d) {
   return "a quantity";
 }
 
+QuantityRange quantity_range(Dimension d) {
+  switch (d) {
+    case Dimension::bytes: return {1.0, 1180591620717411303424.0};  // 1 B .. 2^70 B (1024 EiB)
+    case Dimension::bandwidth: return {1.0, 1e18};
+    case Dimension::flops_rate: return {1.0, 1e21};
+    case Dimension::param_rate: return {1.0, 1e18};
+    case Dimension::count: return {0.0, 1e18};
+  }
+  return {0.0, 1e18};
+}
+
+std::string format_quantity(double value, Dimension d) {
+  switch (d) {
+    case Dimension::bytes: return format_bytes(value);
+    case Dimension::bandwidth: return format_bandwidth(value);
+    case Dimension::flops_rate: return format_flops_rate(value);
+    case Dimension::param_rate: return format_g(value) + " params/s";
+    case Dimension::count: return format_g(value);
+  }
+  return format_g(value);
+}
+
 Result<double> parse_quantity(std::string_view text, Dimension d) {
   std::string_view s = trim(text);
   double value = 0;
@@ -138,7 +160,8 @@ Result<double> parse_quantity(std::string_view text, Dimension d) {
   if (!unit_factor(joined, d, &factor))
     return make_error("expected " + std::string(dimension_example(d)) + ", got \"" + std::string(text) +
                       "\" (unknown unit \"" + std::string(unit) + "\")");
-  if (!std::isfinite(value))
+  // from_chars reads "inf" and "nan"; a finite value can still overflow once scaled ("1e308 TB").
+  if (!std::isfinite(value) || !std::isfinite(value * factor))
     return make_error("expected a finite number, got \"" + std::string(text) + "\"");
   return value * factor;
 }
@@ -148,17 +171,24 @@ Result<long> parse_hidden(std::string_view text) {
   long value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   std::string_view rest(end, s.data() + s.size() - end);
-  if (ec != std::errc() || s.empty() || !(rest.empty() || rest == "K" || rest == "k") || value <= 0)
-    return make_error("expected a positive hidden size such as 4096 or 64K (K = 1024), got \"" +
-                      std::string(text) + "\"");
-  return rest.empty() ? value : value * 1024;
+  const long scale = rest.empty() ? 1 : 1024;
+  if (ec != std::errc() || s.empty() || !(rest.empty() || rest == "K" || rest == "k") || value <= 0 ||
+      value > kMaxHidden / scale)
+    return make_error("expected a positive hidden size up to " + std::to_string(kMaxHidden / 1024) +
+                      "K such as 4096 or 64K (K = 1024), got \"" + std::string(text) + "\"");
+  return value * scale;
 }
 
 std::string format_sig(double value, int significant) {
   if (value == 0) return "0";
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (std::fabs(value) >= 1e15 || std::fabs(value) < 1e-9) {  // fixed notation would not fit in buf
+    std::snprintf(buf, sizeof buf, "%.*g", significant, value);
+    return buf;
+  }
   int digits = significant - 1 - static_cast<int>(std::floor(std::log10(std::fabs(value))));
   if (digits < 0) digits = 0;
-  char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
@@ -171,6 +201,7 @@ std::string format_g(double value) {
 
 namespace {
 std::string scaled(double v, double base, const char* const* names, int n) {
+  if (!std::isfinite(v)) return format_sig(v) + " " + names[0];
   int i = 0;
   while (i + 1 < n && std::fabs(v) >= base * 0.9995) {  // 999.96 MB prints as 1.00 GB
     v /= base;

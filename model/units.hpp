@@ -23,11 +23,25 @@ enum class Dimension {
 std::string_view dimension_example(Dimension d);
 
 // Parses "<number> <unit>" for the given dimension. A unit is required for every dimension but
-// `count`. Errors say what was expected and what was given, without file or field (the caller
-// adds those).
+// `count`. NaN, infinity and values that overflow once scaled are errors. Errors say what was
+// expected and what was given, without file or field (the caller adds those).
 Result<double> parse_quantity(std::string_view text, Dimension d);
 
-// Hidden sizes as the paper writes them: "64K" is 65536 (K = 1024 here, Table 1 caption).
+// The values an input may give for each dimension, so every formula downstream stays finite: at
+// least 1 B, 1 B/s, 1 FLOPS, 1 param/s (counts: > 0) and at most 1024 EiB, 1 EB/s, 1 ZFLOPS,
+// 1e18 params/s, 1e18.
+struct QuantityRange {
+  double min;  // inclusive; for count, exclusive 0
+  double max;  // inclusive
+};
+QuantityRange quantity_range(Dimension d);
+
+// `value` printed in its dimension's unit ("1024 EiB", "1000 PB/s"), for messages.
+std::string format_quantity(double value, Dimension d);
+
+// Hidden sizes as the paper writes them: "64K" is 65536 (K = 1024 here, Table 1 caption), at most
+// kMaxHidden (the paper's largest is 160K).
+inline constexpr long kMaxHidden = 1L << 20;
 Result<long> parse_hidden(std::string_view text);
 
 // Printing, three significant digits: "1.83 TiB", "70.0 GB/s", "62.0 TFLOPS", "1.50 G".

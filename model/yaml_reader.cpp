@@ -1,16 +1,104 @@
 #include "model/yaml_reader.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
 
 namespace memwall {
+namespace {
+
+constexpr int kMaxDepth = 32;
+constexpr long kMaxNodes = 100000;
+
+std::string open_failure(const std::string& path, std::string_view what, int err) {
+  const std::string w(what);
+  switch (err) {
+    case ENOENT: return path + ": no such " + w + " file";
+    case ENOTDIR: return path + ": no such " + w + " file (a part of the path is not a folder)";
+    case ELOOP: return path + ": cannot read the " + w + " file: too many levels of symbolic links (a symlink loop?)";
+    case EACCES: return path + ": cannot read the " + w + " file: permission denied";
+    case ENAMETOOLONG: return path.substr(0, 64) + "...: cannot read the " + w + " file: file name too long";
+    default: return path + ": cannot read the " + w + " file: " + std::strerror(err);
+  }
+}
+
+// Closes the descriptor on every path out of read_input_file.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::string> read_input_file(const std::string& path, std::string_view what, std::size_t max_bytes) {
+  const std::string w(what);
+  if (path.empty()) return make_error("expected the path of a " + w + " file, got an empty string");
+  if (path.find('\0') != std::string::npos) return make_error("expected the path of a " + w + " file, got a NUL byte");
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a file).
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};
+  if (f.fd < 0) return make_error(open_failure(path, what, errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return make_error(open_failure(path, what, errno));
+  if (S_ISDIR(st.st_mode)) return make_error(path + ": is a folder, not a " + w + " file");
+  if (!S_ISREG(st.st_mode))
+    return make_error(path + ": not a regular file (a device, FIFO or socket), expected a " + w + " file");
+  if (st.st_size > 0 && std::uint64_t(st.st_size) > max_bytes)
+    return make_error(path + ": " + format_bytes(double(st.st_size)) + ", larger than any " + w + " file (at most " +
+                      format_bytes(double(max_bytes)) + ")");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(path + ": cannot read the " + w + " file: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, std::size_t(n));
+    if (text.size() > max_bytes)  // files that report size 0 (/proc) and grow while read
+      return make_error(path + ": larger than any " + w + " file (at most " + format_bytes(double(max_bytes)) + ")");
+  }
+  return text;
+}
 
 YamlReader::YamlReader(std::string source, std::string_view text) : source_(std::move(source)) {
   try {
     root_ = YAML::Load(std::string(text));
   } catch (const YAML::ParserException& e) {
     throw InputError(source_ + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw InputError(source_ + ": malformed YAML: " + e.msg);
   }
   if (!root_.IsMap()) throw InputError(source_ + ":1: expected a YAML mapping at the top level");
+  long nodes = 0;
+  check_tree(root_, "", 0, nodes);
+}
+
+void YamlReader::check_tree(const YAML::Node& node, const std::string& path, int depth, long& nodes) const {
+  if (++nodes > kMaxNodes) fail(node, path, "more than " + std::to_string(kMaxNodes) + " YAML nodes (aliases?)");
+  if (depth > kMaxDepth) fail(node, path, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  if (node.IsSequence()) {
+    for (std::size_t i = 0; i < node.size(); ++i)
+      check_tree(node[i], path + "[" + std::to_string(i) + "]", depth + 1, nodes);
+  } else if (node.IsMap()) {
+    std::map<std::string, int> seen;  // key -> line of its first occurrence
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar())
+        fail(kv.first, path.empty() ? "key" : path, "expected a field name, got a YAML mapping or list as a key");
+      const std::string key = kv.first.Scalar();
+      const int line = kv.first.Mark().line + 1;
+      if (auto [it, fresh] = seen.emplace(key, line); !fresh)
+        fail(kv.first, join(path, key), "given twice (first at line " + std::to_string(it->second) + ")");
+      check_tree(kv.second, join(path, key), depth + 1, nodes);
+    }
+  }
 }
 
 std::string YamlReader::join(const std::string& path, const std::string& key) {
@@ -20,13 +108,16 @@ std::string YamlReader::join(const std::string& path, const std::string& key) {
 void YamlReader::fail(const YAML::Node& node, const std::string& field, const std::string& what) const {
   std::string where = source_;
   if (node.IsDefined() && node.Mark().line >= 0) where += ":" + std::to_string(node.Mark().line + 1);
-  throw InputError(where + ": " + (field.empty() ? "" : field + ": ") + what);
+  std::string message = where + ": " + (field.empty() ? "" : field + ": ") + what;
+  for (char& c : message)  // one line, whatever the input held
+    if (c == '\n' || c == '\r') c = ' ';
+  throw InputError(message);
 }
 
 void YamlReader::only_keys(const YAML::Node& map, const std::string& path,
                            std::initializer_list<std::string_view> known) const {
   for (const auto& kv : map) {
-    std::string key = kv.first.as<std::string>();
+    std::string key = kv.first.Scalar();  // check_tree made every key a scalar
     bool found = false;
     for (auto k : known) found = found || k == key;
     if (found) continue;
@@ -56,6 +147,11 @@ double YamlReader::quantity(const YAML::Node& map, const std::string& path, cons
   Result<double> v = parse_quantity(n.Scalar(), d);
   if (!v) fail(n, join(path, key), v.error());
   if (*v <= 0) fail(n, join(path, key), "expected a positive value, got \"" + n.Scalar() + "\"");
+  const QuantityRange range = quantity_range(d);
+  if (*v < range.min)
+    fail(n, join(path, key), "expected at least " + format_quantity(range.min, d) + ", got \"" + n.Scalar() + "\"");
+  if (*v > range.max)
+    fail(n, join(path, key), "expected at most " + format_quantity(range.max, d) + ", got \"" + n.Scalar() + "\"");
   return *v;
 }
 
@@ -66,23 +162,61 @@ double YamlReader::quantity_or(const YAML::Node& map, const std::string& path, c
   return quantity(map, path, key, d);
 }
 
-long YamlReader::integer(const YAML::Node& map, const std::string& path, const std::string& key,
-                         long min_value) const {
-  std::string expected = "an integer >= " + std::to_string(min_value);
+long YamlReader::integer(const YAML::Node& map, const std::string& path, const std::string& key, long min_value,
+                         long max_value) const {
+  const std::string expected =
+      "an integer from " + std::to_string(min_value) + " to " + std::to_string(max_value);
   YAML::Node n = required(map, path, key, expected);
+  if (!n.IsScalar()) fail(n, join(path, key), "expected " + expected);
+  const std::string& s = n.Scalar();
   long value = 0;
-  const std::string& s = n.IsScalar() ? n.Scalar() : std::string();
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (!n.IsScalar() || ec != std::errc() || end != s.data() + s.size() || value < min_value)
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty() || value < min_value || value > max_value)
     fail(n, join(path, key), "expected " + expected + ", got \"" + s + "\"");
   return value;
 }
 
 long YamlReader::integer_or(const YAML::Node& map, const std::string& path, const std::string& key, long min_value,
-                            long fallback) const {
+                            long max_value, long fallback) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) return fallback;
-  return integer(map, path, key, min_value);
+  return integer(map, path, key, min_value, max_value);
+}
+
+long YamlReader::integer_or(const YAML::Node& map, const std::string& path, const std::string& key, long min_value,
+                            long fallback) const {
+  return integer_or(map, path, key, min_value, std::numeric_limits<long>::max(), fallback);
+}
+
+double YamlReader::positive_number(const YAML::Node& map, const std::string& path, const std::string& key,
+                                   double max_value) const {
+  const std::string expected = "a number > 0 and at most " + format_g(max_value);
+  YAML::Node n = required(map, path, key, expected);
+  if (!n.IsScalar()) fail(n, join(path, key), "expected " + expected);
+  Result<double> v = parse_quantity(n.Scalar(), Dimension::count);
+  if (!v || !(*v > 0) || *v > max_value) fail(n, join(path, key), "expected " + expected + ", got \"" + n.Scalar() + "\"");
+  return *v;
+}
+
+double YamlReader::positive_number_or(const YAML::Node& map, const std::string& path, const std::string& key,
+                                      double max_value, double fallback) const {
+  YAML::Node n = map[key];
+  if (!n.IsDefined() || n.IsNull()) return fallback;
+  return positive_number(map, path, key, max_value);
+}
+
+std::uint64_t YamlReader::bytes_or(const YAML::Node& map, const std::string& path, const std::string& key,
+                                   std::uint64_t min_bytes, std::uint64_t max_bytes, std::uint64_t fallback) const {
+  YAML::Node n = map[key];
+  if (!n.IsDefined() || n.IsNull()) return fallback;
+  const std::string expected = "a whole number of bytes from " + format_bytes(double(min_bytes)) + " to " +
+                               format_bytes(double(max_bytes)) + ", such as 48 MiB";
+  if (!n.IsScalar()) fail(n, join(path, key), "expected " + expected);
+  Result<double> v = parse_quantity(n.Scalar(), Dimension::bytes);
+  if (!v) fail(n, join(path, key), v.error());
+  if (*v < double(min_bytes) || *v > double(max_bytes) || *v != std::floor(*v))
+    fail(n, join(path, key), "expected " + expected + ", got \"" + n.Scalar() + "\"");
+  return std::uint64_t(*v);
 }
 
 long YamlReader::hidden(const YAML::Node& map, const std::string& path, const std::string& key) const {
@@ -104,6 +238,15 @@ std::string YamlReader::text_or(const YAML::Node& map, const std::string& path, 
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) return fallback;
   return text(map, path, key);
+}
+
+bool YamlReader::boolean_or(const YAML::Node& map, const std::string& path, const std::string& key,
+                            bool fallback) const {
+  YAML::Node n = map[key];
+  if (!n.IsDefined() || n.IsNull()) return fallback;
+  if (n.IsScalar() && n.Scalar() == "true") return true;
+  if (n.IsScalar() && n.Scalar() == "false") return false;
+  fail(n, join(path, key), "expected true or false, got \"" + (n.IsScalar() ? n.Scalar() : std::string("a mapping or list")) + "\"");
 }
 
 }  // namespace memwall

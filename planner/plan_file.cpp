@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "model/units.hpp"
@@ -23,11 +21,11 @@ std::string fixed(double v, int decimals) {
 Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   const YAML::Node& root = r.root();
   r.only_keys(root, "", {"version", "profile", "nodes", "gpus", "objective", "model", "placement", "training", "predicted"});
-  if (r.integer(root, "", "version", 1) != 1) r.fail(root["version"], "version", "expected 1 (the only plan format so far)");
+  r.integer(root, "", "version", 1, 1);  // the only plan format so far
   Plan plan;
   plan.profile = r.text(root, "", "profile");
-  plan.nodes = int(r.integer_or(root, "", "nodes", 1, 1));
-  plan.gpus = int(r.integer(root, "", "gpus", 1));
+  plan.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
+  plan.gpus = int(r.integer(root, "", "gpus", 1, kMaxGpus));
   plan.objective = r.text_or(root, "", "objective", "throughput");
   if (plan.objective != "throughput" && plan.objective != "max-model")
     r.fail(root["objective"], "objective", "expected throughput or max-model, got \"" + plan.objective + "\"");
@@ -37,11 +35,11 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   ModelSpec& m = plan.model;
   m.name = r.text_or(mn, "model", "name", "custom");
   m.source = r.source();
-  m.layers = int(r.integer(mn, "model", "layers", 1));
+  m.layers = int(r.integer(mn, "model", "layers", 1, kMaxLayers));
   m.hidden = r.hidden(mn, "model", "hidden");
-  m.heads = int(r.integer(mn, "model", "heads", 1));
-  m.seq = r.integer_or(mn, "model", "seq", 1, 1024);
-  m.vocab = r.integer_or(mn, "model", "vocab", 1, 50257);
+  m.heads = int(r.integer(mn, "model", "heads", 1, kMaxHeads));
+  m.seq = r.integer_or(mn, "model", "seq", 1, kMaxSeq, 1024);
+  m.vocab = r.integer_or(mn, "model", "vocab", 1, kMaxVocab, 50257);
   if (m.hidden % m.heads != 0) r.fail(mn["heads"], "model.heads", "expected a divisor of hidden " + std::to_string(m.hidden));
 
   YAML::Node pn = r.section(root, "", "placement");
@@ -58,10 +56,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
     r.only_keys(sn, path, {"tier", "partitioned"});
     Result<Tier> t = parse_tier(r.text(sn, path, "tier"));
     if (!t) r.fail(sn["tier"], path + ".tier", t.error());
-    const std::string part = r.text_or(sn, path, "partitioned", "false");
-    if (part != "true" && part != "false")
-      r.fail(sn["partitioned"], path + ".partitioned", "expected true or false, got \"" + part + "\"");
-    pl.of(s) = {*t, part == "true"};
+    pl.of(s) = {*t, r.boolean_or(sn, path, "partitioned", false)};
   }
   if (Result<Placement> ok = validate(pl); !ok) r.fail(pn, "placement", ok.error());
 
@@ -69,25 +64,37 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   r.only_keys(tn, "training", {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
-  c.bsz = r.quantity(tn, "training", "bsz", Dimension::count);
-  c.ci = int(r.integer(tn, "training", "ci", 1));
-  c.tiling_factor = int(r.integer_or(tn, "training", "tiling_factor", 1, 1));
-  c.dp = int(r.integer(tn, "training", "dp", 1));
-  c.mp = int(r.integer_or(tn, "training", "mp", 1, 1));
-  c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, 3));
-  if (c.ci > m.layers)
-    r.fail(tn["ci"], "training.ci", "expected a checkpoint interval between 1 and the model's " +
-                                        std::to_string(m.layers) + " layers, got " + std::to_string(c.ci));
-  if (c.dp * c.mp != plan.gpus)
+  c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
+  c.ci = int(r.integer(tn, "training", "ci", 1, m.layers));
+  c.tiling_factor = int(r.integer_or(tn, "training", "tiling_factor", 1, kMaxTiling, 1));
+  c.dp = int(r.integer(tn, "training", "dp", 1, kMaxGpus));
+  c.mp = int(r.integer_or(tn, "training", "mp", 1, kMaxMp, 1));
+  c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
+  const long gpus = long(c.dp) * c.mp;
+  if (gpus != plan.gpus)
     r.fail(root["gpus"], "gpus", "expected training.dp x training.mp = " + std::to_string(c.dp) + " x " +
-                                     std::to_string(c.mp) + " = " + std::to_string(c.dp * c.mp) + ", got " +
+                                     std::to_string(c.mp) + " = " + std::to_string(gpus) + ", got " +
                                      std::to_string(plan.gpus));
+  // The schedule this plan makes must fit in this machine's memory (tiling x layers bounds it).
+  if (Result<TrainingConfig> ok = validate(c, m.layers); !ok)
+    r.fail(c.tiling_factor > 1 ? tn["tiling_factor"] : mn["layers"], c.tiling_factor > 1 ? "training.tiling_factor" : "model.layers",
+           ok.error());
 
   if (YAML::Node pr = root["predicted"]; pr.IsDefined() && !pr.IsNull()) {
     if (!pr.IsMap()) r.fail(pr, "predicted", "expected a mapping of fields");
     r.only_keys(pr, "predicted", {"iteration_s", "tflops_per_gpu", "samples_per_s", "fits"});
-    plan.predicted_iteration_s = r.quantity_or(pr, "predicted", "iteration_s", Dimension::count, 0);
-    plan.predicted_tflops_per_gpu = r.quantity_or(pr, "predicted", "tflops_per_gpu", Dimension::count, 0);
+    // 0.000 is what plan_yaml prints for a tiny model's iteration: allowed
+    auto estimate = [&](const char* key) {
+      YAML::Node n = pr[key];
+      if (!n.IsDefined() || n.IsNull()) return 0.0;
+      Result<double> v = n.IsScalar() ? parse_quantity(n.Scalar(), Dimension::count) : Result<double>(make_error(""));
+      if (!v || *v < 0 || *v > 1e18)
+        r.fail(n, std::string("predicted.") + key, "expected a number from 0 to 1e18, got \"" +
+                                                       (n.IsScalar() ? n.Scalar() : std::string("a mapping or list")) + "\"");
+      return *v;
+    };
+    plan.predicted_iteration_s = estimate("iteration_s");
+    plan.predicted_tflops_per_gpu = estimate("tflops_per_gpu");
   }
 
   if (profile) {
@@ -101,9 +108,9 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
     if (plan.gpus > p.total_gpus())
       r.fail(root["gpus"], "gpus", "plan names " + std::to_string(plan.gpus) + " GPUs, profile " + p.name + " has " +
                                        std::to_string(p.total_gpus()));
-    if (c.mp > p.gpus_per_node)
-      r.fail(tn["mp"], "training.mp", "tensor slicing stays inside a node of " + std::to_string(p.gpus_per_node) +
-                                          " GPUs, got " + std::to_string(c.mp));
+    if (c.mp > p.gpus_per_node || p.gpus_per_node % c.mp != 0)
+      r.fail(tn["mp"], "training.mp", "expected a divisor of the node's " + std::to_string(p.gpus_per_node) +
+                                          " GPUs (tensor slicing stays inside a node), got " + std::to_string(c.mp));
   }
   return plan;
 }
@@ -159,12 +166,9 @@ Result<Plan> parse_plan(std::string_view yaml_text, const std::string& source, c
 }
 
 Result<Plan> load_plan(const std::string& path, const HardwareProfile* profile) {
-  if (!std::filesystem::is_regular_file(path)) return make_error(path + ": no such plan file");
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) return make_error(path + ": cannot read file");
-  return parse_plan(text.str(), path, profile);
+  Result<std::string> text = read_input_file(path, "plan");
+  if (!text) return make_error(text.error());
+  return parse_plan(*text, path, profile);
 }
 
 Result<nlohmann::ordered_json> deepspeed_config(const ModelSpec& m, const Candidate& c, const std::string& nvme_path) {

@@ -1,6 +1,7 @@
 #include "planner/search.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -51,15 +52,13 @@ std::string key_of(const Placement& p) {
   return k + (p.fetch == ParamFetch::broadcast ? "b" : "a") + (p.layer_major ? "l" : "");
 }
 
-Result<int> parse_int(const std::string& key, const std::string& v, int min_value) {
-  try {
-    size_t used = 0;
-    int x = std::stoi(v, &used);
-    if (used != v.size() || x < min_value) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    return make_error("--fix " + key + ": expected an integer >= " + std::to_string(min_value) + ", got \"" + v + "\"");
-  }
+Result<int> parse_int(const std::string& key, const std::string& v, int min_value, int max_value) {
+  int x = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < min_value || x > max_value)
+    return make_error("--fix " + key + ": expected an integer from " + std::to_string(min_value) + " to " +
+                      std::to_string(max_value) + ", got \"" + v + "\"");
+  return x;
 }
 
 std::string fmt_tflops(double t) { return format_sig(t, 3) + " TFLOPS"; }
@@ -93,10 +92,13 @@ Result<Fixes> parse_fixes(const std::vector<std::string>& key_values) {
       f.fetch = value == "broadcast" ? ParamFetch::broadcast : ParamFetch::allgather;
     } else if (key == "bsz") {
       Result<double> b = parse_quantity(value, Dimension::count);
-      if (!b || !(*b > 0)) return make_error("--fix bsz: expected a micro-batch per GPU > 0, got \"" + value + "\"");
+      if (!b || !(*b > 0) || *b > kMaxBsz)
+        return make_error("--fix bsz: expected a micro-batch per GPU > 0 and at most " + format_g(kMaxBsz) + ", got \"" +
+                          value + "\"");
       f.bsz = *b;
     } else if (key == "ci" || key == "tiling" || key == "mp" || key == "prefetch_depth") {
-      Result<int> x = parse_int(key, value, key == "prefetch_depth" ? 0 : 1);
+      const int most = key == "ci" ? kMaxLayers : key == "tiling" ? kMaxTiling : key == "mp" ? kMaxMp : kMaxPrefetchDepth;
+      Result<int> x = parse_int(key, value, key == "prefetch_depth" ? 0 : 1, most);
       if (!x) return make_error(x.error());
       (key == "ci" ? f.ci : key == "tiling" ? f.tiling : key == "mp" ? f.mp : f.prefetch_depth) = *x;
     } else {

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include <unistd.h>
@@ -119,6 +122,11 @@ Result<AdamBenchReport> run_adam_bench(const AdamBenchOptions& o) {
   if (need_bytes > 0.8 * have_bytes)
     return make_error("params: " + format_count(static_cast<double>(n)) + " parameters need " + format_bytes(need_bytes) +
                       " of memory, more than 80 % of this machine's " + format_bytes(have_bytes));
+  // Work bound: every repeat streams the whole state (30 B per parameter) once.
+  if (double(o.repeats) * double(n) > kMaxParamUpdates)
+    return make_error("repeats: " + std::to_string(o.repeats) + " x " + format_count(double(n)) +
+                      " params is more than " + format_count(kMaxParamUpdates) + " parameter updates (at most " +
+                      std::to_string(std::max(1L, long(kMaxParamUpdates / double(n)))) + " repeats of this size)");
 
   AdamBenchReport r;
   r.params = n;
@@ -128,7 +136,13 @@ Result<AdamBenchReport> run_adam_bench(const AdamBenchOptions& o) {
   r.threads = adam.threads();
   r.repeats = o.repeats;
   r.bytes_per_param = bytes_per_param;
-  WorkerPool pool(r.threads);
+  std::optional<WorkerPool> started;
+  try {
+    started.emplace(r.threads);
+  } catch (const std::system_error& e) {
+    return make_error("threads: cannot start " + std::to_string(r.threads) + " threads: " + e.code().message());
+  }
+  WorkerPool& pool = *started;
 
   try {
     {  // Triad first, in its own buffers, freed before Adam's are allocated.

@@ -46,6 +46,9 @@ struct AdamBenchReport {
   double fraction_of_bound = 0;               // params_per_s / memory_bound_params_per_s
 };
 
+// repeats x params at most this: 100M params x 1000 repeats, about 3 TB of memory traffic.
+inline constexpr double kMaxParamUpdates = 1e11;
+
 Result<AdamBenchReport> run_adam_bench(const AdamBenchOptions& options);
 
 }  // namespace memwall::adam

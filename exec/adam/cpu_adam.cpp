@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "exec/adam/adam_kernels.hpp"
@@ -51,13 +52,15 @@ Result<int> check_options(const AdamOptions& o, int threads) {
   return threads;
 }
 
+}  // namespace
+
 // Python float arithmetic (double) first, then the cast ATen applies when the scalar meets a
 // float tensor; see torch/optim/adam.py and adamw.py.
-detail::StepScalars step_scalars(const AdamOptions& o, long step, const GradScaling& g) {
+StepScalars step_scalars(const AdamOptions& o, long step, const GradScaling& g) {
   const double bias_correction1 = 1 - std::pow(o.beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(o.beta2, static_cast<double>(step));
   const double step_size = o.lr / bias_correction1;
-  detail::StepScalars s{};
+  StepScalars s{};
   s.inv_loss_scale = static_cast<float>(1.0 / g.loss_scale);
   s.clip_coef = static_cast<float>(g.clip_coef);
   s.use_l2 = !o.decoupled_weight_decay && o.weight_decay != 0;
@@ -73,6 +76,8 @@ detail::StepScalars step_scalars(const AdamOptions& o, long step, const GradScal
   s.neg_step_size = static_cast<float>(-step_size);
   return s;
 }
+
+namespace {
 
 // [begin, end) of thread t out of `used`, on kSplitAlign boundaries.
 std::pair<std::size_t, std::size_t> thread_range(std::size_t n, int used, int t) {
@@ -174,7 +179,11 @@ Result<CpuAdam> CpuAdam::create(const AdamOptions& options, int threads, std::op
   const Isa want = isa.value_or(best_isa());
   if (!isa_supported(want))
     return make_error("adam: isa: this CPU (or this build) cannot run " + std::string(isa_name(want)));
-  return CpuAdam(std::make_unique<Impl>(options, *kernels_for(want), *n_threads));
+  try {
+    return CpuAdam(std::make_unique<Impl>(options, *kernels_for(want), *n_threads));
+  } catch (const std::system_error& e) {
+    return make_error("threads: cannot start " + std::to_string(*n_threads) + " threads: " + e.code().message());
+  }
 }
 
 Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScaling& scaling) {
@@ -190,7 +199,7 @@ Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScali
   if (c.param16 && c.param16_dtype == DType::fp32)
     return make_error("adam: chunk: param16_dtype: expected fp16 or bf16, got fp32");
 
-  const detail::StepScalars s = step_scalars(impl_->options, step, scaling);
+  const StepScalars s = step_scalars(impl_->options, step, scaling);
   const detail::AdamKernel kernel = impl_->kernels.adam;
   const int used = threads_for(c.n, impl_->pool.size());
   impl_->pool.run(used, [&](int t) {

@@ -5,16 +5,24 @@
 namespace memwall::adam {
 
 WorkerPool::WorkerPool(int threads) {
-  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  try {
+    for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (...) {  // a thread could not start (std::system_error): stop the ones that did, then report
+    stop_all();
+    throw;
+  }
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { stop_all(); }
+
+void WorkerPool::stop_all() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 void WorkerPool::run(int used, const std::function<void(int)>& fn) {

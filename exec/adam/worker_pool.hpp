@@ -15,7 +15,9 @@ namespace memwall::adam {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(int threads);  // threads >= 1; threads - 1 are started, the caller is the last
+  // threads >= 1; threads - 1 are started, the caller is the last. Throws std::system_error when
+  // the system refuses a thread (the ones already started are joined first).
+  explicit WorkerPool(int threads);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -27,6 +29,7 @@ class WorkerPool {
   void run(int used, const std::function<void(int)>& fn);
 
  private:
+  void stop_all();
   void worker_loop(int index);
 
   std::vector<std::thread> workers_;

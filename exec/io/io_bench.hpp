@@ -2,8 +2,9 @@
 // in <dir> sequentially and in random block order, queue_depth requests in flight in the kernel and
 // as many again queued behind them in the engine (kWindowPerQueueSlot), each on its own PinnedPool
 // slab, and reports bandwidth per phase as defined in
-// results/METRICS.md ("## I/O"). Owns its temporary file (removed before returning) and its pool
-// and engine. Not reentrant per directory; call from one thread.
+// results/METRICS.md ("## I/O"). Owns its temporary file (removed before returning, and by a
+// handler on SIGINT, SIGTERM and SIGHUP while it exists) and its pool and engine. Not reentrant;
+// call from one thread.
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <system_error>
 
 #include "exec/io/engine_detail.hpp"
 
@@ -268,11 +269,18 @@ Result<std::unique_ptr<IoEngine>> make_engine(EngineKind kind, const EngineOptio
   if (options.block_bytes == 0 || options.block_bytes % kIoAlignment || options.block_bytes > (1u << 30))
     return make_error("block size: expected a multiple of 4096 bytes up to 1 GiB, got " +
                       std::to_string(options.block_bytes));
-  if (kind == EngineKind::psync) return detail::make_psync_engine(options);
-  std::string error;
-  std::unique_ptr<IoEngine> e = detail::make_uring_engine(options, &error);
-  if (!e) return make_error(error);
-  return e;
+  try {
+    if (kind == EngineKind::psync) return detail::make_psync_engine(options);
+    std::string error;
+    std::unique_ptr<IoEngine> e = detail::make_uring_engine(options, &error);
+    if (!e) return make_error(error);
+    return e;
+  } catch (const std::system_error& e) {  // a worker thread could not start
+    return make_error(std::string(kind == EngineKind::psync ? "psync engine: cannot start " : "uring engine: cannot start ") +
+                      std::to_string(kind == EngineKind::psync ? options.queue_depth : options.rings) +
+                      (kind == EngineKind::psync ? " threads (one per queue slot): " : " ring threads: ") +
+                      e.code().message());
+  }
 }
 
 }  // namespace memwall::io

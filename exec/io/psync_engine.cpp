@@ -16,18 +16,17 @@ namespace {
 
 class PsyncEngine final : public IoEngine {
  public:
+  // Throws std::system_error when the system refuses a thread, after joining the ones started.
   explicit PsyncEngine(const EngineOptions& o) : IoEngine(o) {
-    for (unsigned i = 0; i < o.queue_depth; ++i) threads_.emplace_back([this] { run(); });
+    try {
+      for (unsigned i = 0; i < o.queue_depth; ++i) threads_.emplace_back([this] { run(); });
+    } catch (...) {
+      stop_threads();
+      throw;
+    }
   }
 
-  ~PsyncEngine() override {
-    {
-      std::lock_guard lock(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~PsyncEngine() override { stop_threads(); }
 
   EngineKind kind() const override { return EngineKind::psync; }
 
@@ -41,6 +40,16 @@ class PsyncEngine final : public IoEngine {
   }
 
  private:
+  void stop_threads() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
   void run() {
     for (;;) {
       Chunk* c;

@@ -105,7 +105,7 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       {replace(kGood, "read: 3 GB/s", "read: -3 GB/s"), "t.yaml:18: nvme.read: expected a positive value"},
       {replace(kGood, "  peak: 10 TFLOPS\n", ""), "gpu.peak: missing field"},
       {replace(kGood, "  write: 2 GB/s\n", "  write: 2 GB/s\n  speed: 9 GB/s\n"), "t.yaml:20: nvme.speed: unknown field"},
-      {replace(kGood, "count_per_node: 2", "count_per_node: two"), "t.yaml:4: gpu.count_per_node: expected an integer >= 1"},
+      {replace(kGood, "count_per_node: 2", "count_per_node: two"), "t.yaml:4: gpu.count_per_node: expected an integer from 1 to 1024, got \"two\""},
       {replace(kGood, "peak: 10 TFLOPS", "peak: 10 GB/s"), "gpu.peak: expected a compute rate"},
       {replace(kGood, "gpu:\n", "gpu: [\n"), "t.yaml"},
       {replace(kGood, "pcie_aggregate: 16 GB/s", "pcie_aggregate: 5 GB/s"), "links.pcie_aggregate: expected at least"},

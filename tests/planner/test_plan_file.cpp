@@ -73,13 +73,29 @@ TEST(PlanFile, BadFilesNameFileLineAndField) {
   EXPECT_NE(error_of(edited("  dp: 16", "  colour: 16")).find("training.colour: unknown field"), std::string::npos);
   EXPECT_NE(error_of(edited("tier: nvme", "tier: disk")).find("placement.param16.tier: expected a tier"),
             std::string::npos);
-  EXPECT_NE(error_of(edited("layers: 128", "layers: 1")).find("training.ci: expected a checkpoint interval"),
+  EXPECT_NE(error_of(edited("layers: 128", "layers: 1")).find("training.ci: expected an integer from 1 to 1, got"),
             std::string::npos);
+  // Found in issue 16: a tiling factor of a million passed `plan --check` and grew to gigabytes.
+  EXPECT_NE(error_of(edited("tiling_factor: ", "tiling_factor: 1000000 #")).find(
+                "training.tiling_factor: expected an integer from 1 to 4096, got \"1000000\""),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("  dp: 16", "  dp: 4294967312")).find("training.dp: expected an integer from 1 to"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("bsz: ", "bsz: inf #")).find("training.bsz: expected a number > 0 and at most 65536"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("  dp: 16", "  dp: 16\n  dp: 8")).find("training.dp: given twice"), std::string::npos);
   EXPECT_NE(error_of(edited("bsz: ", "bsz: -")).find("training.bsz"), std::string::npos);
   EXPECT_NE(error_of(edited("grad16: {tier: nvme", "grad16: {tier: cpu")).find("placement: placement"),
             std::string::npos);
   EXPECT_NE(error_of("version: 1\n").find("bad.yaml:1: profile: missing field"), std::string::npos);
   EXPECT_NE(error_of("version: [1\n").find("malformed YAML"), std::string::npos);
+}
+
+TEST(PlanFile, TensorSlicingDividesTheNode) {
+  std::string y = edited("gpus: 16", "gpus: 15");
+  y = y.replace(y.find("  dp: 16"), 8, "  dp: 5");
+  y = y.replace(y.find("  mp: 1"), 7, "  mp: 3");
+  EXPECT_NE(error_of(y).find("training.mp: expected a divisor of the node's 16 GPUs"), std::string::npos) << error_of(y);
 }
 
 TEST(PlanFile, CrossChecksAgainstTheProfile) {

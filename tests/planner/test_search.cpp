@@ -185,7 +185,7 @@ TEST(Fixes, ParsesAndRejects) {
   EXPECT_TRUE(parse_fixes({"bsz=4", "bsz=4"}).ok());  // repeated, same value
   EXPECT_NE(parse_fixes({"bsz=4", "bsz=2"}).error().find("given twice with different values"), std::string::npos);
   EXPECT_NE(parse_fixes({"colour=red"}).error().find("unknown key \"colour\""), std::string::npos);
-  EXPECT_NE(parse_fixes({"ci=0"}).error().find("--fix ci: expected an integer >= 1"), std::string::npos);
+  EXPECT_NE(parse_fixes({"ci=0"}).error().find("--fix ci: expected an integer from 1 to 100000, got \"0\""), std::string::npos);
   EXPECT_NE(parse_fixes({"param16=disk"}).error().find("--fix param16"), std::string::npos);
   EXPECT_FALSE(parse_fixes({"strategy=three_d", "mp=1"}).ok());
   EXPECT_FALSE(parse_fixes({"bsz"}).ok());
