@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "exec/adam/cpu_adam.hpp"
+#include "exec/engine/collectives.hpp"
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
 #include "model/units.hpp"
@@ -31,6 +33,8 @@ struct RunFlags {
   std::string nvme_dir;
   std::string trace;
   int steps = 0;
+  std::string save, resume;
+  int save_every = 0;
   bool json = false;
   bool serial = false;
 };
@@ -87,7 +91,13 @@ Command add_run(CLI::App& app) {
   f->profile.add(*sub);
   f->run.add(*sub);
   sub->add_option("--nvme-dir", f->nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
-  sub->add_option("--steps", f->steps, "Training steps (default: the run config's, 300)");
+  sub->add_option("--steps", f->steps, "Training steps in all (default: the run config's, 300); with --resume, "
+                                       "the run goes on from the checkpoint's step to this one");
+  sub->add_option("--save", f->save,
+                  "Checkpoint folder: every rank writes its 16-bit parameters and fp32 optimizer states from\n"
+                  "wherever they live, rank 0 a manifest last (DIR/step-N/, DIR/latest; the newest two are kept)");
+  sub->add_option("--save-every", f->save_every, "Checkpoint every K steps (with --save; default: at the end only)");
+  sub->add_option("--resume", f->resume, "Continue from the latest checkpoint in this folder (same model, placement, dp)");
   sub->add_option("--trace", f->trace,
                   "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
   sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
@@ -147,17 +157,38 @@ Command add_run(CLI::App& app) {
             o.nvme_dir = f->nvme_dir;
             o.trace = !f->trace.empty() || f->json;
             o.serial = f->serial;
+            if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests
+            if (f->save_every < 0) throw UsageError("--save-every: expected a number of steps >= 1, got " +
+                                                    std::to_string(f->save_every));
+            if (f->save_every > 0 && f->save.empty()) throw UsageError("--save-every: give --save DIR too");
             const exec::Corpus corpus = take(exec::Corpus::load(rc.corpus));
-            std::unique_ptr<exec::Engine> engine = take(exec::Engine::create(o));
+            // Ranks are mpirun's processes. A rank that fails stops the whole job (MPI_Abort) with
+            // its rank in the message: the others would wait for it in a collective forever.
+            exec::MpiWorld& world = exec::MpiWorld::get();
+            auto fail = [&world](const std::string& message, int code) -> int {
+              if (world.size() > 1) world.abort("memwall run: rank " + std::to_string(world.rank()) + ": " + message, code);
+              std::cerr << "memwall run: " << message << "\n";
+              return code;
+            };
+            Result<std::unique_ptr<exec::Engine>> created = exec::Engine::create(o);
+            if (!created) {
+              if (world.size() > 1) return fail(created.error(), 2);
+              throw UsageError(created.error());
+            }
+            std::unique_ptr<exec::Engine> engine = std::move(created).value();
+            const bool lead = world.rank() == 0;  // rank 0 prints; every rank computes
             const Schedule& s = engine->schedule();
-            std::ostream& out = f->json ? std::cerr : std::cout;
+            std::ostringstream quiet;
+            std::ostream& out = !lead ? quiet : f->json ? std::cerr : std::cout;
             const bool show = !f->json;
             if (show) {
               out << "memwall run: GPT " << rc.model.layers << " layers, hidden " << rc.model.hidden << ", "
                   << rc.model.heads << " heads, " << format_count(double(engine->num_params())) << " params; bsz "
                   << o.config.bsz << " x seq " << rc.seq << ", ci " << o.config.ci << ", tiling "
                   << o.config.tiling_factor << ", " << std::string(adam::dtype_name(o.precision)) << " parameters, lr " << rc.lr
-                  << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ": backend "
+                  << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
+                  << engine->ranks() << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
+                  << o.config.bsz * engine->ranks() * std::max(1, s.micro_batches) << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
                   << " steps, peak gpu " << format_bytes(s.peak_bytes[0]) << ", cpu " << format_bytes(s.peak_bytes[1])
@@ -165,35 +196,54 @@ Command add_run(CLI::App& app) {
             }
             const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
             std::uint64_t rng = rc.seed ^ 0x5eedba7c4ull;
+            int first_step = 1;
+            if (!f->resume.empty()) {
+              Result<exec::RunPosition> at = engine->resume(f->resume);
+              if (!at) {
+                if (world.size() > 1) return fail(at.error(), 2);
+                throw UsageError(at.error());
+              }
+              rng = at->data_rng;
+              first_step = at->iteration + 1;
+              if (first_step > rc.steps)
+                throw UsageError("--steps " + std::to_string(rc.steps) + ": the checkpoint in " + f->resume +
+                                 " is at step " + std::to_string(at->iteration) + " already (ask for more steps)");
+              out << "resumed from " << f->resume << " at step " << at->iteration << "\n";
+            }
             std::vector<int> tokens, targets, tk, tg;
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
             std::vector<double> iter_s;
             exec::IterationReport last;
             float first = 0;
             const int per_iter = engine->tokens_per_iteration();
-            const int sequences = per_iter / rc.seq;
-            for (int i = 1; i <= rc.steps; ++i) {
-              corpus.next_batch(sequences, rc.seq, rng, tokens, targets);
+            const int sequences = per_iter / rc.seq;  // this rank's part of the global batch
+            std::vector<int> all_tokens, all_targets;
+            for (int i = first_step; i <= rc.steps; ++i) {
+              // every rank draws the same global batch and takes its own sequences of it
+              corpus.next_batch(sequences * engine->ranks(), rc.seq, rng, all_tokens, all_targets);
+              const long from = long(engine->rank()) * sequences * rc.seq, to = from + long(sequences) * rc.seq;
+              tokens.assign(all_tokens.begin() + from, all_tokens.begin() + to);
+              targets.assign(all_targets.begin() + from, all_targets.begin() + to);
               Result<exec::IterationReport> r = engine->step(tokens, targets);
-              if (!r) {
-                std::cerr << "memwall run: step " << i << ": " << r.error() << "\n";
-                return 1;
-              }
+              if (!r) return fail("step " + std::to_string(i) + ": " + r.error(), 1);
               if (!std::isfinite(r->loss)) {
-                std::cerr << "memwall run: step " << i << ": the loss is " << r->loss
-                          << " (lower lr, or check the data); stopping\n";
-                return 1;
+                std::ostringstream m;
+                m << "step " << i << ": the loss is " << r->loss << " (lower lr, or check the data); stopping";
+                return fail(m.str(), 1);
               }
               last = std::move(r).value();
               iter_s.push_back(last.iteration_s);
-              if (i == 1) first = last.loss;
+              if (i == first_step) first = last.loss;
+              if (!f->save.empty() && ((f->save_every > 0 && i % f->save_every == 0) || i == rc.steps))
+                if (Result<bool> saved = engine->save(f->save, {i, rng}); !saved)
+                  return fail("step " + std::to_string(i) + ": " + saved.error(), 1);
               steps_json.push_back({{"step", i}, {"loss", last.loss}, {"iteration_s", last.iteration_s},
                                     {"hidden_fraction", last.overlap.hidden_fraction}});
-              if (show && (i == 1 || i % every == 0 || i == rc.steps)) {
+              if (show && (i == first_step || i % every == 0 || i == rc.steps)) {
                 double moved_s = 0;
                 for (double t : last.overlap.transfer_s) moved_s += t;
                 out << std::setw(7) << i << std::setw(10) << std::fixed << std::setprecision(4) << last.loss
-                    << std::setw(11) << std::setprecision(0) << per_iter / last.iteration_s << std::setw(10)
+                    << std::setw(11) << std::setprecision(0) << per_iter * engine->ranks() / last.iteration_s << std::setw(10)
                     << std::setprecision(1) << last.iteration_s * 1e3;
                 if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * last.overlap.hidden_fraction << " %";
                 else out << "      -";
@@ -224,8 +274,23 @@ Command add_run(CLI::App& app) {
               peak[to_string(t)] = {{"held_bytes", last.peak_bytes[int(t)]}, {"schedule_bytes", s.peak_bytes[int(t)]}};
               tier_rows.push_back({to_string(t), format_bytes(last.peak_bytes[int(t)]), format_bytes(s.peak_bytes[int(t)])});
             }
+            // every rank's bytes per link class against its own schedule (a collective: all ranks)
+            Result<std::vector<exec::RankTraffic>> by_rank = engine->traffic_by_rank(last);
+            if (!by_rank) return fail(by_rank.error(), 1);
+            nlohmann::ordered_json ranks_json = nlohmann::ordered_json::array();
+            std::vector<std::vector<std::string>> rank_rows = {{"rank", "link", "moved", "schedule"}};
+            for (std::size_t q = 0; q < by_rank->size(); ++q) {
+              nlohmann::ordered_json rj = nlohmann::ordered_json::object();
+              for (int c = 1; c < kLinkClasses; ++c) {
+                const double mv = (*by_rank)[q].moved_bytes[size_t(c)], sc = (*by_rank)[q].schedule_bytes[size_t(c)];
+                if (mv == 0 && sc == 0) continue;
+                rj[to_string(LinkClass(c))] = {{"moved_bytes", mv}, {"schedule_bytes", sc}};
+                rank_rows.push_back({std::to_string(q), to_string(LinkClass(c)), format_bytes(mv), format_bytes(sc)});
+              }
+              ranks_json.push_back(rj);
+            }
             if (show) {
-              out << "\nloss " << first << " -> " << last.loss << " over " << rc.steps << " steps; iteration "
+              out << "\nloss " << first << " -> " << last.loss << " over " << rc.steps - first_step + 1 << " steps; iteration "
                   << format_sig(med * 1e3, 3) << " ms (median), compute " << format_sig(last.overlap.compute_s * 1e3, 3)
                   << " ms, ";
               if (link_rows.size() > 1)
@@ -234,6 +299,7 @@ Command add_run(CLI::App& app) {
               else
                 out << "no transfers (every state on the device)\n";
               out << render_table(tier_rows);
+              if (engine->ranks() > 1) out << "per rank (each against its own schedule):\n" << render_table(rank_rows);
               out << "device high-water " << format_bytes(double(st.device_high_water_bytes)) << " of "
                   << format_bytes(double(st.device_capacity_bytes));
               if (st.swap_file_bytes > 0)
@@ -261,10 +327,12 @@ Command add_run(CLI::App& app) {
                   {"device_high_water_bytes", st.device_high_water_bytes},
                   {"device_capacity_bytes", st.device_capacity_bytes},
                   {"io_bytes_read", st.io.bytes_read},
-                  {"io_bytes_written", st.io.bytes_written}};
-              std::cout << j.dump(2) << "\n";
+                  {"io_bytes_written", st.io.bytes_written},
+                  {"dp", engine->ranks()},
+                  {"ranks", ranks_json}};
+              if (lead) std::cout << j.dump(2) << "\n";
             }
-            if (!f->trace.empty())
+            if (!f->trace.empty() && lead)
               write_output(f->trace, chrome_trace_json(engine->trace_events(last), "memwall run (" + s.strategy + ")"));
             return 0;
           }};

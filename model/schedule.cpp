@@ -76,6 +76,7 @@ class Generator {
     owner_.assign(g_.size(), SIZE_MAX);
     for (size_t v : g_.order)
       if (!g_.op(v).param_owner.empty()) owner_[v] = index_.at(g_.op(v).param_owner);
+    assign_ranks();
   }
 
   Schedule run() {
@@ -111,6 +112,38 @@ class Generator {
   }
   double shard(const StatePlacement& sp) const { return sp.partitioned ? 1.0 / dp_ : 1.0; }
   bool workspace() const { return z_.workspace_bytes >= 0; }
+  bool broadcast() const { return pl_.fetch == ParamFetch::broadcast && dp_ > 1; }
+  // Units (parameter group, tile) in forward order with their (mp-sliced) elements.
+  template <typename F>
+  void for_units(F f) const {
+    for (size_t v : g_.order) {
+      if (g_.op(v).param_elems <= 0) continue;
+      const double e = g_.op(v).param_elems * mp_share(v) / tiles(v);
+      for (int t = 0; t < tiles(v); ++t)
+        f(g_.op(v).name + (tiled(v) ? "[tile " + std::to_string(t) + "]" : ""), e);
+    }
+  }
+  // The broadcast variant (ZeRO-Offload): each rank owns one contiguous range of whole units, of
+  // about 1/dp of the parameters; it alone reads them from its CPU memory or NVMe and broadcasts
+  // them, receives their reduced gradients and updates them (Sec. 6.1's contrast).
+  void assign_ranks() {
+    if (!broadcast()) return;
+    double total = 0, at = 0;
+    for_units([&](const std::string&, double e) { total += e; });
+    for_units([&](const std::string& name, double e) {
+      unit_rank_[name] = std::min(dp_ - 1, int(std::floor(dp_ * (at + e / 2) / total)));
+      if (unit_rank_[name] == rank_) owned_elems_ += e;
+      at += e;
+    });
+  }
+  int unit_rank(const std::string& unit) const { return unit_rank_.at(unit); }
+  // Elements of the parameters a state keeps on this rank: all, 1/dp (bandwidth-centric), or the
+  // units this rank owns (broadcast).
+  double kept_elems(const StatePlacement& sp) const {
+    const double n = model_param_elems();
+    if (!sp.partitioned || dp_ == 1) return n;
+    return broadcast() ? owned_elems_ : n / dp_;
+  }
 
   // ---- memory ------------------------------------------------------------------------------
   // Buffers live on steps (allocs / frees); the peaks and the first overflow come from walking them
@@ -121,10 +154,9 @@ class Generator {
   void free_at(int step, const std::string& name) { s_.steps[size_t(step)].frees.push_back(name); }
 
   void place_persistent_states() {
-    const double n = model_param_elems();
-    s_.persistent_bytes[int(pl_.param16.tier)][int(State::param16)] += z_.param_bytes * n * shard(pl_.param16);
-    s_.persistent_bytes[int(pl_.grad16.tier)][int(State::grad16)] += z_.param_bytes * n * shard(pl_.grad16);
-    s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += z_.optim_bytes * n * shard(pl_.optim32);
+    s_.persistent_bytes[int(pl_.param16.tier)][int(State::param16)] += z_.param_bytes * kept_elems(pl_.param16);
+    s_.persistent_bytes[int(pl_.grad16.tier)][int(State::grad16)] += z_.param_bytes * kept_elems(pl_.grad16);
+    s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += z_.optim_bytes * kept_elems(pl_.optim32);
   }
 
   void account_memory() {
@@ -240,8 +272,9 @@ class Generator {
     const std::string& key = keys[gi];
     const double whole = param_bytes(it.v);
     const Tier home = pl_.param16.tier;
-    const bool bcast = pl_.fetch == ParamFetch::broadcast && dp_ > 1;
-    const bool is_owner = int(gi % dp_) == rank_;
+    const bool bcast = broadcast();
+    const int root = bcast ? unit_rank(name) : -1;
+    const bool is_owner = root == rank_;
     const double slice = pl_.param16.partitioned && !bcast ? whole / dp_ : whole;
     const bool reads_slow = !bcast || is_owner;
     if (h == 0 && home == Tier::nvme && reads_slow && fe.nc < 0) {
@@ -269,6 +302,7 @@ class Generator {
                                        Tier::gpu, Tier::gpu, collective_link_,
                                        deps({fe.cg >= 0 ? fe.cg : issue_point()}), fe.fetched ? key : "", key),
                               key));
+      s_.steps[size_t(fe.gg)].root = root;
       if (!fe.fetched) alloc(fe.gg, key, Tier::gpu, whole);
       fe.fetched = true;
     }
@@ -388,7 +422,7 @@ class Generator {
     if (it.u >= 0 && it.u + 1 < micro_batches_) return;  // l2l accumulates over micro-batches
     grad_pending_.erase(key);
     const StatePlacement& gp = pl_.grad16;
-    const bool bcast = pl_.fetch == ParamFetch::broadcast && dp_ > 1;
+    const bool bcast = broadcast();
     int prev = compute_id;
     double keep = whole;  // bytes of this gradient that stay on this GPU afterwards
     if (dp_ > 1 && gp.partitioned) {
@@ -396,7 +430,8 @@ class Generator {
       prev = emit(transfer(StepKind::reduce_scatter, Phase::backward, key, bcast ? "reduce" : "rs", State::grad16,
                            whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
                            gp.tier == Tier::gpu ? "" : buf));
-      keep = bcast ? (int(grad_group_++ % dp_) == rank_ ? whole : 0) : whole / dp_;
+      if (bcast) s_.steps[size_t(prev)].root = unit_rank(key);
+      keep = bcast ? (unit_rank(key) == rank_ ? whole : 0) : whole / dp_;
     } else if (dp_ > 1) {
       prev = emit(transfer(StepKind::allreduce, Phase::backward, key, "ar", State::grad16,
                            2.0 * whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
@@ -405,6 +440,7 @@ class Generator {
     if (gp.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
       if (!buf.empty()) free_at(prev, buf);
       grad_done_.push_back(prev);
+      if (prev != compute_id) offloads_.push_back(prev);  // the optimizer reads the reduced gradient
       return;
     }
     const bool to_nvme = gp.tier == Tier::nvme;
@@ -568,11 +604,11 @@ class Generator {
       start += cur;
       cur = 0;
     };
-    for (size_t v : g_.order) {
-      if (g_.op(v).param_elems <= 0) continue;
-      const double e = g_.op(v).param_elems * mp_share(v) / tiles(v) * shard(pl_.optim32);
-      for (int t = 0; t < tiles(v); ++t)
-        for (double o = 0; o < e;) {
+    const bool owners = broadcast() && pl_.optim32.partitioned;
+    for_units([&](const std::string& name, double whole) {
+      // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
+      const double e = owners ? (unit_rank(name) == rank_ ? whole : 0) : whole * shard(pl_.optim32);
+      for (double o = 0; o < e;) {
           const double room = target - cur;
           if (e - o <= room) {
             cur += e - o;
@@ -585,8 +621,8 @@ class Generator {
             o = cut;
           }
           close();
-        }
-    }
+      }
+    });
     close();
     return out;
   }
@@ -596,7 +632,7 @@ class Generator {
   // chunk i-1 overlap the update of chunk i. The list says so too: the reads of the first three
   // chunks come first, and the read of chunk i+3 follows the write that frees its buffer.
   void optimizer() {
-    const double n = model_param_elems() * shard(pl_.optim32);
+    const double n = kept_elems(pl_.optim32);
     s_.optimizer_chunk_params = n;
     std::vector<int> all_grads = offloads_;
     all_grads.push_back(last_compute_);
@@ -611,7 +647,14 @@ class Generator {
       st.src = st.dst = Tier::gpu;
       st.deps = all_grads;
       int id = emit(std::move(st));
-      refresh_params(id, n);
+      // parameters whole on every GPU, optimizer states partitioned (ZeRO-2): each rank updated its
+      // part in place, the group gathers the rest
+      if (pt == Tier::gpu && !pl_.param16.partitioned && pl_.optim32.partitioned && dp_ > 1) {
+        if (broadcast()) broadcast_params(id);
+        else
+          emit(transfer(StepKind::fetch, Phase::optimizer, "params", "gg", State::param16,
+                        z_.param_bytes * n * (dp_ - 1), Tier::gpu, Tier::gpu, collective_link_, deps({id})));
+      }
       return;
     }
     // Gradients kept on the GPU go to the CPU that runs the optimizer (ZeRO-Offload, ZeRO-2 + CPU).
@@ -687,6 +730,8 @@ class Generator {
       if (pt == Tier::gpu) refresh_params(prev_adam, size(k));
       if (k + 3 < chunks) read(k + 3);
     }
+    if (pt == Tier::gpu && !pl_.param16.partitioned && pl_.optim32.partitioned && broadcast())
+      broadcast_params(last_refresh_ >= 0 ? last_refresh_ : prev_adam);
   }
 
   // Updated 16-bit parameters go back to where param16 lives: to the GPUs when it is resident there
@@ -698,9 +743,23 @@ class Generator {
     int cg = emit(transfer(StepKind::fetch, Phase::optimizer, "params", "cg", State::param16, mine, Tier::cpu,
                            Tier::gpu, LinkClass::cpu_gpu, deps({after}), "params16", ""));
     free_at(cg, "params16");
-    if (dp_ > 1 && !pl_.param16.partitioned && pl_.optim32.partitioned)
-      emit(transfer(StepKind::fetch, Phase::optimizer, "params", pl_.fetch == ParamFetch::broadcast ? "bcast" : "gg",
-                    State::param16, whole - mine, Tier::gpu, Tier::gpu, collective_link_, deps({cg})));
+    last_refresh_ = cg;
+    if (dp_ > 1 && !pl_.param16.partitioned && pl_.optim32.partitioned && !broadcast())
+      emit(transfer(StepKind::fetch, Phase::optimizer, "params", "gg", State::param16, whole - mine, Tier::gpu,
+                    Tier::gpu, collective_link_, deps({cg})));
+  }
+
+  // The broadcast variant's refresh: every unit from the rank that owns (and updated) it, to every
+  // rank, in unit order, once this rank's own updates are on its GPU.
+  void broadcast_params(int after) {
+    for_units([&](const std::string& name, double elems) {
+      const int root = unit_rank(name);
+      const double whole = z_.param_bytes * elems;
+      Step st = transfer(StepKind::fetch, Phase::optimizer, name, "bcast", State::param16,
+                         root == rank_ ? 0 : whole, Tier::gpu, Tier::gpu, collective_link_, deps({after}));
+      st.root = root;
+      emit(std::move(st));
+    });
   }
 
   const ModelSpec& m_;
@@ -718,8 +777,10 @@ class Generator {
   int last_compute_ = -1;
   int prev_compute_ = -1;
   std::set<std::string> grad_pending_;
-  size_t grad_group_ = 0;
-  std::vector<int> offloads_;
+  std::map<std::string, int> unit_rank_;  // broadcast variant: the rank that owns each unit
+  double owned_elems_ = 0;
+  int last_refresh_ = -1;
+  std::vector<int> offloads_;  // the steps that finish a gradient: the optimizer waits for all of them
   std::map<std::pair<int, int>, int> saved_;
   std::vector<size_t> head_ops_, tail_ops_;
   std::vector<int> next_compute_deps_;       // checkpoint loads and saves the next compute waits for

@@ -63,6 +63,8 @@ struct Step {
   Tier src = Tier::gpu, dst = Tier::gpu;
   LinkClass link = LinkClass::none;
   std::vector<int> deps;    // ids of earlier steps that must finish first
+  int root = -1;            // bcast and the owner's reduce: the rank that owns the parameters
+                            // (ZeRO-Offload: each rank owns one contiguous range of whole units)
   std::string src_buf;      // the buffer a transfer reads or a compute takes its weights from;
                             // empty: the persistent `state` (this rank's shard) on `src`
   std::string dst_buf;      // the buffer a transfer writes or a backward compute accumulates its

@@ -12,20 +12,7 @@
 
 namespace memwall::adam::detail {
 
-// fp32 constants of one step, each rounded from double exactly where torch 1.13 rounds it
-// (torch/optim/adam.py, _single_tensor_adam; ATen casts Python scalars to float per op).
-struct StepScalars {
-  float inv_loss_scale;  // float(1 / loss_scale), as GradScaler computes inv_scale
-  float clip_coef;
-  bool use_l2;           // Adam with weight_decay != 0: grad = grad.add(param, alpha=wd)
-  float l2;              // float(wd)
-  bool decoupled;        // AdamW: param.mul_(1 - lr * wd)
-  float param_decay;     // float(1 - lr * wd)
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float bias_correction2_sqrt;  // float(sqrt(1 - beta2**step))
-  float eps;
-  float neg_step_size;          // float(-(lr / (1 - beta1**step)))
-};
+using StepScalars = adam::StepScalars;  // adam_types.hpp: also what the cuda backend's Adam kernel takes
 
 struct KernelArgs {
   float* param;        // (n)

@@ -67,6 +67,10 @@ struct AdamChunk {
   std::size_t n = 0;
 };
 
+// The fp32 constants of step `step` (>= 1) with these options: Python float arithmetic (double)
+// first, then the cast ATen applies when the scalar meets a float tensor.
+StepScalars step_scalars(const AdamOptions& options, long step, const GradScaling& scaling = {});
+
 class CpuAdam {
  public:
   // threads: 0 = std::thread::hardware_concurrency(). isa: empty = best_isa(); forcing a path the

@@ -46,6 +46,7 @@ struct BackendOptions {
   std::size_t capacity_bytes = 0;       // 0: cpu = 1 GiB, cuda = free device memory
   ComputeType compute = ComputeType::fp32;
   int copy_threads = 2;                 // cpu: worker threads behind the copy streams
+  int device = 0;                       // cuda: which GPU (one per data-parallel rank of a node)
 };
 
 using Stream = int;   // 0 = compute stream; stream_create() gives copy streams 1, 2, ...
@@ -165,6 +166,10 @@ struct BackendOps {
   // after its call returned, an adam_update refused), with file:line where there is one; nullptr
   // when there was none. Checked after each training step.
   const char* (*sticky_error)(void* ctx);
+
+  // optional: the device API's own handle of a stream (cudaStream_t on cuda), for libraries that
+  // enqueue work on it themselves (NCCL); nullptr where there is none
+  void* (*native_stream)(void* ctx, Stream s);
 
   void (*destroy)(void* ctx);
 };

@@ -574,6 +574,7 @@ const BackendOps kCpuOps = {
     cpu_accumulate_to,
     cpu_adam_update,
     cpu_sticky_error,  // every cpu kernel has finished when its call returns: only refusals
+    nullptr,  // native_stream: copy streams are memwall's own threads
     cpu_destroy,
 };
 

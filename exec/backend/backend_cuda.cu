@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exec/adam/cpu_adam.hpp"
 #include "exec/backend/backend.hpp"
 #include "exec/backend/half.hpp"
 #include "model/units.hpp"
@@ -393,23 +394,11 @@ __global__ void accumulate_to_k(std::uint16_t* dst, const float* src, adam::DTyp
   if (i < n) dst[i] = half::half_from_f32(half::add_f32(half::f32_from_half(dst[i], t), src[i]), t);
 }
 
-// The fp32 constants of one Adam step, rounded from double where torch (and CpuAdam) round them.
-struct AdamScalars {
-  bool use_l2;           // Adam with weight_decay != 0: grad = grad.add(param, alpha=wd)
-  float l2;              // float(wd)
-  bool decoupled;        // AdamW: param.mul_(1 - lr * wd)
-  float param_decay;     // float(1 - lr * wd)
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float bias_correction2_sqrt;  // float(sqrt(1 - beta2**step))
-  float eps;
-  float neg_step_size;          // float(-(lr / (1 - beta1**step)))
-};
-
 // One element per thread, CpuAdam's adam_element operation for operation, each rounding spelled
 // with an IEEE round-to-nearest intrinsic so nvcc cannot contract or approximate it: add(alpha)
 // is one fma, addcmul is fma(value * t1, t2, self), addcdiv is self + (value * t1) / t2.
 __global__ void adam_k(float* param, float* exp_avg, float* exp_avg_sq, const void* grad, adam::DType grad_type,
-                       std::uint16_t* param16, adam::DType param16_type, std::size_t n, AdamScalars s) {
+                       std::uint16_t* param16, adam::DType param16_type, std::size_t n, adam::StepScalars s) {
   const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const auto* grad16 = static_cast<const std::uint16_t*>(grad);
@@ -565,21 +554,14 @@ void cu_adam_update(void* ctx, const DeviceAdam& d) {
   if (d.n == 0) return;
   if (!d.param || !d.exp_avg || !d.exp_avg_sq || !d.grad)
     return record_error(c, "adam_update: param, exp_avg, exp_avg_sq and grad must all be given", __FILE__, __LINE__);
-  const double bias_correction1 = 1 - std::pow(d.beta1, static_cast<double>(d.step));
-  const double bias_correction2 = 1 - std::pow(d.beta2, static_cast<double>(d.step));
-  const double step_size = d.lr / bias_correction1;
-  AdamScalars s{};
-  s.use_l2 = !d.decoupled_weight_decay && d.weight_decay != 0;
-  s.l2 = static_cast<float>(d.weight_decay);
-  s.decoupled = d.decoupled_weight_decay;
-  s.param_decay = static_cast<float>(1 - d.lr * d.weight_decay);
-  s.beta1 = static_cast<float>(d.beta1);
-  s.one_minus_beta1 = static_cast<float>(1 - d.beta1);
-  s.beta2 = static_cast<float>(d.beta2);
-  s.one_minus_beta2 = static_cast<float>(1 - d.beta2);
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(d.eps);
-  s.neg_step_size = static_cast<float>(-step_size);
+  adam::AdamOptions ao;
+  ao.lr = d.lr;
+  ao.beta1 = d.beta1;
+  ao.beta2 = d.beta2;
+  ao.eps = d.eps;
+  ao.weight_decay = d.weight_decay;
+  ao.decoupled_weight_decay = d.decoupled_weight_decay;
+  const adam::StepScalars s = adam::step_scalars(ao, d.step);  // CpuAdam's constants, rounded alike
   adam_k<<<blocks(long(d.n), kThreads), kThreads, 0, K(ctx)>>>(d.param, d.exp_avg, d.exp_avg_sq, d.grad, d.grad_type,
                                                                static_cast<std::uint16_t*>(d.param16), d.param16_type,
                                                                d.n, s);
@@ -597,6 +579,8 @@ void cu_destroy(void* ctx) {
   for (cudaStream_t s : c->streams) cudaStreamDestroy(s);
   delete c;
 }
+
+void* cu_native_stream(void* ctx, Stream s) { return S(ctx, s); }
 
 const BackendOps kCudaOps = {
     cu_alloc,
@@ -638,6 +622,7 @@ const BackendOps kCudaOps = {
     cu_accumulate_to,
     cu_adam_update,
     cu_sticky_error,
+    cu_native_stream,
     cu_destroy,
 };
 
@@ -654,7 +639,10 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
     delete c;
     return make_error(what);
   };
-  if ((e = cudaSetDevice(0)) != cudaSuccess) return fail(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
+  if (o.device < 0 || o.device >= count)
+    return fail("cuda device " + std::to_string(o.device) + ": this machine has " + std::to_string(count));
+  if ((e = cudaSetDevice(o.device)) != cudaSuccess)
+    return fail(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
   std::size_t free_b = 0, total_b = 0;
   if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
     return fail(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
@@ -669,7 +657,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
                : o.compute == ComputeType::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                 : CUBLAS_COMPUTE_32F;
   cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
+  cudaGetDeviceProperties(&prop, o.device);
   BackendCaps caps{"cuda", prop.name, c->capacity_bytes, true, true, true, o.compute};
   return std::make_unique<Backend>(&kCudaOps, c, std::move(caps));
 }

@@ -4,7 +4,9 @@
 // completions polled, first error wins and the rest drains).
 #include "exec/engine/engine.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,9 +24,12 @@
 #include <optional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "exec/adam/cpu_adam.hpp"
 #include "exec/backend/half.hpp"
 #include "exec/engine/arena.hpp"
+#include "exec/engine/collectives.hpp"
 #include "exec/io/pinned_pool.hpp"
 #include "exec/io/swap_file.hpp"
 #include "model/units.hpp"
@@ -43,17 +49,6 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   return z;
 }
 
-ModelSpec model_spec(const GptConfig& g) {
-  ModelSpec m;
-  m.name = "gpt";
-  m.source = "run config";
-  m.layers = g.layers;
-  m.hidden = g.hidden;
-  m.heads = g.heads;
-  m.seq = g.max_seq;
-  m.vocab = g.vocab;
-  return m;
-}
 
 namespace {
 
@@ -137,17 +132,24 @@ struct AlignedBuffer {
   ~AlignedBuffer() { std::free(p); }
 };
 
-// (group, tile): what one fetch moves and one gradient offload drains, in partition order.
+// (group, tile): what one fetch moves and one gradient offload drains. A state kept whole on every
+// rank lays units out one after another (whole_at); a partitioned one keeps this rank's part of
+// each (part_at): elements [from, from + len) of the unit, a 1/dp shard (bandwidth-centric,
+// from = rank * shard), or all of it or nothing (the broadcast variant: the units this rank owns).
 struct Unit {
   std::string name;       // "block0.fc1[tile 1]", as the schedule names it
   std::size_t group = 0;  // index into groups
   int tile = -1;
-  std::size_t elems = 0;
-  std::size_t at = 0;     // elements from the start of the partition
+  std::size_t elems = 0;  // whole
+  std::size_t shard = 0;  // elems / dp: what an all-gather moves per rank
+  int root = -1;          // broadcast variant: the rank that owns it
+  std::size_t from = 0, len = 0;  // this rank's part
+  std::size_t whole_at = 0, part_at = 0;
 };
-// Part of a unit inside one optimizer chunk.
+// Part of a unit's optimizer slice (its shard when optim32 is partitioned, else all of it) inside
+// one optimizer chunk.
 struct Piece {
-  std::size_t unit = 0, from = 0, count = 0;  // elements into the unit
+  std::size_t unit = 0, from = 0, count = 0;  // elements into the slice
 };
 struct ChunkPlan {
   std::size_t start = 0, count = 0;  // elements of the partition
@@ -159,10 +161,11 @@ struct ChunkPlan {
 };
 
 struct Token {
-  enum Kind { none, event, io, host } kind = none;
+  enum Kind { none, event, io, host, collective } kind = none;
   Event ev = nullptr;
   io::IoHandle handle;
   std::shared_ptr<HostTask> task;
+  std::vector<std::unique_ptr<CollectiveOp>> ops;
 };
 
 struct Live {
@@ -173,6 +176,65 @@ struct Live {
 
 std::string describe(const Step& s) { return "step " + std::to_string(s.id) + " (" + step_label(s) + ")"; }
 
+std::uint64_t fnv1a(const char* p, std::size_t n) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ull;
+  return h;
+}
+
+// Writes `path` through `path.tmp`, fsync and rename, then fsyncs the folder: after a crash the
+// file is either the old one or the whole new one.
+Result<bool> write_durably(const std::string& path, const char* data, std::size_t n) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return make_error("write " + tmp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string e = std::strerror(errno);
+      ::close(fd);
+      return make_error("write " + tmp + ": offset " + std::to_string(done) + ": " + e);
+    }
+    done += std::size_t(w);
+  }
+  if (::fsync(fd) != 0) {
+    const std::string e = std::strerror(errno);
+    ::close(fd);
+    return make_error("fsync " + tmp + ": " + e);
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return make_error("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  if (const int d = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+  return true;
+}
+
+Result<std::vector<char>> read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(path + ": " + std::strerror(errno));
+  std::vector<char> out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const std::string e = std::strerror(errno);
+      ::close(fd);
+      return make_error("read " + path + ": offset " + std::to_string(out.size()) + ": " + e);
+    }
+    if (r == 0) break;
+    out.insert(out.end(), buf, buf + r);
+  }
+  ::close(fd);
+  return out;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -181,11 +243,15 @@ struct Engine::Impl {
   std::unique_ptr<Backend> be;
   std::unique_ptr<GptOps> gpt;
   Stream h2d = 0, d2h = 0;
+  int rank = 0, dp = 1;
+  std::unique_ptr<Collectives> coll;  // dp > 1: MPI (cpu) or NCCL (cuda)
+  std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
+  std::vector<int> collective_order;  // the schedule's collective steps, in schedule order
   std::vector<ParamGroup> groups;
   std::vector<Unit> units;
   std::map<std::string, std::size_t> unit_by_name;
-  std::size_t n = 0;       // parameters in the partition
-  std::size_t psz = 2;     // bytes per param16 / grad16 element
+  std::size_t n_whole = 0, n_part = 0;  // parameters: all of them, this rank's shards
+  std::size_t psz = 2;                  // bytes per param16 / grad16 element
   int micro_batches = 1;
   std::vector<ChunkPlan> chunks;
   std::vector<int> step_chunk;  // optimizer-phase steps: their chunk
@@ -211,13 +277,14 @@ struct Engine::Impl {
   int iteration = 0;
   std::map<std::string, Live> live;
   std::vector<Event> event_pool;
-  std::vector<float> grads_kept;  // partition order
+  std::vector<float> grads_kept;  // the optimizer slices' order
   std::array<double, kLinkClasses> bytes_moved{};
 
   ~Impl() {
     if (be) be->ops().synchronize(be->ctx());
     if (ioe) (void)ioe->wait_all();
     lane.reset();
+    coll.reset();
     if (be) {
       for (Event e : event_pool) be->ops().event_destroy(be->ctx(), e);
       gpt.reset();
@@ -230,12 +297,18 @@ struct Engine::Impl {
   const BackendOps& k() const { return be->ops(); }
   void* cx() const { return be->ctx(); }
   Tier tier(State s) const { return o.placement.of(s).tier; }
+  bool sharded(State s) const { return o.placement.of(s).partitioned && dp > 1; }
 
   // ---- layout ----------------------------------------------------------------------------------
   int tiles_of(const ParamGroup& g) const { return g.linear ? o.config.tiling_factor : 1; }
 
-  void lay_out_units() {
+  Result<bool> lay_out_units() {
     groups = gpt_param_groups(o.model);
+    // The broadcast variant's owners are the schedule's (every unit's reduce or bcast names it).
+    const bool broadcast = o.placement.fetch == ParamFetch::broadcast && dp > 1;
+    std::map<std::string, int> roots;
+    for (const Step& st : sched.steps)
+      if (st.root >= 0) roots[st.op] = st.root;
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const ParamGroup& g = groups[gi];
       const int t = tiles_of(g);
@@ -245,16 +318,38 @@ struct Engine::Impl {
         u.group = gi;
         u.tile = t > 1 ? i : -1;
         u.elems = g.elems / std::size_t(t);
-        u.at = n;
-        n += u.elems;
+        if (!broadcast && u.elems % std::size_t(dp) != 0)
+          return make_error("--dp " + std::to_string(dp) + ": the " + std::to_string(u.elems) + " parameters of " +
+                            u.name + " do not split evenly over " + std::to_string(dp) +
+                            " ranks (choose a data-parallel degree that divides the hidden size)");
+        u.shard = u.elems / std::size_t(dp);
+        if (broadcast) {
+          auto r = roots.find(u.name);
+          if (r == roots.end()) return make_error("internal error: the schedule names no owner for " + u.name);
+          u.root = r->second;
+          u.from = 0;
+          u.len = u.root == rank ? u.elems : 0;
+        } else {
+          u.from = std::size_t(rank) * u.shard;
+          u.len = u.shard;
+        }
+        u.whole_at = n_whole;
+        u.part_at = n_part;
+        n_whole += u.elems;
+        n_part += u.len;
         unit_by_name[u.name] = units.size();
         units.push_back(u);
       }
     }
+    return true;
   }
+  std::size_t elems_of(State s) const { return sharded(s) ? n_part : n_whole; }
+  std::size_t opt_len(const Unit& u) const { return sharded(State::optim32) ? u.len : u.elems; }
+  std::size_t opt_at(const Unit& u) const { return sharded(State::optim32) ? u.part_at : u.whole_at; }
 
   Result<bool> plan_chunks() {
     std::size_t at = 0, ui = 0, in_unit = 0;
+    const std::size_t n_opt = elems_of(State::optim32);
     for (const Schedule::Chunk& c : sched.optimizer_chunks) {
       ChunkPlan p;
       p.start = std::size_t(c.start);
@@ -263,11 +358,11 @@ struct Engine::Impl {
         return make_error("internal error: optimizer chunk at " + std::to_string(c.start) + " is not whole parameters");
       std::size_t left = p.count;
       while (left > 0 && ui < units.size()) {
-        const std::size_t take = std::min(left, units[ui].elems - in_unit);
+        const std::size_t take = std::min(left, opt_len(units[ui]) - in_unit);
         p.pieces.push_back({ui, in_unit, take});
         left -= take;
         in_unit += take;
-        if (in_unit == units[ui].elems) ++ui, in_unit = 0;
+        if (in_unit == opt_len(units[ui])) ++ui, in_unit = 0;
       }
       std::size_t b = align_to(12 * p.count, kPage);
       for (const Piece& pc : p.pieces) {
@@ -286,8 +381,8 @@ struct Engine::Impl {
       at += p.count;
       chunks.push_back(std::move(p));
     }
-    if (at != n) return make_error("internal error: optimizer chunks cover " + std::to_string(at) + " of " +
-                                   std::to_string(n) + " parameters");
+    if (at != n_opt) return make_error("internal error: optimizer chunks cover " + std::to_string(at) + " of " +
+                                       std::to_string(n_opt) + " parameters");
     step_chunk.assign(sched.steps.size(), -1);
     int last = -1;
     for (const Step& s : sched.steps) {
@@ -300,16 +395,23 @@ struct Engine::Impl {
     return true;
   }
 
-  std::size_t state_bytes(State s) const { return s == State::optim32 ? 12 * n : psz * n; }
+  std::size_t state_bytes(State s) const { return s == State::optim32 ? 12 * elems_of(s) : psz * elems_of(s); }
 
-  // Where a state resident in memory (device or host) starts; elements of the partition.
+  // Where a state resident in memory (device or host) starts.
   char* state_ptr(State s) {
     const Tier t = tier(s);
     if (t == Tier::gpu) return dev.at(s == State::param16 ? dev_param : s == State::grad16 ? dev_grad : dev_optim);
     if (t == Tier::cpu) return (s == State::param16 ? host_param : s == State::grad16 ? host_grad : host_optim).p;
     return nullptr;
   }
-  char* unit_in(State s, const Unit& u) { return state_ptr(s) + u.at * psz; }
+  // This rank's part of unit u (a partitioned state), or all of u (a whole one).
+  char* unit_in(State s, const Unit& u) { return state_ptr(s) + (sharded(s) ? u.part_at : u.whole_at) * psz; }
+  // Element j of u's optimizer slice in a 16-bit state laid out as that state is.
+  char* slice_in(State s, const Unit& u, std::size_t j) {
+    const std::size_t at = sharded(s) ? u.part_at + j
+                                      : u.whole_at + (sharded(State::optim32) ? u.from : 0) + j;
+    return state_ptr(s) + at * psz;
+  }
 
   Result<const Unit*> unit(const std::string& name) const {
     auto it = unit_by_name.find(name);
@@ -321,6 +423,35 @@ struct Engine::Impl {
     auto it = live.find(name);
     if (it == live.end()) return make_error("internal error: buffer " + name + " is not allocated");
     return it->second.ptr;
+  }
+
+  // Every rank must run the same schedule with the same collectives, or the job would hang or mix
+  // data: a hash of what every rank must agree on, compared across ranks before step 0 (as
+  // DeepSpeed's assert_ints_same_as_other_ranks).
+  Result<bool> check_ranks_agree() {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    auto mixin = [&h](const std::string& text) {
+      for (unsigned char ch : text) h = (h ^ ch) * 0x100000001b3ull;
+    };
+    mixin(std::to_string(o.model.layers) + "/" + std::to_string(o.model.hidden) + "/" + std::to_string(o.model.heads) +
+          "/" + std::to_string(o.model.max_seq) + "/" + std::to_string(o.model.vocab));
+    for (State st : {State::param16, State::grad16, State::optim32, State::act_ckpt})
+      mixin(std::string(to_string(tier(st))) + (o.placement.of(st).partitioned ? "p" : "w"));
+    mixin(format_g(o.config.bsz) + "/" + std::to_string(o.config.ci) + "/" + std::to_string(o.config.tiling_factor) +
+          "/" + std::to_string(o.config.prefetch_depth) + "/" + std::to_string(o.config.micro_batches) + "/" +
+          std::string(adam::dtype_name(o.precision)) + "/" + std::to_string(o.seed) + "/" + format_g(o.lr));
+    for (int id : collective_order) {
+      const Step& st = sched.steps[size_t(id)];
+      // what every rank's call must agree on; a broadcast's bytes differ by rank (its root receives none)
+      mixin(step_label(st) + "/" + std::to_string(st.root) + (st.root < 0 ? "/" + format_g(st.bytes) : ""));
+    }
+    Result<std::vector<std::uint64_t>> all = coll->all_gather_u64(h);
+    if (!all) return make_error(all.error());
+    for (std::size_t r = 1; r < all->size(); ++r)
+      if ((*all)[r] != (*all)[0])
+        return make_error("rank " + std::to_string(r) + " runs another model, placement, training config or schedule "
+                          "than rank 0 (give every rank the same flags, run config and plan)");
+    return true;
   }
 
   // ---- creation ------------------------------------------------------------------------------
@@ -365,8 +496,8 @@ struct Engine::Impl {
 
   Result<bool> make_tiers() {
     // swap files first: their size is checked against the folder before anything is allocated
-    std::vector<std::uint64_t> unit_bytes, chunk_bytes;
-    for (const Unit& u : units) unit_bytes.push_back(u.elems * psz);
+    std::vector<std::uint64_t> unit_bytes, chunk_bytes;  // NVMe states are partitioned (validate says so)
+    for (const Unit& u : units) unit_bytes.push_back(u.len * psz);
     for (const ChunkPlan& c : chunks) chunk_bytes.push_back(12 * c.count);
     std::size_t swap_need = 0;
     auto slots = [](const std::vector<std::uint64_t>& v) {
@@ -385,7 +516,7 @@ struct Engine::Impl {
       ioe = std::move(e).value();
       auto make = [&](const char* state, const std::vector<std::uint64_t>& shards,
                       std::optional<io::SwapFile>& out) -> Result<bool> {
-        Result<io::SwapFile> f = io::SwapFile::create(*ioe, o.nvme_dir, 0, state, shards);
+        Result<io::SwapFile> f = io::SwapFile::create(*ioe, o.nvme_dir, rank, state, shards);
         if (!f) return make_error("--nvme-dir: " + f.error());
         out = std::move(f).value();
         return true;
@@ -402,9 +533,15 @@ struct Engine::Impl {
     BackendOptions bo;
     bo.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
     bo.compute = o.compute;
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && o.backend == "cuda")
+      bo.device = std::atoi(local);  // one GPU per rank of a node
     Result<std::unique_ptr<Backend>> b = create_backend(o.backend, bo);
     if (!b) return make_error("backend: " + b.error());
     be = std::move(b).value();
+    if (double(be->caps().capacity_bytes) < sched.peak_bytes[int(Tier::gpu)])
+      return make_error("device: " + be->caps().device + " has " + format_bytes(double(be->caps().capacity_bytes)) +
+                        " free, the schedule needs " + format_bytes(sched.peak_bytes[int(Tier::gpu)]) +
+                        " (the profile says " + format_bytes(o.profile.gpu_memory_bytes) + ")");
     dev_budget = std::size_t(std::ceil(sched.peak_bytes[int(Tier::gpu)]));
     const std::size_t capacity = be->caps().capacity_bytes;
     // live bytes never exceed the budget; the room beyond it absorbs fragmentation
@@ -474,46 +611,58 @@ struct Engine::Impl {
     return true;
   }
 
-  // Initial states: master parameters from the seed, moments zero, the 16-bit copy rounded from
-  // the master, each written to its tier.
+  // Initial states (Sec. 7.2): this rank makes only the elements it keeps, from the counter-based
+  // initialiser, so no rank ever holds a whole parameter outside a gathered buffer (unless the
+  // placement keeps it whole) and the assembled weights equal a one-rank run's bit for bit.
+  // Master parameters from the seed, moments zero, the 16-bit copy rounded from the master.
+  void init_values(const Unit& u, std::size_t from, std::size_t count, float* out) const {
+    const ParamGroup& g = groups[u.group];
+    gpt_init_group(o.model, o.seed, g, tiles_of(g), std::size_t(std::max(0, u.tile)) * u.elems + from, count, out);
+  }
   Result<bool> initialise() {
-    const std::vector<float> flat = gpt_init_params(o.model, o.seed);
-    std::vector<float> master(n);
-    for (const ParamGroup& g : groups) {
-      std::vector<float> tiled(g.elems);
-      to_tile_major(g, tiles_of(g), flat.data() + g.offset, tiled.data());
-      const Unit& u0 = units[unit_by_name.at(g.name + (tiles_of(g) > 1 ? "[tile 0]" : ""))];
-      std::copy(tiled.begin(), tiled.end(), master.begin() + long(u0.at));
-    }
-    std::vector<char> p16(n * psz);
-    if (Result<bool> r = round_params(master.data(), p16.data(), n); !r) return r;
-    // optimizer states
-    std::vector<float> zeros(n, 0.0f);
+    // optimizer states: the optimizer slice of each unit
+    const std::size_t n_opt = elems_of(State::optim32);
     if (tier(State::optim32) == Tier::nvme) {
       for (std::size_t c = 0; c < chunks.size(); ++c) {
         const ChunkPlan& ch = chunks[c];
         AlignedBuffer buf(12 * ch.count);
-        std::memcpy(buf.p, master.data() + ch.start, ch.count * 4);
+        float* m = reinterpret_cast<float*>(buf.p);
+        std::size_t at = 0;
+        for (const Piece& pc : ch.pieces) {
+          const Unit& u = units[pc.unit];
+          init_values(u, (sharded(State::optim32) ? u.from : 0) + pc.from, pc.count, m + at);
+          at += pc.count;
+        }
         if (Result<bool> r = write_wait(swap_optim->write(c, buf.p)); !r) return r;
       }
     } else {
-      upload(State::optim32, 0, master.data(), n * 4);
-      upload(State::optim32, n * 4, zeros.data(), n * 4);
-      upload(State::optim32, 2 * n * 4, zeros.data(), n * 4);
+      std::vector<float> master(n_opt), zeros(n_opt, 0.0f);
+      for (const Unit& u : units)
+        init_values(u, sharded(State::optim32) ? u.from : 0, opt_len(u), master.data() + opt_at(u));
+      upload(State::optim32, 0, master.data(), n_opt * 4);
+      upload(State::optim32, n_opt * 4, zeros.data(), n_opt * 4);
+      upload(State::optim32, 2 * n_opt * 4, zeros.data(), n_opt * 4);
     }
-    // 16-bit parameters
-    if (tier(State::param16) == Tier::nvme) {
-      for (std::size_t i = 0; i < units.size(); ++i) {
-        AlignedBuffer buf(units[i].elems * psz);
-        std::memcpy(buf.p, p16.data() + units[i].at * psz, units[i].elems * psz);
-        if (Result<bool> r = write_wait(swap_param->write(i, buf.p)); !r) return r;
+    // 16-bit parameters, laid out as param16 is (shards or whole units)
+    const bool p_sharded = sharded(State::param16);
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const Unit& u = units[i];
+      const bool part = p_sharded || tier(State::param16) == Tier::nvme;
+      const std::size_t len = part ? u.len : u.elems;
+      if (len == 0) continue;
+      std::vector<float> v(len);
+      init_values(u, part ? u.from : 0, len, v.data());
+      AlignedBuffer p16(len * psz);
+      if (Result<bool> r = round_params(v.data(), p16.p, len); !r) return r;
+      if (tier(State::param16) == Tier::nvme) {
+        if (Result<bool> r = write_wait(swap_param->write(i, p16.p)); !r) return r;
+      } else {
+        upload(State::param16, (p_sharded ? u.part_at : u.whole_at) * psz, p16.p, len * psz);
       }
-    } else {
-      upload(State::param16, 0, p16.data(), n * psz);
     }
     if (tier(State::grad16) != Tier::nvme) {
-      std::vector<char> z(n * psz, 0);
-      upload(State::grad16, 0, z.data(), n * psz);
+      std::vector<char> z(elems_of(State::grad16) * psz, 0);
+      upload(State::grad16, 0, z.data(), z.size());
     }
     k().synchronize(cx());
     return true;
@@ -620,9 +769,16 @@ struct Engine::Impl {
     return t;
   }
 
+  static bool is_collective(const Step& s) {
+    return s.kind == StepKind::reduce_scatter || s.kind == StepKind::allreduce ||
+           (s.kind == StepKind::fetch && (s.hop == "gg" || s.hop == "bcast"));
+  }
+
   Result<Token> issue(const Step& s) {
     switch (s.kind) {
-      case StepKind::fetch: return s.phase == Phase::optimizer ? fetch_optimizer(s) : fetch_param(s);
+      case StepKind::fetch:
+        if (s.hop == "gg" || s.hop == "bcast") return gather(s);
+        return s.phase == Phase::optimizer ? fetch_optimizer(s) : fetch_param(s);
       case StepKind::compute: return compute(s);
       case StepKind::release: return Token{};
       case StepKind::offload: return offload(s);
@@ -630,9 +786,21 @@ struct Engine::Impl {
       case StepKind::load_ckpt: return load_ckpt(s);
       case StepKind::optimizer: return optimizer(s);
       case StepKind::reduce_scatter:
-      case StepKind::allreduce: break;
+      case StepKind::allreduce: return reduce(s);
     }
-    return make_error(describe(s) + ": collectives need data-parallel ranks");
+    return make_error(describe(s) + ": unknown step kind");
+  }
+
+  Token collective_token(std::vector<std::unique_ptr<CollectiveOp>> ops) {
+    Token t;
+    t.kind = Token::collective;
+    t.ops = std::move(ops);
+    return t;
+  }
+
+  Result<char*> src_or_state(const Step& s, State st, const Unit& u) {
+    if (s.src_buf.empty()) return unit_in(st, u);
+    return buffer(s.src_buf);
   }
 
   Result<Token> fetch_param(const Step& s) {
@@ -645,27 +813,91 @@ struct Engine::Impl {
       if (!h) return make_error(h.error());
       return io_token(std::move(h).value());
     }
-    if (s.hop == "cg") {
-      const char* src = nullptr;
-      if (s.src_buf.empty()) {
-        src = unit_in(State::param16, **u);
-      } else {
-        Result<char*> b = buffer(s.src_buf);
-        if (!b) return make_error(b.error());
-        src = *b;
-      }
-      k().copy_h2d_async(cx(), h2d, *dst, src, (*u)->elems * psz);
-      return on_stream(h2d);
+    // cg: this rank's part goes where the gather will expect it in the whole buffer
+    Result<char*> src = src_or_state(s, State::param16, **u);
+    if (!src) return make_error(src.error());
+    const bool part = sharded(State::param16);
+    const std::size_t count = part ? (*u)->len : (*u)->elems;
+    k().copy_h2d_async(cx(), h2d, *dst + (part ? (*u)->from * psz : 0), *src, count * psz);
+    return on_stream(h2d);
+  }
+
+  // gg: every rank's shard of a unit into its whole buffer; "params" after the optimizer: every
+  // rank's updated part of every unit into the whole param16 on the GPU.
+  Result<Token> gather(const Step& s) {
+    std::vector<std::unique_ptr<CollectiveOp>> ops;
+    if (s.hop == "bcast") {  // the owner's copy of a unit to every rank: into the fetch buffer, or the
+                             // updated parameters into param16 on every GPU after the optimizer
+      Result<const Unit*> u = unit(s.op);
+      if (!u) return make_error(u.error());
+      Result<char*> dst = s.phase == Phase::optimizer ? Result<char*>(unit_in(State::param16, **u)) : buffer(s.dst_buf);
+      if (!dst) return make_error(dst.error());
+      Result<std::unique_ptr<CollectiveOp>> op = coll->broadcast(*dst, (*u)->elems, o.precision, s.root);
+      if (!op) return make_error(op.error());
+      ops.push_back(std::move(op).value());
+      return collective_token(std::move(ops));
     }
-    return make_error(describe(s) + ": collectives need data-parallel ranks");
+    if (s.op == "params") {
+      const ChunkPlan& ch = chunks[size_t(step_chunk[size_t(s.id)])];
+      for (const Piece& pc : ch.pieces) {
+        const Unit& u = units[pc.unit];
+        Result<std::unique_ptr<CollectiveOp>> op =
+            coll->all_gather(state_ptr(State::param16) + (u.whole_at + pc.from) * psz, pc.count, u.shard, o.precision);
+        if (!op) return make_error(op.error());
+        ops.push_back(std::move(op).value());
+      }
+      return collective_token(std::move(ops));
+    }
+    Result<const Unit*> u = unit(s.op);
+    if (!u) return make_error(u.error());
+    Result<char*> dst = buffer(s.dst_buf);
+    if (!dst) return make_error(dst.error());
+    char* mine = *dst + std::size_t(rank) * (*u)->shard * psz;
+    if (s.src_buf.empty()) {  // zero3: this rank's shard lives on the GPU; put it in place first
+      k().copy_d2d_async(cx(), 0, mine, unit_in(State::param16, **u), (*u)->shard * psz);
+      k().synchronize(cx());
+    }
+    Result<std::unique_ptr<CollectiveOp>> op = coll->all_gather(*dst, (*u)->shard, (*u)->shard, o.precision);
+    if (!op) return make_error(op.error());
+    ops.push_back(std::move(op).value());
+    return collective_token(std::move(ops));
+  }
+
+  // rs: a gradient buffer summed over ranks, this rank's shard to its grad16 on the GPU or left in
+  // the buffer's own slice for the offload; ar: summed in place (whole gradients, data_parallel).
+  Result<Token> reduce(const Step& s) {
+    if (s.hop == "mp") return make_error(describe(s) + ": tensor slicing is not executed");
+    Result<const Unit*> u = unit(s.op);
+    if (!u) return make_error(u.error());
+    Result<char*> buf = src_or_state(s, State::grad16, **u);
+    if (!buf) return make_error(buf.error());
+    Result<std::unique_ptr<CollectiveOp>> op = make_error("");
+    if (s.hop == "reduce") {  // the broadcast variant: the sum lands on the owner only
+      op = coll->reduce(*buf, (*u)->elems, o.precision, s.root);
+    } else if (s.kind == StepKind::allreduce) {
+      op = coll->all_reduce(*buf, (*u)->elems, o.precision);
+    } else {
+      char* out = *buf + std::size_t(rank) * (*u)->shard * psz;
+      if (s.dst_buf.empty()) out = unit_in(State::grad16, **u);
+      op = coll->reduce_scatter(*buf, out, (*u)->shard, o.precision);
+    }
+    if (!op) return make_error(op.error());
+    std::vector<std::unique_ptr<CollectiveOp>> ops;
+    ops.push_back(std::move(op).value());
+    return collective_token(std::move(ops));
   }
 
   Result<Token> fetch_optimizer(const Step& s) {
     const ChunkPlan& ch = chunks[size_t(step_chunk[size_t(s.id)])];
-    if (s.op == "params" && s.hop == "cg") {  // updated 16-bit parameters back to the GPU
+    if (s.op == "params" && s.hop == "cg") {  // updated 16-bit parameters back to the GPU, piece by piece
       Result<char*> src = buffer(s.src_buf);
       if (!src) return make_error(src.error());
-      k().copy_h2d_async(cx(), h2d, state_ptr(State::param16) + ch.start * psz, *src, ch.count * psz);
+      std::size_t at = 0;
+      for (const Piece& pc : ch.pieces) {
+        k().copy_h2d_async(cx(), h2d, slice_in(State::param16, units[pc.unit], pc.from), *src + at * psz,
+                           pc.count * psz);
+        at += pc.count;
+      }
       return on_stream(h2d);
     }
     Result<char*> buf = buffer(s.dst_buf);
@@ -704,19 +936,14 @@ struct Engine::Impl {
       Result<const Unit*> u = unit(uname);
       if (!u) return make_error(u.error());
       elems = (*u)->elems;
-      char* w = nullptr;
-      if (s.src_buf.empty()) {
-        w = unit_in(State::param16, **u);
-      } else {
-        Result<char*> b = buffer(s.src_buf);
-        if (!b) return make_error(b.error());
-        w = *b;
-      }
+      // the whole unit: fetched into a buffer, or resident whole (at dp 1 a shard is the whole)
+      Result<char*> w = src_or_state(s, State::param16, **u);
+      if (!w) return make_error(w.error());
       if (mixed) {
-        k().to_fp32(cx(), gpt->weight_staging(), w, o.precision, long(elems));
+        k().to_fp32(cx(), gpt->weight_staging(), *w, o.precision, long(elems));
         c.params = gpt->weight_staging();
       } else {
-        c.params = reinterpret_cast<const float*>(w);
+        c.params = reinterpret_cast<const float*>(*w);
       }
       if (backward) {
         if (s.dst_buf.empty()) {
@@ -742,10 +969,11 @@ struct Engine::Impl {
 
   Result<Token> offload(const Step& s) {
     if (s.phase == Phase::optimizer) {
-      if (s.op == "grads") {  // every gradient of the rank to CPU memory, for CPU Adam
+      if (s.op == "grads") {  // this rank's gradients to CPU memory, for CPU Adam: its optimizer slices
         Result<char*> dst = buffer(s.dst_buf);
         if (!dst) return make_error(dst.error());
-        k().copy_d2h_async(cx(), d2h, *dst, state_ptr(State::grad16), n * psz);
+        for (const Unit& u : units)
+          k().copy_d2h_async(cx(), d2h, *dst + opt_at(u) * psz, slice_in(State::grad16, u, 0), opt_len(u) * psz);
         return on_stream(d2h);
       }
       const int ci = step_chunk[size_t(s.id)];
@@ -780,7 +1008,10 @@ struct Engine::Impl {
         if (!b) return make_error(b.error());
         dst = *b;
       }
-      k().copy_d2h_async(cx(), d2h, dst, *src, (*u)->elems * psz);
+      // after a reduce-scatter this rank's shard sits in its slice of the buffer
+      const bool part = sharded(State::grad16);
+      const std::size_t count = part ? (*u)->len : (*u)->elems;
+      k().copy_d2h_async(cx(), d2h, dst, *src + (part ? (*u)->from * psz : 0), count * psz);
       return on_stream(d2h);
     }
     Result<io::IoHandle> h = swap_grad->write(unit_by_name.at(s.op), *src);
@@ -796,16 +1027,16 @@ struct Engine::Impl {
     const int u = std::max(0, s.micro_batch);
     const float* src = gpt->block_input(block_of(s.op), u);
     const std::size_t bytes = std::size_t(s.bytes);
-    if (s.dst == Tier::gpu) {
-      k().copy_d2d_async(cx(), d2h, *dst, src, bytes);
-    } else {
-      k().copy_d2h_async(cx(), d2h, *dst, src, bytes);
-    }
     // the copy reads what the compute stream wrote: it waits for it
     Event ready = take_event();
     k().event_record(cx(), ready, 0);
     k().stream_wait_event(cx(), d2h, ready);
     event_pool.push_back(ready);
+    if (s.dst == Tier::gpu) {
+      k().copy_d2d_async(cx(), d2h, *dst, src, bytes);
+    } else {
+      k().copy_d2h_async(cx(), d2h, *dst, src, bytes);
+    }
     return on_stream(d2h);
   }
 
@@ -855,21 +1086,23 @@ struct Engine::Impl {
   }
 
   // CPU Adam over one chunk, piece by piece (a piece's gradient and 16-bit copy may sit in their own
-  // aligned slots of the chunk buffer). Runs on the host lane.
+  // aligned slots of the chunk buffer, or in a state laid out whole). Runs on the host lane.
   std::string update_chunk(const ChunkPlan& ch, char* buf, char* staged_params, char* staged_grads, long step) {
     const Tier ot = tier(State::optim32), gt = tier(State::grad16), pt = tier(State::param16);
-    float* master = ot == Tier::nvme ? reinterpret_cast<float*>(buf)
-                                     : reinterpret_cast<float*>(host_optim.p) + ch.start;
-    float* m = ot == Tier::nvme ? master + ch.count : reinterpret_cast<float*>(host_optim.p) + n + ch.start;
-    float* v = ot == Tier::nvme ? master + 2 * ch.count : reinterpret_cast<float*>(host_optim.p) + 2 * n + ch.start;
+    const std::size_t n_opt = elems_of(State::optim32);
+    float* base = reinterpret_cast<float*>(host_optim.p);
+    float* master = ot == Tier::nvme ? reinterpret_cast<float*>(buf) : base + ch.start;
+    float* m = ot == Tier::nvme ? master + ch.count : base + n_opt + ch.start;
+    float* v = ot == Tier::nvme ? master + 2 * ch.count : base + 2 * n_opt + ch.start;
     std::size_t done = 0;
     for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
       const Piece& pc = ch.pieces[i];
+      const Unit& u = units[pc.unit];
       const char* g = gt == Tier::nvme  ? buf + ch.grad_at[i]
-                      : gt == Tier::cpu ? host_grad.p + (ch.start + done) * psz
+                      : gt == Tier::cpu ? slice_in(State::grad16, u, pc.from)
                                         : staged_grads + (ch.start + done) * psz;
       char* p16 = pt == Tier::nvme  ? buf + ch.param_at[i]
-                  : pt == Tier::cpu ? host_param.p + (ch.start + done) * psz
+                  : pt == Tier::cpu ? slice_in(State::param16, u, pc.from)
                                     : staged_params + done * psz;
       adam::AdamChunk a;
       a.param = master + done;
@@ -899,33 +1132,42 @@ struct Engine::Impl {
     for (std::size_t i = 0; i < count; ++i) grads_kept[at + i] = half::f32_from_half(src[i], o.precision);
   }
 
+  // Adam on the device over this rank's optimizer slices, unit by unit (param16 may be laid out
+  // whole while the states are partitioned).
   Result<Token> optimizer_on_device() {
     if (!k().adam_update) return make_error("the " + be->caps().name + " backend has no device Adam");
+    const std::size_t n_opt = elems_of(State::optim32);
     float* master = reinterpret_cast<float*>(state_ptr(State::optim32));
     if (o.keep_gradients) {
-      std::vector<char> g(n * psz);
-      k().copy_d2h_async(cx(), 0, g.data(), state_ptr(State::grad16), n * psz);
-      k().synchronize(cx());
-      keep_gradients(g.data(), 0, n);
+      std::vector<char> g(psz);
+      for (const Unit& u : units) {
+        g.resize(opt_len(u) * psz);
+        k().copy_d2h_async(cx(), 0, g.data(), slice_in(State::grad16, u, 0), g.size());
+        k().synchronize(cx());
+        keep_gradients(g.data(), opt_at(u), opt_len(u));
+      }
     }
-    DeviceAdam a;
-    a.param = master;
-    a.exp_avg = master + n;
-    a.exp_avg_sq = master + 2 * n;
-    a.grad = state_ptr(State::grad16);
-    a.grad_type = o.precision;
-    a.param16 = o.precision == adam::DType::fp32 ? nullptr : state_ptr(State::param16);
-    a.param16_type = o.precision;
-    a.n = n;
-    a.step = adam_step;
-    a.lr = o.lr;
-    a.beta1 = o.beta1;
-    a.beta2 = o.beta2;
-    a.eps = o.eps;
-    a.weight_decay = o.weight_decay;
-    a.decoupled_weight_decay = true;
-    k().adam_update(cx(), a);
-    if (o.precision == adam::DType::fp32) k().copy_d2d_async(cx(), 0, state_ptr(State::param16), master, n * 4);
+    for (const Unit& u : units) {
+      DeviceAdam a;
+      a.param = master + opt_at(u);
+      a.exp_avg = master + n_opt + opt_at(u);
+      a.exp_avg_sq = master + 2 * n_opt + opt_at(u);
+      a.grad = slice_in(State::grad16, u, 0);
+      a.grad_type = o.precision;
+      a.param16 = o.precision == adam::DType::fp32 ? nullptr : slice_in(State::param16, u, 0);
+      a.param16_type = o.precision;
+      a.n = opt_len(u);
+      a.step = adam_step;
+      a.lr = o.lr;
+      a.beta1 = o.beta1;
+      a.beta2 = o.beta2;
+      a.eps = o.eps;
+      a.weight_decay = o.weight_decay;
+      a.decoupled_weight_decay = true;
+      k().adam_update(cx(), a);
+      if (o.precision == adam::DType::fp32)
+        k().copy_d2d_async(cx(), 0, slice_in(State::param16, u, 0), a.param, opt_len(u) * 4);
+    }
     return on_stream(0);
   }
 
@@ -947,6 +1189,15 @@ struct Engine::Impl {
       case Token::host:
         if (!t.task->done.load(std::memory_order_acquire)) return std::nullopt;
         return t.task->error;
+      case Token::collective:
+        for (std::unique_ptr<CollectiveOp>& op : t.ops) {
+          if (!op) continue;
+          Result<bool> r = op->test();
+          if (!r) return r.error();
+          if (!*r) return std::nullopt;
+          op.reset();
+        }
+        return std::string();
     }
     return std::string();
   }
@@ -960,7 +1211,7 @@ struct Engine::Impl {
     std::vector<Token> tok(count);
     times.assign(count, StepTime{});
     std::vector<int> ready_list, inflight;  // admitted and not issued; issued and not done
-    std::size_t cursor = 0, finished = 0;
+    std::size_t cursor = 0, finished = 0, next_collective = 0;  // collectives go strictly in order
     std::string error;
     const auto t0 = Clock::now();
     auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -987,6 +1238,9 @@ struct Engine::Impl {
         const Step& s = steps[size_t(*it)];
         bool deps_done = true;
         for (int d : s.deps) deps_done = deps_done && state[size_t(d)] == done;
+        const bool coll_step = is_collective(s);
+        if (coll_step && (next_collective >= collective_order.size() || collective_order[next_collective] != s.id))
+          deps_done = false;  // every rank issues its collectives in the same order: the schedule's
         if (!deps_done || (o.serial && !inflight.empty())) {
           if (o.serial) break;
           ++it;
@@ -999,6 +1253,7 @@ struct Engine::Impl {
           break;
         }
         tok[size_t(s.id)] = std::move(t).value();
+        if (coll_step) ++next_collective;
         state[size_t(s.id)] = issued;
         inflight.push_back(s.id);
         it = ready_list.erase(it);
@@ -1064,6 +1319,119 @@ struct Engine::Impl {
     return true;
   }
 
+  // Values laid out as the optimizer slices are (this rank's), back in the parameter array's order;
+  // with partitioned states every rank's slices are summed into place (zeros elsewhere), so every
+  // rank gets the whole array.
+  Result<std::vector<float>> assemble(const std::vector<float>& slices) {
+    Impl& e = *this;
+    std::vector<float> tiled(e.n_whole, 0.0f);
+    for (const Unit& u : e.units) {
+      const std::size_t at = u.whole_at + (e.sharded(State::optim32) ? u.from : 0);
+      std::copy_n(slices.begin() + long(e.opt_at(u)), e.opt_len(u), tiled.begin() + long(at));
+    }
+    if (e.sharded(State::optim32))
+      if (Result<bool> r = e.coll->all_reduce_sum_host(tiled.data(), tiled.size()); !r) return make_error(r.error());
+    std::vector<float> flat(e.n_whole);
+    for (const ParamGroup& g : e.groups) {
+      const Unit& u0 = e.units[e.unit_by_name.at(g.name + (e.tiles_of(g) > 1 ? "[tile 0]" : ""))];
+      from_tile_major(g, e.tiles_of(g), tiled.data() + u0.whole_at, flat.data() + g.offset);
+    }
+    return flat;
+  }
+
+  // ---- checkpoints -----------------------------------------------------------------------------
+  // A state as a checkpoint stores it: param16 = this rank's kept elements of every unit, in unit
+  // order; optim32 = master, momentum, variance, each over this rank's optimizer slices.
+  Result<std::vector<char>> read_state(State st) {
+    std::vector<char> out;
+    if (tier(st) == Tier::nvme && st == State::param16) {
+      for (std::size_t i = 0; i < units.size(); ++i) {
+        const std::size_t len = units[i].len * psz;
+        AlignedBuffer buf(len);
+        if (len > 0)
+          if (Result<bool> r = write_wait(swap_param->read(i, buf.p)); !r) return make_error(r.error());
+        out.insert(out.end(), buf.p, buf.p + len);
+      }
+      return out;
+    }
+    if (tier(st) == Tier::nvme) {  // optim32: chunk records [master | m | v] into three arrays
+      const std::size_t n_opt = elems_of(State::optim32);
+      out.resize(12 * n_opt);
+      float* a = reinterpret_cast<float*>(out.data());
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        const ChunkPlan& ch = chunks[c];
+        AlignedBuffer buf(12 * ch.count);
+        if (Result<bool> r = write_wait(swap_optim->read(c, buf.p)); !r) return make_error(r.error());
+        const float* f = reinterpret_cast<const float*>(buf.p);
+        for (int k3 = 0; k3 < 3; ++k3) std::copy_n(f + k3 * ch.count, ch.count, a + k3 * n_opt + ch.start);
+      }
+      return out;
+    }
+    out.resize(state_bytes(st));
+    if (tier(st) == Tier::gpu) {
+      k().copy_d2h_async(cx(), 0, out.data(), state_ptr(st), out.size());
+      k().synchronize(cx());
+    } else {
+      std::memcpy(out.data(), state_ptr(st), out.size());
+    }
+    return out;
+  }
+
+  Result<bool> write_state(State st, const std::vector<char>& in) {
+    if (tier(st) == Tier::nvme && st == State::param16) {
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < units.size(); ++i) {
+        const std::size_t len = units[i].len * psz;
+        if (len == 0) continue;
+        AlignedBuffer buf(len);
+        std::memcpy(buf.p, in.data() + at, len);
+        if (Result<bool> r = write_wait(swap_param->write(i, buf.p)); !r) return r;
+        at += len;
+      }
+      return true;
+    }
+    if (tier(st) == Tier::nvme) {
+      const std::size_t n_opt = elems_of(State::optim32);
+      const float* a = reinterpret_cast<const float*>(in.data());
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        const ChunkPlan& ch = chunks[c];
+        AlignedBuffer buf(12 * ch.count);
+        float* f = reinterpret_cast<float*>(buf.p);
+        for (int k3 = 0; k3 < 3; ++k3) std::copy_n(a + k3 * n_opt + ch.start, ch.count, f + k3 * ch.count);
+        if (Result<bool> r = write_wait(swap_optim->write(c, buf.p)); !r) return r;
+      }
+      return true;
+    }
+    if (tier(st) == Tier::gpu) {
+      k().copy_h2d_async(cx(), 0, state_ptr(st), in.data(), in.size());
+      k().synchronize(cx());
+    } else {
+      std::memcpy(state_ptr(st), in.data(), in.size());
+    }
+    return true;
+  }
+
+  std::uint64_t state_size(State st) const {
+    if (st == State::optim32) return 12 * elems_of(State::optim32);
+    if (tier(st) == Tier::nvme) {
+      std::uint64_t n = 0;
+      for (const Unit& u : units) n += u.len;
+      return n * psz;
+    }
+    return state_bytes(st);
+  }
+
+  nlohmann::ordered_json identity() const {
+    nlohmann::ordered_json place = nlohmann::ordered_json::object();
+    for (State st : {State::param16, State::grad16, State::optim32})
+      place[to_string(st)] = std::string(to_string(tier(st))) + (o.placement.of(st).partitioned ? "/p" : "");
+    place["fetch"] = o.placement.fetch == ParamFetch::broadcast ? "broadcast" : "allgather";
+    return {{"layers", o.model.layers},        {"hidden", o.model.hidden},      {"heads", o.model.heads},
+            {"seq", o.model.max_seq},          {"vocab", o.model.vocab},        {"dp", dp},
+            {"precision", std::string(adam::dtype_name(o.precision))},
+            {"tiling_factor", o.config.tiling_factor}, {"placement", place}};
+  }
+
   std::size_t swap_bytes() const {
     std::size_t s = 0;
     for (const auto* f : {&swap_param, &swap_grad, &swap_optim})
@@ -1085,11 +1453,21 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   o.config.mp = std::max(1, o.config.mp);
   if (o.config.mp != 1) return make_error("--mp: the executor runs no tensor slicing (mp 1), got " +
                                           std::to_string(o.config.mp));
-  const int dp = o.config.dp > 0 ? o.config.dp : o.profile.total_gpus();
-  if (dp != 1)
-    return make_error("--dp: the executor runs one data-parallel rank (dp 1) so far; the profile " + o.profile.name +
-                      " has " + std::to_string(o.profile.total_gpus()) + " GPUs (give --dp 1, or a one-GPU profile)");
-  o.config.dp = 1;
+  // Ranks are the processes of the job (mpirun -np N), one device each.
+  MpiWorld& world = MpiWorld::get();
+  e.rank = world.rank();
+  e.dp = world.size();
+  if (o.config.dp > 0 && o.config.dp != e.dp)
+    return make_error("--dp: " + std::to_string(o.config.dp) + " data-parallel ranks asked, this job has " +
+                      std::to_string(e.dp) + " (start it with mpirun -np " + std::to_string(o.config.dp) + ")");
+  if (o.profile.total_gpus() < e.dp) {
+    // a profile `memwall run` executes describes this machine: one device per rank started on it
+    if (o.profile.executor_backend.empty() || o.profile.nodes != 1)
+      return make_error("--profile " + o.profile.name + ": " + std::to_string(o.profile.total_gpus()) +
+                        " GPUs, but this job has " + std::to_string(e.dp) + " ranks (one GPU each)");
+    o.profile.gpus_per_node = e.dp;
+  }
+  o.config.dp = e.dp;
   if (o.config.bsz != std::floor(o.config.bsz) || o.config.bsz < 1)
     return make_error("--bsz: the executor needs a whole micro-batch >= 1, got " + format_g(o.config.bsz));
   e.micro_batches = o.placement.layer_major ? std::max(1, o.config.micro_batches) : 1;
@@ -1105,14 +1483,22 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (!pl) return make_error(pl.error());
 
   const MemorySizes sizes = executor_sizes(o.model, o.config, o.precision, e.micro_batches);
-  Result<Schedule> s = build_schedule(model_spec(o.model), o.placement, o.config, o.profile, 0, sizes);
+  Result<Schedule> s = build_schedule(gpt_model_spec(o.model), o.placement, o.config, o.profile, e.rank, sizes);
   if (!s) return make_error(s.error());
   e.sched = std::move(s).value();
   if (std::vector<std::string> bad = check_invariants(e.sched); !bad.empty())
     return make_error("internal error: the schedule breaks an invariant: " + bad.front());
   if (Result<bool> r = e.check_fit(); !r) return make_error(r.error());
-  e.lay_out_units();
+  if (Result<bool> r = e.lay_out_units(); !r) return make_error(r.error());
   if (Result<bool> r = e.plan_chunks(); !r) return make_error(r.error());
+  for (const Step& st : e.sched.steps)
+    if (Impl::is_collective(st)) e.collective_order.push_back(st.id);
+  if (e.dp > 1) {
+    Result<std::unique_ptr<Collectives>> c = make_mpi_collectives();
+    if (!c) return make_error(c.error());
+    e.coll = std::move(c).value();
+    if (Result<bool> r = e.check_ranks_agree(); !r) return make_error(r.error());
+  }
 
   adam::AdamOptions ao;
   ao.lr = o.lr;
@@ -1126,14 +1512,23 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   e.adam = std::make_unique<adam::CpuAdam>(std::move(a).value());
   e.lane = std::make_unique<HostLane>();
   if (Result<bool> r = e.make_tiers(); !r) return make_error(r.error());
+  e.gpt->set_data_parallel(e.dp);
+  if (e.dp > 1 && o.backend == "cuda") {  // NCCL between the GPUs, bootstrapped over MPI
+    Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, *e.coll);
+    if (!c) return make_error(c.error());
+    e.boot = std::move(e.coll);
+    e.coll = std::move(c).value();
+  }
   if (Result<bool> r = e.initialise(); !r) return make_error(r.error());
-  if (o.keep_gradients) e.grads_kept.assign(e.n, 0.0f);
+  if (o.keep_gradients) e.grads_kept.assign(e.elems_of(State::optim32), 0.0f);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 const Schedule& Engine::schedule() const { return impl_->sched; }
 const BackendCaps& Engine::backend_caps() const { return impl_->be->caps(); }
-std::size_t Engine::num_params() const { return impl_->n; }
+std::size_t Engine::num_params() const { return impl_->n_whole; }
+int Engine::rank() const { return impl_->rank; }
+int Engine::ranks() const { return impl_->dp; }
 int Engine::tokens_per_iteration() const {
   return impl_->micro_batches * int(impl_->o.config.bsz) * impl_->o.model.max_seq;
 }
@@ -1153,7 +1548,8 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->tokens(u), tokens.data() + per_mb * std::size_t(u), per_mb * sizeof(int));
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->targets(u), targets.data() + per_mb * std::size_t(u), per_mb * sizeof(int));
   }
-  if (e.tier(State::grad16) == Tier::gpu) e.k().memset_zero(e.cx(), e.state_ptr(State::grad16), e.n * e.psz);
+  if (e.tier(State::grad16) == Tier::gpu)
+    e.k().memset_zero(e.cx(), e.state_ptr(State::grad16), e.elems_of(State::grad16) * e.psz);
   e.k().synchronize(e.cx());
   ++e.adam_step;
   IterationReport r;
@@ -1171,7 +1567,13 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
     e.k().synchronize(e.cx());
     for (float x : l) sum += x;  // in double on the host: the mean does not depend on a kernel's order
   }
-  r.loss = float(sum / double(per_mb * std::size_t(e.micro_batches)));
+  double mean = sum / double(per_mb * std::size_t(e.micro_batches));
+  if (e.dp > 1) {  // the global batch's mean: every rank's mean, averaged
+    Result<double> all = e.coll->all_reduce_sum(mean);
+    if (!all) return make_error(all.error());
+    mean = *all / e.dp;
+  }
+  r.loss = float(mean);
   r.iteration_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.bytes_moved = e.bytes_moved;
   r.overlap = overlap_report(e.sched, r.times);
@@ -1181,7 +1583,8 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
 
 Result<std::vector<float>> Engine::master_params() {
   Impl& e = *impl_;
-  std::vector<float> part(e.n);
+  const std::size_t n_opt = e.elems_of(State::optim32);
+  std::vector<float> part(n_opt);
   if (e.tier(State::optim32) == Tier::nvme) {
     for (std::size_t c = 0; c < e.chunks.size(); ++c) {
       AlignedBuffer buf(12 * e.chunks[c].count);
@@ -1189,28 +1592,17 @@ Result<std::vector<float>> Engine::master_params() {
       std::memcpy(part.data() + e.chunks[c].start, buf.p, e.chunks[c].count * 4);
     }
   } else if (e.tier(State::optim32) == Tier::gpu) {
-    e.k().copy_d2h_async(e.cx(), 0, part.data(), e.state_ptr(State::optim32), e.n * 4);
+    e.k().copy_d2h_async(e.cx(), 0, part.data(), e.state_ptr(State::optim32), n_opt * 4);
     e.k().synchronize(e.cx());
   } else {
-    std::memcpy(part.data(), e.host_optim.p, e.n * 4);
+    std::memcpy(part.data(), e.host_optim.p, n_opt * 4);
   }
-  std::vector<float> flat(part.size());
-  for (const ParamGroup& g : e.groups) {
-    const Unit& u0 = e.units[e.unit_by_name.at(g.name + (e.tiles_of(g) > 1 ? "[tile 0]" : ""))];
-    from_tile_major(g, e.tiles_of(g), part.data() + u0.at, flat.data() + g.offset);
-  }
-  return flat;
+  return e.assemble(part);
 }
 
-std::vector<float> Engine::gradients() const {
-  const Impl& e = *impl_;
-  if (e.grads_kept.empty()) return {};
-  std::vector<float> flat(e.n);
-  for (const ParamGroup& g : e.groups) {
-    const Unit& u0 = e.units[e.unit_by_name.at(g.name + (e.tiles_of(g) > 1 ? "[tile 0]" : ""))];
-    from_tile_major(g, e.tiles_of(g), e.grads_kept.data() + u0.at, flat.data() + g.offset);
-  }
-  return flat;
+Result<std::vector<float>> Engine::gradients() {
+  if (impl_->grads_kept.empty()) return std::vector<float>{};
+  return impl_->assemble(impl_->grads_kept);
 }
 
 Result<std::vector<float>> Engine::logits() {
@@ -1219,6 +1611,135 @@ Result<std::vector<float>> Engine::logits() {
   std::vector<float> out(count);
   e.k().copy_d2h_async(e.cx(), 0, out.data(), e.gpt->logits(0), count * sizeof(float));
   e.k().synchronize(e.cx());
+  return out;
+}
+
+Result<bool> Engine::save(const std::string& dir, const RunPosition& at) {
+  Impl& e = *impl_;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", at.iteration);
+  const std::string step_dir = dir + "/" + name;
+  std::error_code ec;
+  if (e.rank == 0) {
+    std::filesystem::create_directories(step_dir, ec);
+    if (ec) return make_error("--save " + dir + ": cannot create " + step_dir + ": " + ec.message());
+  }
+  if (e.dp > 1)
+    if (Result<bool> b = e.coll->barrier(); !b) return make_error(b.error());
+  std::vector<std::uint64_t> mine;  // bytes and checksum of this rank's two files
+  for (State st : {State::param16, State::optim32}) {
+    Result<std::vector<char>> bytes = e.read_state(st);
+    if (!bytes) return make_error("--save: " + bytes.error());
+    char file[48];
+    std::snprintf(file, sizeof file, "/rank%04d.%s", e.rank, to_string(st));
+    if (Result<bool> w = write_durably(step_dir + file, bytes->data(), bytes->size()); !w) return make_error(w.error());
+    mine.push_back(bytes->size());
+    mine.push_back(fnv1a(bytes->data(), bytes->size()));
+  }
+  std::vector<std::vector<std::uint64_t>> all(std::size_t(e.dp));
+  for (std::uint64_t v : mine) {
+    std::vector<std::uint64_t> g = {v};
+    if (e.dp > 1) {
+      Result<std::vector<std::uint64_t>> r = e.coll->all_gather_u64(v);
+      if (!r) return make_error(r.error());
+      g = std::move(r).value();
+    }
+    for (std::size_t q = 0; q < g.size(); ++q) all[q].push_back(g[q]);
+  }
+  if (e.o.save_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(e.o.save_pause_s));
+  if (e.rank == 0) {
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (int q = 0; q < e.dp; ++q)
+      for (int k2 = 0; k2 < 2; ++k2) {
+        char file[48];
+        std::snprintf(file, sizeof file, "rank%04d.%s", q, k2 == 0 ? "param16" : "optim32");
+        files.push_back({{"rank", q}, {"file", file}, {"bytes", all[size_t(q)][size_t(2 * k2)]},
+                         {"fnv1a64", all[size_t(q)][size_t(2 * k2 + 1)]}});
+      }
+    nlohmann::ordered_json m = {{"format", "memwall checkpoint 1"}, {"run", e.identity()},
+                                {"iteration", at.iteration},     {"adam_step", e.adam_step},
+                                {"data_rng", at.data_rng},       {"files", files}};
+    const std::string text = m.dump(1) + "\n";
+    if (Result<bool> w = write_durably(step_dir + "/manifest.json", text.data(), text.size()); !w)
+      return make_error(w.error());
+    const std::string latest = std::string(name) + "\n";
+    if (Result<bool> w = write_durably(dir + "/latest", latest.data(), latest.size()); !w) return make_error(w.error());
+    // keep the newest two
+    std::vector<std::string> steps;
+    for (const auto& d : std::filesystem::directory_iterator(dir, ec))
+      if (d.is_directory() && d.path().filename().string().rfind("step-", 0) == 0) steps.push_back(d.path().string());
+    std::sort(steps.begin(), steps.end());
+    for (std::size_t i = 0; i + 2 < steps.size(); ++i) std::filesystem::remove_all(steps[i], ec);
+  }
+  if (e.dp > 1)
+    if (Result<bool> b = e.coll->barrier(); !b) return make_error(b.error());
+  return true;
+}
+
+Result<RunPosition> Engine::resume(const std::string& dir) {
+  Impl& e = *impl_;
+  Result<std::vector<char>> latest = read_whole(dir + "/latest");
+  if (!latest) return make_error("--resume " + dir + ": no checkpoint (" + latest.error() + ")");
+  std::string name(latest->begin(), latest->end());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const std::string step_dir = dir + "/" + name, mpath = step_dir + "/manifest.json";
+  Result<std::vector<char>> mtext = read_whole(mpath);
+  if (!mtext) return make_error("--resume: " + mtext.error());
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(mtext->begin(), mtext->end());
+  } catch (const std::exception& ex) {
+    return make_error(mpath + ": not a memwall checkpoint manifest: " + ex.what());
+  }
+  if (!m.is_object() || m.value("format", "") != "memwall checkpoint 1")
+    return make_error(mpath + ": format: expected \"memwall checkpoint 1\"");
+  const nlohmann::json mine = nlohmann::json::parse(e.identity().dump());
+  for (auto it = mine.begin(); it != mine.end(); ++it) {
+    const nlohmann::json& theirs = m["run"][it.key()];
+    if (theirs != it.value())
+      return make_error(mpath + ": run." + it.key() + ": the checkpoint has " + theirs.dump() + ", this run " +
+                        it.value().dump() + " (resume with the same model, placement, dp, precision and tiling)");
+  }
+  for (State st : {State::param16, State::optim32}) {
+    char file[48];
+    std::snprintf(file, sizeof file, "rank%04d.%s", e.rank, to_string(st));
+    const nlohmann::json* entry = nullptr;
+    for (const nlohmann::json& f : m["files"])
+      if (f.value("file", "") == file) entry = &f;
+    if (!entry) return make_error(mpath + ": files: no entry for " + file);
+    Result<std::vector<char>> bytes = read_whole(step_dir + "/" + file);
+    if (!bytes) return make_error("--resume: " + bytes.error());
+    const std::uint64_t want = (*entry)["bytes"].get<std::uint64_t>();
+    if (bytes->size() != want || want != e.state_size(st))
+      return make_error(step_dir + "/" + file + ": " + std::to_string(bytes->size()) + " bytes, the manifest says " +
+                        std::to_string(want) + " and this run needs " + std::to_string(e.state_size(st)));
+    if (fnv1a(bytes->data(), bytes->size()) != (*entry)["fnv1a64"].get<std::uint64_t>())
+      return make_error(step_dir + "/" + file + ": checksum differs from the manifest's (the file is damaged)");
+    if (Result<bool> w = e.write_state(st, *bytes); !w) return make_error("--resume: " + w.error());
+  }
+  e.adam_step = m["adam_step"].get<long>();
+  RunPosition at;
+  at.iteration = m["iteration"].get<int>();
+  at.data_rng = m["data_rng"].get<std::uint64_t>();
+  e.iteration = at.iteration;
+  return at;
+}
+
+Result<std::vector<RankTraffic>> Engine::traffic_by_rank(const IterationReport& r) {
+  Impl& e = *impl_;
+  std::vector<RankTraffic> out(std::size_t(e.dp));
+  for (int c = 0; c < kLinkClasses; ++c)
+    for (int which = 0; which < 2; ++which) {
+      const double v = which == 0 ? r.bytes_moved[size_t(c)] : e.sched.traffic_bytes[size_t(c)];
+      std::vector<std::uint64_t> all = {std::uint64_t(std::llround(v))};
+      if (e.dp > 1) {
+        Result<std::vector<std::uint64_t>> g = e.coll->all_gather_u64(all[0]);
+        if (!g) return make_error(g.error());
+        all = std::move(g).value();
+      }
+      for (std::size_t q = 0; q < all.size(); ++q)
+        (which == 0 ? out[q].moved_bytes : out[q].schedule_bytes)[size_t(c)] = double(all[q]);
+    }
   return out;
 }
 

@@ -12,8 +12,10 @@
 // Thread-safety: one thread drives an Engine. Inside, copy streams, io_uring workers and a host
 // lane for CPU Adam run beside the dispatcher and only report completions to it.
 //
-// Data-parallel ranks (dp > 1) need collectives between processes; this engine runs dp = 1 and
-// refuses a schedule with collective steps, naming the flag.
+// Data-parallel ranks are the processes of an mpirun job (MpiWorld): each builds the schedule of its
+// own rank, keeps its shard of every partitioned state (Sec. 6.1, bandwidth-centric partitioning),
+// initialises only that (Sec. 7.2), and runs the schedule's gg, reduce-scatter and all-reduce steps
+// through Collectives (MPI on the cpu backend, NCCL on cuda), in schedule order on every rank.
 #pragma once
 
 #include <array>
@@ -53,6 +55,14 @@ struct EngineOptions {
   bool serial = false;             // debug: issue one step, wait for it, then the next
   bool keep_gradients = false;     // tests: gradients as the optimizer read them (gradients())
   double stall_timeout_s = 120;    // nothing completes for this long: stop with what is in flight
+  double save_pause_s = 0;         // tests: sleep between writing the shards and the manifest
+};
+
+// Where a run is, as a checkpoint records it besides the states: the iteration done and the data
+// position (the batch generator's state after it).
+struct RunPosition {
+  int iteration = 0;
+  std::uint64_t data_rng = 0;
 };
 
 // One iteration, measured. Bytes per link class are counted by the handlers as they complete.
@@ -76,6 +86,11 @@ struct EngineStats {
   io::IoCounters io;                       // the io engine's own counters (padded to 4 KiB blocks)
 };
 
+struct RankTraffic {
+  std::array<double, kLinkClasses> moved_bytes{};     // counted by that rank's handlers
+  std::array<double, kLinkClasses> schedule_bytes{};  // that rank's schedule
+};
+
 class Engine {
  public:
   // Builds and checks the schedule and refuses, with one line naming what to change, a model that
@@ -89,6 +104,8 @@ class Engine {
   const Schedule& schedule() const;
   const BackendCaps& backend_caps() const;
   std::size_t num_params() const;
+  int rank() const;   // this process's data-parallel rank
+  int ranks() const;  // dp: the processes of the job (mpirun -np N), 1 without mpirun
   int tokens_per_iteration() const;  // micro-batches x bsz x seq
 
   // One iteration on (micro_batches x bsz, seq) tokens and next-token targets: every step of the
@@ -96,14 +113,31 @@ class Engine {
   // offset; the optimizer never runs on data that failed to arrive.
   Result<IterationReport> step(const std::vector<int>& tokens, const std::vector<int>& targets);
 
-  // fp32 master parameters in the parameter array's order (gpt_param_tensors), from their tier.
+  // fp32 master parameters in the parameter array's order (gpt_param_tensors), from their tier;
+  // with partitioned optimizer states assembled from every rank (a collective: call on all ranks).
   Result<std::vector<float>> master_params();
-  // The gradients the last optimizer step read, as fp32 in the parameter array's order
-  // (options.keep_gradients), and the logits of micro-batch 0 of the last iteration (B, T, V).
-  std::vector<float> gradients() const;
+  // The gradients the last optimizer step read, as fp32 in the parameter array's order, assembled
+  // the same way (options.keep_gradients), and the logits of this rank's micro-batch 0 (B, T, V).
+  Result<std::vector<float>> gradients();
   Result<std::vector<float>> logits();
 
+  // Checkpoints that survive offload (DeepSpeed issues #2082, #7549): every rank writes its
+  // 16-bit parameters and fp32 optimizer states from wherever they live (device, pinned host
+  // memory, swap files) to DIR/step-NNNNNNNN/rankRRRR.{param16,optim32}, fsyncs them, and rank 0
+  // writes manifest.json last (sizes, FNV-1a checksums, model, placement, dp, precision, position)
+  // through a temporary file, fsync and rename, then points DIR/latest at it the same way; the two
+  // newest checkpoints are kept. A run killed during a save leaves the previous one loadable.
+  // Collectives: call on every rank.
+  Result<bool> save(const std::string& dir, const RunPosition& at);
+  // Loads DIR/latest into the tiers after checking that its model, placement, dp, precision and
+  // tiling are this run's (naming the field that differs) and that every file has its manifest
+  // size and checksum. Returns the position to continue from.
+  Result<RunPosition> resume(const std::string& dir);
+
   EngineStats stats() const;
+  // Bytes per link class of every rank in the iteration `r` reported here (a collective: call on
+  // all ranks with their own reports).
+  Result<std::vector<RankTraffic>> traffic_by_rank(const IterationReport& r);
   // Every step of the last iteration as trace events (options.trace), rank 0.
   std::vector<TraceEvent> trace_events(const IterationReport& r) const;
 
@@ -118,8 +152,5 @@ class Engine {
 // one workspace of GptOps::workspace_bytes.
 MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config, adam::DType precision,
                            int micro_batches);
-
-// The ModelSpec the operator graph is built from for this GPT (vocab, seq = max_seq).
-ModelSpec model_spec(const GptConfig& g);
 
 }  // namespace memwall::exec

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -34,9 +35,7 @@ double positive_real(const YamlReader& r, const YAML::Node& root, const std::str
 }
 
 int bounded(const YamlReader& r, const YAML::Node& root, const std::string& key, long lo, long hi, long fallback) {
-  const long v = r.integer_or(root, "", key, lo, fallback);
-  if (v > hi) r.fail(root[key], key, "expected at most " + std::to_string(hi) + ", got " + std::to_string(v));
-  return int(v);
+  return int(r.integer_or(root, "", key, lo, hi, fallback));
 }
 
 }  // namespace
@@ -63,7 +62,7 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     c.ci = bounded(r, root, "ci", 0, c.model.layers, c.ci);
     c.lr = positive_real(r, root, "lr", c.lr, false);
     c.weight_decay = positive_real(r, root, "weight_decay", c.weight_decay, true);
-    c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, long(c.seed)));
+    c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, std::numeric_limits<long>::max(), long(c.seed)));
     c.backend = r.text_or(root, "", "backend", c.backend);
     if (c.backend != "cpu" && c.backend != "cuda")
       r.fail(root["backend"], "backend", "expected cpu or cuda, got \"" + c.backend + "\"");
@@ -75,7 +74,8 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     Result<adam::DType> pr = adam::parse_dtype(precision);
     if (!pr) r.fail(root["precision"], "precision", "expected bf16, fp16 or fp32, got \"" + precision + "\"");
     c.precision = *pr;
-    c.capacity_bytes = std::size_t(r.quantity_or(root, "", "capacity", Dimension::bytes, 0.0));
+    // a device smaller than 1 MiB holds no model; 1 PiB is beyond any device (and any double's exactness)
+    c.capacity_bytes = std::size_t(r.bytes_or(root, "", "capacity", std::uint64_t(1) << 20, std::uint64_t(1) << 50, 0));
     c.corpus = r.text_or(root, "", "corpus", "");
     if (c.corpus.empty()) {
       c.corpus = default_corpus_path();

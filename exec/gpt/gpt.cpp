@@ -8,6 +8,18 @@
 
 namespace memwall::exec {
 
+ModelSpec gpt_model_spec(const GptConfig& g) {
+  ModelSpec m;
+  m.name = "gpt";
+  m.source = "run config";
+  m.layers = g.layers;
+  m.hidden = g.hidden;
+  m.heads = g.heads;
+  m.seq = g.max_seq;
+  m.vocab = g.vocab;
+  return m;
+}
+
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& c) {
   const long C = c.hidden, V = c.vocab;
   std::vector<ParamTensor> t;
@@ -58,26 +70,68 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& c) {
   return groups;
 }
 
-std::vector<float> gpt_init_params(const GptConfig& c, std::uint64_t seed) {
-  // splitmix64 + Box-Muller: the same numbers on every platform (std::normal_distribution is not)
-  std::uint64_t s = seed;
-  auto next = [&s] {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  auto uniform = [&] { return (double(next() >> 11) + 0.5) * 0x1.0p-53; };
-  auto normal = [&] { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform()); };
-  std::vector<float> p;
-  const double resid_std = 0.02 / std::sqrt(2.0 * c.layers);
-  for (const ParamTensor& t : gpt_param_tensors(c)) {
+namespace {
+
+std::uint64_t mix(std::uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+std::uint64_t name_key(const std::string& name) {  // FNV-1a
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+// A standard normal from (key, i) alone: Box-Muller on two uniforms hashed from the counter.
+double normal_at(std::uint64_t key, std::uint64_t i) {
+  const double u1 = (double(mix(key ^ mix(2 * i + 0x9E3779B97F4A7C15ull)) >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = (double(mix(key ^ mix(2 * i + 1 + 0x9E3779B97F4A7C15ull)) >> 11) + 0.5) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// The group's element at flat offset `at` (the parameter array's order within the group).
+float init_at(const GptConfig& c, std::uint64_t seed, const std::vector<ParamTensor>& tensors, std::size_t at) {
+  for (const ParamTensor& t : tensors) {
+    if (at >= t.elems) {
+      at -= t.elems;
+      continue;
+    }
     const bool ln_weight = t.name.ends_with("ln1.weight") || t.name.ends_with("ln2.weight") || t.name == "ln_f.weight";
-    const bool bias = t.name.ends_with(".bias");
+    if (ln_weight) return 1.0f;
+    if (t.name.ends_with(".bias")) return 0.0f;
     const bool resid = t.name.ends_with("proj.weight") || t.name.ends_with("fc2.weight");
-    for (std::size_t i = 0; i < t.elems; ++i)
-      p.push_back(ln_weight ? 1.0f : bias ? 0.0f : float((resid ? resid_std : 0.02) * normal()));
+    const double std_dev = resid ? 0.02 / std::sqrt(2.0 * c.layers) : 0.02;
+    return float(std_dev * normal_at(seed ^ name_key(t.name), at));
   }
+  return 0.0f;
+}
+
+}  // namespace
+
+void gpt_init_group(const GptConfig& c, std::uint64_t seed, const ParamGroup& g, int tiles, std::size_t from,
+                    std::size_t count, float* out) {
+  std::vector<ParamTensor> tensors;
+  for (const ParamTensor& t : gpt_param_tensors(c))
+    if (t.offset >= g.offset && t.offset < g.offset + g.elems) tensors.push_back(t);
+  const bool tiled = g.linear && tiles > 1;
+  const std::size_t IC = std::size_t(g.in_features), OC = std::size_t(g.out_features);
+  const std::size_t OCt = tiled ? OC / std::size_t(tiles) : OC, per_tile = OCt * (IC + 1);
+  for (std::size_t k = 0; k < count; ++k) {
+    std::size_t p = from + k, flat = p;
+    if (tiled) {  // tile-major position -> the group's own order (weight rows, then bias)
+      const std::size_t t = p / per_tile, q = p % per_tile;
+      flat = q < OCt * IC ? t * OCt * IC + q : OC * IC + t * OCt + (q - OCt * IC);
+    }
+    out[k] = init_at(c, seed, tensors, flat);
+  }
+}
+
+std::vector<float> gpt_init_params(const GptConfig& c, std::uint64_t seed) {
+  std::size_t n = 0;
+  const std::vector<ParamGroup> groups = gpt_param_groups(c);
+  for (const ParamGroup& g : groups) n += g.elems;
+  std::vector<float> p(n);
+  for (const ParamGroup& g : groups) gpt_init_group(c, seed, g, 1, 0, g.elems, p.data() + g.offset);
   return p;
 }
 
@@ -327,9 +381,11 @@ void GptOps::backward(const OpCall& c) {
   const bool first_part = c.tile < 0 || c.tile == c.tiles - 1;
   switch (c.op.kind) {
     case OpKind::lm_head:
-      // loss = mean over every position of every micro-batch: dlosses = 1 / (BT * micro-batches)
+      // loss = mean over every position of every micro-batch of every rank:
+      // dlosses = 1 / (BT * micro-batches * ranks)
       k.memset_zero(cx, m.dlogits, std::size_t(BT) * V * f);
-      k.crossentropy_backward(cx, m.dlogits, m.probs, m.targets, 1.0f / (float(BT) * float(micro_batches_)), BT, V);
+      k.crossentropy_backward(cx, m.dlogits, m.probs, m.targets,
+                              1.0f / (float(BT) * float(micro_batches_) * float(ranks_)), BT, V);
       // logits = lnf . wte^T: dlnf (into dA) = dlogits . wte; dwte += dlogits^T . lnf
       k.memset_zero(cx, m.dA, btc * f);
       k.gemm(cx, false, false, BT, C, V, 1.0f, m.dlogits, V, 0, c.params, C, 0, 1.0f, m.dA, C, 0, 1);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "exec/backend/backend.hpp"
+#include "model/model_spec.hpp"
 #include "model/result.hpp"
 
 namespace memwall::exec {
@@ -47,11 +48,20 @@ struct ParamGroup {
   long in_features = 0, out_features = 0;
 };
 
+// The operator graph's description of this GPT (seq = max_seq): what its schedule is built from.
+ModelSpec gpt_model_spec(const GptConfig& cfg);
+
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg);
 std::vector<ParamGroup> gpt_param_groups(const GptConfig& cfg);
 
 // GPT-2's initialisation from a seed (normal(0, 0.02); residual projections / sqrt(2L); LayerNorm
-// weight 1, biases 0), deterministic across platforms, in the parameter array's order.
+// weight 1, biases 0), counter-based: element i of tensor t is a function of (seed, t's name, i)
+// alone, the same on every platform. Any range of any group is made on its own, so each
+// data-parallel rank initialises only its shard (Sec. 7.2) and the assembled weights do not depend
+// on how they were split. gpt_init_group fills elements [from, from + count) of group g in its
+// tile-major order (tiles 1: the parameter array's order); gpt_init_params makes the whole array.
+void gpt_init_group(const GptConfig& cfg, std::uint64_t seed, const ParamGroup& g, int tiles, std::size_t from,
+                    std::size_t count, float* out);
 std::vector<float> gpt_init_params(const GptConfig& cfg, std::uint64_t seed);
 
 // A linear group tiled by output rows keeps tile t's weight rows and bias entries together, so
@@ -99,6 +109,9 @@ class GptOps {
 
   void forward(const OpCall& c);
   void backward(const OpCall& c);
+  // The loss is the mean over every position of every micro-batch of `ranks` data-parallel ranks:
+  // each rank's backward scales its gradients so the ranks' sum is the gradient of that mean.
+  void set_data_parallel(int ranks) { ranks_ = ranks; }
 
   int* tokens(int u) { return mb_[std::size_t(u)].tokens; }    // (B, T) device inputs of micro-batch u
   int* targets(int u) { return mb_[std::size_t(u)].targets; }  // (B, T) device targets
@@ -164,6 +177,7 @@ class GptOps {
   Backend& be_;
   GptConfig cfg_;
   int B_, T_, ci_, micro_batches_;
+  int ranks_ = 1;
   std::vector<MicroBatch> mb_;
   float* weight_staging_ = nullptr;
   float* grad_staging_ = nullptr;

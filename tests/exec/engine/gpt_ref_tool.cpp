@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
       logits = e.logits().value();
       // the engine's gradients are in partition (tile-major) order; untiled here, so it is the
       // parameter array's order
-      grads = e.gradients();
+      grads = e.gradients().value();
     }
   }
 

@@ -16,15 +16,6 @@ using namespace memwall::exec;
 
 namespace {
 
-ModelSpec spec_of(const GptConfig& g) {
-  ModelSpec spec;
-  spec.layers = g.layers;
-  spec.hidden = g.hidden;
-  spec.heads = g.heads;
-  spec.seq = g.max_seq;
-  spec.vocab = g.vocab;
-  return spec;
-}
 
 std::vector<float> randn(std::size_t n, unsigned seed, float scale = 0.5f) {
   std::mt19937 g(seed);
@@ -82,7 +73,7 @@ struct Rig {
 
 TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
   const GptConfig g{2, 64, 4, 32, 256};
-  OperatorGraph graph = build_gpt_graph(spec_of(g), 1, g.max_seq);
+  OperatorGraph graph = build_gpt_graph(gpt_model_spec(g), 1, g.max_seq);
   std::vector<std::pair<std::string, double>> owners;
   for (std::size_t v : graph.order)
     if (graph.op(v).param_elems > 0) owners.push_back({graph.op(v).name, graph.op(v).param_elems});
@@ -100,7 +91,7 @@ TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
 // Every operator the schedule can name has an entry point, using the group its graph node owns.
 TEST(Gpt, EveryOperatorOfTheGraphHasAnEntryPoint) {
   const GptConfig g{3, 64, 4, 32, 256};
-  OperatorGraph graph = build_gpt_graph(spec_of(g), 1, g.max_seq);
+  OperatorGraph graph = build_gpt_graph(gpt_model_spec(g), 1, g.max_seq);
   for (std::size_t v : graph.order) {
     const Operator& op = graph.op(v);
     Result<OpRef> r = parse_op(g, op.name);

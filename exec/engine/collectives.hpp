@@ -1,0 +1,90 @@
+// Collectives between the data-parallel ranks of a run: what the schedule's gg and bcast fetches,
+// reduce_scatter (rs, and the owner's reduce) and allreduce steps do. Two implementations behind one
+// small interface: MPI (OpenMPI) between processes, for the cpu backend, and NCCL between GPUs, for
+// cuda (its unique id bootstrapped over MPI). No home-made transport.
+//
+// Contract (as c10d's): every rank makes the same calls in the same order; the engine issues the
+// schedule's collective steps strictly in schedule order. Calls return at once with an operation the
+// caller polls; its buffers stay the caller's and must live until it is done. Element types are the
+// engine's: fp32, bf16, fp16 (16-bit sums are formed in fp32 and rounded once per reduction step).
+// Thread-safety: one thread (the engine's dispatcher) calls and polls; MPI runs FUNNELED.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/adam/adam_types.hpp"
+#include "exec/backend/backend.hpp"
+#include "model/result.hpp"
+
+namespace memwall::exec {
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+  // true when done (and whatever it leaves behind is in place); an error stops the run
+  virtual Result<bool> test() = 0;
+};
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "mpi", "nccl"
+
+  // In place: rank q's `count` elements sit at base + q * stride (elements); afterwards every rank
+  // has every rank's. stride == count is the plain all-gather of a contiguous buffer.
+  virtual Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
+                                                           adam::DType t) = 0;
+  // `buf` holds size() x count elements; their sum over ranks is formed and this rank's slice
+  // (elements [rank * count, (rank + 1) * count)) lands in `out` (count elements; may be that
+  // slice of buf itself). `buf` is scratch afterwards.
+  virtual Result<std::unique_ptr<CollectiveOp>> reduce_scatter(void* buf, void* out, std::size_t count,
+                                                               adam::DType t) = 0;
+  virtual Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) = 0;
+  virtual Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) = 0;
+  // the sum over ranks lands in root's buf (other ranks' buf is scratch afterwards)
+  virtual Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) = 0;
+
+  // Host-side and blocking, for setup and checks outside the schedule.
+  virtual Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) = 0;
+  virtual Result<double> all_reduce_sum(double v) = 0;
+  virtual Result<bool> all_reduce_sum_host(float* buf, std::size_t count) = 0;  // host memory, in place
+  virtual Result<bool> barrier() = 0;
+};
+
+// The process's MPI world, initialised once (MPI_THREAD_FUNNELED) and finalised at exit. `size()`
+// 1 and no MPI at all when the process was not started by mpirun (so a plain `memwall run` needs
+// no MPI runtime). Not copyable; one per process.
+class MpiWorld {
+ public:
+  static MpiWorld& get();            // initialises MPI on first use when launched by mpirun
+  bool active() const { return active_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Stops every rank of the job (MPI_Abort) after printing `message` on this rank's stderr.
+  [[noreturn]] void abort(const std::string& message, int code);
+  ~MpiWorld();
+
+ private:
+  MpiWorld();
+  bool active_ = false;
+  int rank_ = 0, size_ = 1;
+};
+
+// True when this process was started by mpirun (OpenMPI's or a PMI launcher's environment).
+bool launched_by_mpirun();
+
+// MPI collectives over the world (MPI_Iallgather, MPI_Ireduce_scatter_block, ... polled with
+// MPI_Test; 16-bit sums through a user-defined MPI_Op). Needs MpiWorld::get().active().
+Result<std::unique_ptr<Collectives>> make_mpi_collectives();
+
+// NCCL collectives between the GPUs of the world on `backend`'s stream for them, the unique id
+// broadcast over MPI. Only in builds with the cuda backend and NCCL.
+Result<std::unique_ptr<Collectives>> make_nccl_collectives(Backend& backend, Collectives& bootstrap);
+
+}  // namespace memwall::exec

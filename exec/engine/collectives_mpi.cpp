@@ -1,0 +1,209 @@
+// MPI collectives (OpenMPI): non-blocking MPI_I* calls polled with MPI_Test by the engine's
+// dispatcher. Every MPI call goes through MPI_CHECK, which turns a failure into an error naming the
+// call, file:line and MPI's own message.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "exec/backend/half.hpp"
+#include "exec/engine/collectives.hpp"
+
+namespace memwall::exec {
+namespace {
+
+std::string mpi_error(const char* call, int rc, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + std::string(text, std::size_t(len));
+}
+#define MPI_CHECK(call)                                                         \
+  do {                                                                          \
+    int mpi_rc_ = (call);                                                       \
+    if (mpi_rc_ != MPI_SUCCESS) return make_error(mpi_error(#call, mpi_rc_, __FILE__, __LINE__)); \
+  } while (0)
+
+// 16-bit sums: each pair is added in fp32 and rounded once, as the engine's accumulate_to does.
+template <adam::DType T>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = half::half_from_f32(half::add_f32(half::f32_from_half(a[i], T), half::f32_from_half(b[i], T)), T);
+}
+
+struct Types {
+  MPI_Op bf16_sum = MPI_OP_NULL, fp16_sum = MPI_OP_NULL;
+};
+
+MPI_Datatype mpi_type(adam::DType t) { return t == adam::DType::fp32 ? MPI_FLOAT : MPI_UINT16_T; }
+std::size_t elem_bytes(adam::DType t) { return t == adam::DType::fp32 ? 4 : 2; }
+
+class MpiOp : public CollectiveOp {
+ public:
+  MpiOp() = default;
+  ~MpiOp() override {
+    if (req_ != MPI_REQUEST_NULL) {  // never leave MPI writing into freed memory
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    }
+    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  }
+  MPI_Request* request() { return &req_; }
+  void own_type(MPI_Datatype t) { type_ = t; }
+  // after completion: copy `bytes` from `from` to `to` (an in-place reduce-scatter's result)
+  void then_copy(const void* from, void* to, std::size_t bytes) {
+    from_ = from;
+    to_ = to;
+    bytes_ = bytes;
+  }
+  Result<bool> test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    if (done && bytes_ > 0 && from_ != to_) std::memmove(to_, from_, bytes_);
+    return done != 0;
+  }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  const void* from_ = nullptr;
+  void* to_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class MpiCollectives : public Collectives {
+ public:
+  MpiCollectives() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Op_create(&sum16<adam::DType::bf16>, 1, &types_.bf16_sum);
+    MPI_Op_create(&sum16<adam::DType::fp16>, 1, &types_.fp16_sum);
+  }
+  ~MpiCollectives() override {
+    MPI_Op_free(&types_.bf16_sum);
+    MPI_Op_free(&types_.fp16_sum);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+
+  Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
+                                                   adam::DType t) override {
+    auto op = std::make_unique<MpiOp>();
+    // rank q's block is `count` elements at q * stride: one contiguous block type whose extent is
+    // the stride, gathered in place
+    MPI_Datatype block = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
+    MPI_CHECK(MPI_Type_contiguous(int(count), mpi_type(t), &block));
+    MPI_CHECK(MPI_Type_create_resized(block, 0, MPI_Aint(stride * elem_bytes(t)), &strided));
+    MPI_Type_free(&block);
+    MPI_CHECK(MPI_Type_commit(&strided));
+    op->own_type(strided);
+    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, strided, MPI_COMM_WORLD, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
+  Result<std::unique_ptr<CollectiveOp>> reduce_scatter(void* buf, void* out, std::size_t count,
+                                                       adam::DType t) override {
+    auto op = std::make_unique<MpiOp>();
+    // in place: the sum of this rank's slice lands at the start of buf, then moves to `out`
+    MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD,
+                                        op->request()));
+    op->then_copy(buf, out, count * elem_bytes(t));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
+  Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {
+    auto op = std::make_unique<MpiOp>();
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
+  Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) override {
+    auto op = std::make_unique<MpiOp>();
+    MPI_CHECK(MPI_Ibcast(buf, int(count), mpi_type(t), root, MPI_COMM_WORLD, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
+  Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) override {
+    auto op = std::make_unique<MpiOp>();
+    MPI_CHECK(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : buf, rank_ == root ? buf : nullptr, int(count), mpi_type(t),
+                          sum(t), root, MPI_COMM_WORLD, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
+  Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) override {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
+    MPI_CHECK(MPI_Allgather(&v, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    return all;
+  }
+  Result<double> all_reduce_sum(double v) override {
+    double s = 0;
+    MPI_CHECK(MPI_Allreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    return s;
+  }
+  Result<bool> all_reduce_sum_host(float* buf, std::size_t count) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    return true;
+  }
+  Result<bool> barrier() override {
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    return true;
+  }
+
+ private:
+  MPI_Op sum(adam::DType t) const {
+    return t == adam::DType::fp32 ? MPI_SUM : t == adam::DType::bf16 ? types_.bf16_sum : types_.fp16_sum;
+  }
+  int rank_ = 0, size_ = 1;
+  Types types_;
+};
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+MpiWorld::MpiWorld() {
+  if (!launched_by_mpirun()) return;
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  // errors come back as codes (MPI_CHECK), not as MPI's default abort
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  active_ = true;
+}
+
+MpiWorld::~MpiWorld() {
+  if (active_) MPI_Finalize();
+}
+
+MpiWorld& MpiWorld::get() {
+  static MpiWorld world;
+  return world;
+}
+
+void MpiWorld::abort(const std::string& message, int code) {
+  std::cerr << message << std::endl;
+  if (active_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+Result<std::unique_ptr<Collectives>> make_mpi_collectives() {
+  if (!MpiWorld::get().active()) return make_error("MPI collectives need a job started by mpirun");
+  return std::unique_ptr<Collectives>(new MpiCollectives());
+}
+
+#if !MEMWALL_HAVE_NCCL
+Result<std::unique_ptr<Collectives>> make_nccl_collectives(Backend&, Collectives&) {
+  return make_error("this memwall was built without NCCL (no CUDA toolkit with NCCL at configure time)");
+}
+#endif
+
+}  // namespace memwall::exec

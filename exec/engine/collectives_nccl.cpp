@@ -1,0 +1,161 @@
+// NCCL collectives between the GPUs of an MPI job: one communicator over the world (unique id from
+// rank 0, broadcast over MPI), a stream of their own that waits for the compute stream before each
+// collective, and an event per operation the dispatcher polls (cudaEventQuery, plus
+// ncclCommGetAsyncError so a broken peer is an error, never a hang). Built with the cuda backend.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "exec/engine/collectives.hpp"
+
+namespace memwall::exec {
+namespace {
+
+#define NCCL_CHECK(call)                                                                                        \
+  do {                                                                                                          \
+    ncclResult_t nccl_rc_ = (call);                                                                             \
+    if (nccl_rc_ != ncclSuccess)                                                                                \
+      return make_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " +             \
+                        ncclGetErrorString(nccl_rc_));                                                          \
+  } while (0)
+#define CUDA_CHECK(call)                                                                                        \
+  do {                                                                                                          \
+    cudaError_t cuda_rc_ = (call);                                                                              \
+    if (cuda_rc_ != cudaSuccess)                                                                                \
+      return make_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " +             \
+                        cudaGetErrorString(cuda_rc_));                                                          \
+  } while (0)
+
+ncclDataType_t nccl_type(adam::DType t) {
+  return t == adam::DType::fp32 ? ncclFloat32 : t == adam::DType::bf16 ? ncclBfloat16 : ncclFloat16;
+}
+std::size_t elem_bytes(adam::DType t) { return t == adam::DType::fp32 ? 4 : 2; }
+
+class NcclOp : public CollectiveOp {
+ public:
+  NcclOp(ncclComm_t comm, cudaEvent_t ev) : comm_(comm), ev_(ev) {}
+  ~NcclOp() override {
+    cudaEventSynchronize(ev_);  // never leave NCCL writing into freed memory
+    cudaEventDestroy(ev_);
+  }
+  Result<bool> test() override {
+    cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) return make_error(std::string("cudaEventQuery: ") + cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess) return make_error(std::string("NCCL: ") + ncclGetErrorString(async));
+    return false;
+  }
+
+ private:
+  ncclComm_t comm_;
+  cudaEvent_t ev_;
+};
+
+class NcclCollectives : public Collectives {
+ public:
+  NcclCollectives(Collectives& boot, ncclComm_t comm, cudaStream_t compute, cudaStream_t comm_stream)
+      : boot_(boot), comm_(comm), compute_(compute), stream_(comm_stream) {}
+  ~NcclCollectives() override {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+  }
+  int rank() const override { return boot_.rank(); }
+  int size() const override { return boot_.size(); }
+  std::string name() const override { return "nccl"; }
+
+  Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
+                                                   adam::DType t) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    char* b = static_cast<char*>(base);
+    const std::size_t eb = elem_bytes(t);
+    if (stride == count) {  // in place: sendbuff == recvbuff + rank * count
+      NCCL_CHECK(ncclAllGather(b + std::size_t(rank()) * count * eb, b, count, nccl_type(t), comm_, stream_));
+    } else {  // NCCL has no strided all-gather: one broadcast per rank, grouped
+      NCCL_CHECK(ncclGroupStart());
+      for (int q = 0; q < size(); ++q)
+        NCCL_CHECK(ncclBroadcast(b + std::size_t(q) * stride * eb, b + std::size_t(q) * stride * eb, count,
+                                 nccl_type(t), q, comm_, stream_));
+      NCCL_CHECK(ncclGroupEnd());
+    }
+    return done_op();
+  }
+  Result<std::unique_ptr<CollectiveOp>> reduce_scatter(void* buf, void* out, std::size_t count,
+                                                       adam::DType t) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    char* slice = static_cast<char*>(buf) + std::size_t(rank()) * count * elem_bytes(t);
+    NCCL_CHECK(ncclReduceScatter(buf, slice, count, nccl_type(t), ncclSum, comm_, stream_));
+    if (out != slice) CUDA_CHECK(cudaMemcpyAsync(out, slice, count * elem_bytes(t), cudaMemcpyDeviceToDevice, stream_));
+    return done_op();
+  }
+  Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
+    return done_op();
+  }
+  Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
+    return done_op();
+  }
+  Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    NCCL_CHECK(ncclReduce(buf, buf, count, nccl_type(t), ncclSum, root, comm_, stream_));
+    return done_op();
+  }
+
+  Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) override { return boot_.all_gather_u64(v); }
+  Result<double> all_reduce_sum(double v) override { return boot_.all_reduce_sum(v); }
+  Result<bool> all_reduce_sum_host(float* buf, std::size_t count) override {
+    return boot_.all_reduce_sum_host(buf, count);
+  }
+  Result<bool> barrier() override { return boot_.barrier(); }
+
+ private:
+  // The collective reads what the compute stream wrote: its stream waits for the compute stream.
+  Result<bool> after_compute() {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0));
+    cudaEventDestroy(e);
+    return true;
+  }
+  Result<std::unique_ptr<CollectiveOp>> done_op() {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, stream_));
+    return std::unique_ptr<CollectiveOp>(new NcclOp(comm_, e));
+  }
+  Collectives& boot_;
+  ncclComm_t comm_;
+  cudaStream_t compute_, stream_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Collectives>> make_nccl_collectives(Backend& backend, Collectives& bootstrap) {
+  if (!backend.ops().native_stream) return make_error("NCCL collectives need the cuda backend");
+  Result<Stream> s = backend.ops().stream_create(backend.ctx());
+  if (!s) return make_error(s.error());
+  auto* compute = static_cast<cudaStream_t>(backend.ops().native_stream(backend.ctx(), 0));
+  auto* comm_stream = static_cast<cudaStream_t>(backend.ops().native_stream(backend.ctx(), *s));
+  // the unique id from rank 0, over MPI, 8 bytes at a time
+  ncclUniqueId id;
+  if (bootstrap.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  static_assert(sizeof(id) % 8 == 0);
+  for (std::size_t at = 0; at < sizeof(id); at += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, reinterpret_cast<char*>(&id) + at, 8);
+    Result<std::vector<std::uint64_t>> all = bootstrap.all_gather_u64(word);
+    if (!all) return make_error(all.error());
+    std::memcpy(reinterpret_cast<char*>(&id) + at, &(*all)[0], 8);
+  }
+  ncclComm_t comm;
+  NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  return std::unique_ptr<Collectives>(new NcclCollectives(bootstrap, comm, compute, comm_stream));
+}
+
+}  // namespace memwall::exec

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# ranks.sh MEMWALL [PLACEMENTS...]: data-parallel ranks under mpirun (OpenMPI; as root it needs
+# --allow-run-as-root, and 4 ranks on 2 cores --oversubscribe). With the global batch fixed at 4
+# sequences, dp 1, 2 and 4 train the same GPT for 20 steps with the same losses within 1e-5
+# relative (fp32: the ranks' gradient sums differ from one rank's only in summation order), for
+# every placement given (default: every preset the engine executes and the broadcast variant with
+# partitioned parameters), and every rank's bytes per link class equal its own schedule's.
+set -euo pipefail
+mw=$1
+shift
+placements=("$@")
+here=$(cd "$(dirname "$0")" && pwd)
+[ ${#placements[@]} -gt 0 ] || placements=(data_parallel zero2 zero_offload zero3 zero_inf_cpu zero_inf_nvme l2l
+                                           "$here/fixtures/zero_inf_cpu_broadcast.yaml"
+                                           "$here/fixtures/zero_inf_nvme_broadcast.yaml")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mpi=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader)
+for dp in 1 2 4; do
+  cat >"$dir/run$dp.yaml" <<EOF
+layers: 2
+hidden: 64
+heads: 4
+seq: 16
+bsz: $((4 / dp))
+steps: 20
+lr: 3e-3
+precision: fp32
+EOF
+done
+for p in "${placements[@]}"; do
+  tag=$(basename "$p" .yaml)
+  for dp in 1 2 4; do
+    mkdir -p "$dir/swap$dp"
+    if [ "$dp" = 1 ]; then
+      "$mw" run --config "$dir/run$dp.yaml" --strategy "$p" --nvme-dir "$dir/swap$dp" --json >"$dir/$tag.$dp.json"
+    else
+      timeout 300 "${mpi[@]}" -np "$dp" "$mw" run --config "$dir/run$dp.yaml" --strategy "$p" --nvme-dir "$dir/swap$dp" \
+        --json >"$dir/$tag.$dp.json"
+    fi
+  done
+done
+tags=()
+for p in "${placements[@]}"; do tags+=("$(basename "$p" .yaml)"); done
+python3 - "$dir" "${tags[@]}" <<'PY'
+import json, sys
+d, placements = sys.argv[1], sys.argv[2:]
+bad = []
+for p in placements:
+    runs = {dp: json.load(open(f"{d}/{p}.{dp}.json")) for dp in (1, 2, 4)}
+    ref = [s["loss"] for s in runs[1]["steps"]]
+    worst = 0.0
+    for dp in (2, 4):
+        j = runs[dp]
+        assert j["dp"] == dp, (p, dp, j["dp"])
+        losses = [s["loss"] for s in j["steps"]]
+        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
+        worst = max(worst, rel)
+        if rel > 1e-5:
+            bad.append(f"{p} dp {dp}: losses differ from dp 1 by {rel:.2e} relative")
+        for rank, links in enumerate(j["ranks"]):
+            for link, v in links.items():
+                if v["moved_bytes"] != v["schedule_bytes"]:
+                    bad.append(f"{p} dp {dp} rank {rank} {link}: moved {v['moved_bytes']} != schedule {v['schedule_bytes']}")
+    print(f"{p:14s} dp 1/2/4: losses {ref[0]:.5f} -> {ref[-1]:.5f}, worst relative difference {worst:.1e}; "
+          f"bytes per rank and link = the rank's schedule")
+if bad:
+    sys.exit("FAILED:\n  " + "\n  ".join(bad))
+PY
