@@ -93,8 +93,20 @@ void ProfileFlags::add(CLI::App& app) {
   add_int(app, "--nodes", nodes, 1, kMaxNodes, "Scale the profile to N identical nodes (default: as the profile says)");
 }
 
+void ProfileFlags::add_gpus(CLI::App& app) {
+  add_int(app, "--gpus", gpus, 1, kMaxGpus,
+          "GPUs per node to use (default: all the profile has); more than it has only for a profile that\n"
+          "`memwall run` executes (executor: in the YAML, e.g. local-cpu: one device per mpirun rank)");
+}
+
 HardwareProfile ProfileFlags::load() const {
   HardwareProfile p = take(load_profile(profile));
+  if (gpus) {
+    if (*gpus > p.gpus_per_node && p.executor_backend.empty())
+      throw UsageError("--gpus: the profile " + p.name + " has " + std::to_string(p.gpus_per_node) +
+                       " GPUs per node, asked for " + std::to_string(*gpus));
+    p.gpus_per_node = *gpus;
+  }
   if (nodes) p = take(scale_to_nodes(p, *nodes));
   return p;
 }
@@ -142,12 +154,21 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
   add_int(app, "--micro-batches", config.micro_batches, 1, kMaxMicroBatches,
           "l2l: micro-batches looped inside each layer (default 4)");
+  app.add_option("--optimizer-overlap", overlap,
+                 "When CPU Adam runs: none (after backward, Sec. 5.2.2), backward (each chunk as soon as its\n"
+                 "gradients are final, beside the rest of backward: exact), dpu (ZeRO-Offload's delayed parameter\n"
+                 "update beside the next forward and backward: one step stale, after --dpu-warmup steps)")
+      ->capture_default_str();
+  add_int(app, "--dpu-warmup", config.dpu_warmup, 0, 1000000, "dpu: ordinary steps before the delayed update");
+  add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, 100000,
+          "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
 }
 
 Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }
 
 TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl, const HardwareProfile& p) const {
   TrainingConfig c = config;
+  c.optimizer_overlap = take(parse_optimizer_overlap(overlap));
   c.seq = model.seq;
   if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
   c = take(validate(c, model.layers));

@@ -52,7 +52,9 @@ double parse_quantity_flag(const std::string& flag, const std::string& text, Dim
 struct ProfileFlags {
   std::string profile = "dgx2";
   std::optional<int> nodes;  // unset: as the profile says
+  std::optional<int> gpus;   // unset: as the profile says (per node; --gpus, where add_gpus was called)
   void add(CLI::App& app);
+  void add_gpus(CLI::App& app);
   HardwareProfile load() const;
 };
 
@@ -71,6 +73,7 @@ struct ModelFlags {
 
 // --strategy, --place and the training flags shared by `schedule`, `simulate` and `run`.
 struct StrategyFlags {
+  std::string overlap = "none";  // --optimizer-overlap
   std::string strategy = "zero_inf_nvme";
   std::vector<std::string> place;
   TrainingConfig config;

@@ -356,6 +356,7 @@ Command add_plan(CLI::App& app) {
       "(--simulate-top N) and says why the plan won. Also the largest\n"
       "model a strategy trains (--max-model-size, Fig. 6) and the Fig. 6 / Fig. 7 tables (--reproduce).");
   f->profile.add(*sub);
+  f->profile.add_gpus(*sub);
   f->model.add(*sub);
   sub->add_option("--objective", f->objective, "throughput (most samples/s) or max-model (most memory headroom)")
       ->capture_default_str();

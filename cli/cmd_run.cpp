@@ -89,6 +89,7 @@ Command add_run(CLI::App& app) {
                   "A plan from `memwall plan -o`: model, placement, batch, checkpoint interval, tiling and the\n"
                   "profile it was made for (instead of --config's model and the strategy flags)");
   f->profile.add(*sub);
+  f->profile.add_gpus(*sub);
   f->run.add(*sub);
   sub->add_option("--nvme-dir", f->nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
   sub->add_option("--steps", f->steps, "Training steps in all (default: the run config's, 300); with --resume, "
@@ -117,6 +118,7 @@ Command add_run(CLI::App& app) {
               ProfileFlags pf = f->profile;
               if (sub->count("--profile") == 0) pf.profile = peek->profile;
               if (sub->count("--nodes") == 0) pf.nodes = peek->nodes;
+              if (sub->count("--gpus") == 0 && peek->gpus > 0) pf.gpus = peek->gpus / std::max(1, peek->nodes);
               profile = pf.load();
               planner::Plan plan = take(planner::load_plan(f->plan, &profile));
               if (plan.model.vocab < 256)
@@ -138,6 +140,7 @@ Command add_run(CLI::App& app) {
               profile = f->profile.load();
               o.placement = f->run.placement();
               o.config = f->run.config;
+              o.config.optimizer_overlap = take(parse_optimizer_overlap(f->run.overlap));
               if (sub->count("--bsz") == 0) o.config.bsz = rc.bsz;
               if (sub->count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
               o.config.seq = rc.seq;

@@ -79,8 +79,12 @@ class Generator {
     assign_ranks();
   }
 
+  Result<bool> check_overlap_public() const { return check_overlap(); }
+
   Schedule run() {
     place_persistent_states();
+    plan_optimizer();
+    delayed_update();
     forward();
     backward();
     optimizer();
@@ -445,18 +449,26 @@ class Generator {
     }
     const bool to_nvme = gp.tier == Tier::nvme;
     const std::string staged = "gc:" + key;
+    // dpu: the slot this gradient overwrites holds the previous iteration's until its update read it
+    const std::vector<int> readers = delayed_update_readers(key);
+    std::vector<int> gc_deps = deps({prev});
+    if (!to_nvme) gc_deps.insert(gc_deps.end(), readers.begin(), readers.end());
     prev = emit(transfer(StepKind::offload, Phase::backward, key, "gc", State::grad16, keep, Tier::gpu, Tier::cpu,
-                         LinkClass::cpu_gpu, deps({prev}), buf, to_nvme ? staged : ""));
+                         LinkClass::cpu_gpu, gc_deps, buf, to_nvme ? staged : ""));
     free_at(prev, buf);
     offloads_.push_back(prev);
     grad_done_.push_back(prev);
     if (to_nvme) {
       alloc(prev, staged, Tier::cpu, keep);
+      std::vector<int> cn_deps = deps({prev});
+      cn_deps.insert(cn_deps.end(), readers.begin(), readers.end());
       int cn = emit(transfer(StepKind::offload, Phase::backward, key, "cn", State::grad16, keep, Tier::cpu,
-                             Tier::nvme, LinkClass::nvme_cpu, deps({prev}), staged, ""));
+                             Tier::nvme, LinkClass::nvme_cpu, cn_deps, staged, ""));
       free_at(cn, staged);
       offloads_.push_back(cn);
+      prev = cn;
     }
+    gradient_final(key, prev);
   }
 
   // ---- phases ------------------------------------------------------------------------------
@@ -631,19 +643,189 @@ class Generator {
   // sized to the pinned buffers: three chunk buffers, so the read of chunk i+1 and the write of
   // chunk i-1 overlap the update of chunk i. The list says so too: the reads of the first three
   // chunks come first, and the read of chunk i+3 follows the write that frees its buffer.
+  // When it runs (TrainingConfig::optimizer_overlap): after backward (none); each chunk as soon as
+  // the gradients of its units are final (backward: emitted from grad_ready); or before forward, on
+  // the previous iteration's gradients, with the updated parameters copied to the GPU after this
+  // iteration's last compute (dpu).
+  struct OptimizerPlan {
+    double n = 0, per_param = 0;
+    int chunks = 0;
+    std::vector<std::vector<int>> reads;
+    std::vector<int> writes, adams, read_order;
+    std::vector<bool> emitted;
+    std::vector<int> waiting;                       // backward: units of each chunk not yet final
+    std::map<std::string, std::vector<int>> chunks_of;  // unit -> the chunks it has elements in
+    std::vector<std::vector<int>> grad_deps;        // backward: the final gradient steps of its units
+    int prev_adam = -1;
+  };
+
+  Tier ot() const { return pl_.optim32.tier; }
+  std::string chunk_name(int k) const { return "adam[chunk " + std::to_string(k) + "]"; }
+  double chunk_size(int k) const { return s_.optimizer_chunks[size_t(k)].params; }
+
+  void plan_optimizer() {
+    OptimizerPlan& o = opt_;
+    o.n = kept_elems(pl_.optim32);
+    const Tier pt = pl_.param16.tier, gt = pl_.grad16.tier;
+    if (ot() == Tier::gpu) {
+      s_.optimizer_chunks = {{0, o.n}};
+      s_.optimizer_chunk_params = o.n;
+      return;
+    }
+    // What a chunk buffer holds per parameter: the states read from NVMe, the gradient read with
+    // them, and the updated 16-bit parameters on their way to NVMe.
+    o.per_param = (ot() == Tier::nvme ? z_.optim_bytes : 0) + (gt == Tier::nvme ? z_.param_bytes : 0) +
+                  (pt == Tier::nvme ? z_.param_bytes : 0);
+    double target = o.n;
+    if (ot() == Tier::nvme) {
+      // Three buffers within the pinned budget, and (unless asked otherwise) at least 16 chunks, so
+      // that reading, updating and writing successive chunks overlap and filling and draining the
+      // pipeline costs about 2/16 of the phase.
+      const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;
+      const double most = std::floor(pinned_per_rank / (3 * o.per_param));
+      const int wanted = c_.optimizer_chunks > 0 ? c_.optimizer_chunks : 16;
+      target = std::max(kChunkGranule, std::min(most, std::ceil(o.n / wanted)));
+    } else if (c_.optimizer_overlap == OptimizerOverlap::backward || c_.optimizer_chunks > 0) {
+      // states in CPU memory need no buffers; chunks let updates start as layers' gradients finish
+      const int wanted = c_.optimizer_chunks > 0 ? c_.optimizer_chunks : 16;
+      target = std::max(kChunkGranule, std::ceil(o.n / wanted));
+    }
+    s_.optimizer_chunks = chunk_units(target);
+    o.chunks = int(s_.optimizer_chunks.size());
+    s_.optimizer_chunk_params = 0;
+    for (const Schedule::Chunk& ch : s_.optimizer_chunks)
+      s_.optimizer_chunk_params = std::max(s_.optimizer_chunk_params, ch.params);
+    o.reads.assign(size_t(o.chunks), {});
+    o.writes.assign(size_t(o.chunks), -1);
+    o.adams.assign(size_t(o.chunks), -1);
+    o.emitted.assign(size_t(o.chunks), false);
+    o.waiting.assign(size_t(o.chunks), 0);
+    o.grad_deps.assign(size_t(o.chunks), {});
+    // which chunks each unit's elements fall in (the partition order of chunk_units)
+    const bool owners = broadcast() && pl_.optim32.partitioned;
+    double at = 0;
+    size_t k = 0;
+    const std::vector<Schedule::Chunk>& ch = s_.optimizer_chunks;
+    for_units([&](const std::string& name, double whole) {
+      const double e = owners ? (unit_rank(name) == rank_ ? whole : 0) : whole * shard(pl_.optim32);
+      if (e <= 0) return;
+      const double end = at + e;
+      while (k < ch.size() && ch[k].start + ch[k].params <= at) ++k;
+      for (size_t j = k; j < ch.size() && ch[j].start < end; ++j) {
+        o.chunks_of[name].push_back(int(j));
+        ++o.waiting[j];
+      }
+      at = end;
+    });
+  }
+
+  // backward: the gradient of `unit` is final at step `final_step`; a chunk whose units are all
+  // final is emitted now.
+  void gradient_final(const std::string& unit, int final_step) {
+    if (c_.optimizer_overlap != OptimizerOverlap::backward || ot() == Tier::gpu) return;
+    auto it = opt_.chunks_of.find(unit);
+    if (it == opt_.chunks_of.end()) return;  // not in this rank's partition
+    for (int k : it->second) {
+      opt_.grad_deps[size_t(k)].push_back(final_step);
+      if (--opt_.waiting[size_t(k)] == 0) {
+        emit_read(k, opt_.grad_deps[size_t(k)]);
+        emit_update(k, opt_.grad_deps[size_t(k)]);
+      }
+    }
+  }
+
+  void emit_read(int k, const std::vector<int>& after) {
+    OptimizerPlan& o = opt_;
+    const Tier gt = pl_.grad16.tier;
+    if (o.per_param <= 0) return;
+    std::vector<int> d = after;
+    const size_t pos = o.read_order.size();
+    if (pos >= 3) d.push_back(o.writes[size_t(o.read_order[pos - 3])]);  // its buffer is free again
+    o.read_order.push_back(k);
+    std::vector<int>& r = o.reads[size_t(k)];
+    const std::string name = chunk_name(k);
+    if (ot() == Tier::nvme)
+      r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name, "nc", State::optim32,
+                                z_.optim_bytes * chunk_size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "",
+                                name)));
+    if (gt == Tier::nvme)
+      r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name, "nc", State::grad16,
+                                z_.param_bytes * chunk_size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "",
+                                name)));
+    if (!r.empty()) alloc(r.front(), name, Tier::cpu, o.per_param * chunk_size(k));
+    else next_optim_alloc_ = {name, Tier::cpu, o.per_param * chunk_size(k)};
+  }
+
+  // Adam on chunk k, then its writes to NVMe and (parameters on the GPU) the copy back, unless dpu
+  // holds that copy until this iteration's computes are done.
+  void emit_update(int k, const std::vector<int>& after) {
+    OptimizerPlan& o = opt_;
+    const Tier pt = pl_.param16.tier, gt = pl_.grad16.tier;
+    const std::string name = chunk_name(k);
+    Step st;
+    st.kind = StepKind::optimizer;
+    st.phase = Phase::optimizer;
+    st.op = name;
+    st.params = chunk_size(k);
+    st.src = st.dst = Tier::cpu;
+    st.deps = deps({o.prev_adam});
+    const std::vector<int>& r = o.reads[size_t(k)];
+    st.deps.insert(st.deps.end(), r.begin(), r.end());
+    if (r.empty()) st.deps.insert(st.deps.end(), after.begin(), after.end());
+    if (o.per_param > 0) st.src_buf = st.dst_buf = name;
+    if (!next_optim_alloc_.name.empty()) {
+      st.allocs.push_back(next_optim_alloc_);
+      next_optim_alloc_ = {};
+    }
+    if (pt == Tier::gpu) st.allocs.push_back({"params16:" + std::to_string(k), Tier::cpu, z_.param_bytes * chunk_size(k)});
+    o.prev_adam = emit(std::move(st));
+    o.adams[size_t(k)] = o.prev_adam;
+    o.emitted[size_t(k)] = true;
+    if (gt == Tier::gpu && std::all_of(o.emitted.begin(), o.emitted.end(), [](bool b) { return b; }))
+      free_at(o.prev_adam, "grads16");
+    int w = o.prev_adam;
+    if (ot() == Tier::nvme)
+      w = emit(transfer(StepKind::offload, Phase::optimizer, name, "cn", State::optim32, z_.optim_bytes * chunk_size(k),
+                        Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({o.prev_adam}), name, ""));
+    if (pt == Tier::nvme) {
+      const int states = w;
+      w = emit(transfer(StepKind::offload, Phase::optimizer, name, "cn", State::param16, z_.param_bytes * chunk_size(k),
+                        Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({o.prev_adam}), name, ""));
+      if (states != o.prev_adam) s_.steps[size_t(w)].deps.push_back(states);  // the buffer goes when both are out
+    }
+    if (o.per_param > 0) free_at(w, name);
+    o.writes[size_t(k)] = w;
+    if (pt == Tier::gpu && c_.optimizer_overlap != OptimizerOverlap::dpu) refresh_params(o.prev_adam, k);
+  }
+
+  // Checks that the options make sense for the placement; the message names the flag and why.
+  Result<bool> check_overlap() const {
+    const OptimizerOverlap ov = c_.optimizer_overlap;
+    if (ov == OptimizerOverlap::none) return true;
+    const std::string flag = std::string("--optimizer-overlap ") + to_string(ov) + ": ";
+    if (ot() == Tier::gpu)
+      return make_error(flag + "needs the optimizer states off the GPU (the CPU runs Adam while the GPU computes)");
+    if (pl_.grad16.tier == Tier::gpu)
+      return make_error(flag + "needs the gradients offloaded as they are made (grad16 on cpu or nvme), not kept on "
+                               "the GPU until backward ends");
+    if (ov == OptimizerOverlap::dpu && pl_.param16.tier != Tier::gpu)
+      return make_error(flag + "the delayed update keeps a copy of the parameters on the GPU that the CPU updates "
+                               "behind (param16 on gpu, as ZeRO-Offload)");
+    if (pl_.layer_major) return make_error(flag + "not with the layer-major l2l schedule");
+    return true;
+  }
+
   void optimizer() {
-    const double n = kept_elems(pl_.optim32);
-    s_.optimizer_chunk_params = n;
+    OptimizerPlan& o = opt_;
+    const Tier pt = pl_.param16.tier, gt = pl_.grad16.tier;
     std::vector<int> all_grads = offloads_;
     all_grads.push_back(last_compute_);
-    const Tier ot = pl_.optim32.tier, pt = pl_.param16.tier, gt = pl_.grad16.tier;
-    if (ot == Tier::gpu) {
-      s_.optimizer_chunks = {{0, n}};
+    if (ot() == Tier::gpu) {
       Step st;
       st.kind = StepKind::optimizer;
       st.phase = Phase::optimizer;
       st.op = "adam";
-      st.params = n;
+      st.params = o.n;
       st.src = st.dst = Tier::gpu;
       st.deps = all_grads;
       int id = emit(std::move(st));
@@ -653,96 +835,65 @@ class Generator {
         if (broadcast()) broadcast_params(id);
         else
           emit(transfer(StepKind::fetch, Phase::optimizer, "params", "gg", State::param16,
-                        z_.param_bytes * n * (dp_ - 1), Tier::gpu, Tier::gpu, collective_link_, deps({id})));
+                        z_.param_bytes * o.n * (dp_ - 1), Tier::gpu, Tier::gpu, collective_link_, deps({id})));
       }
       return;
     }
-    // Gradients kept on the GPU go to the CPU that runs the optimizer (ZeRO-Offload, ZeRO-2 + CPU).
-    if (gt == Tier::gpu) {
-      int id = emit(transfer(StepKind::offload, Phase::optimizer, "grads", "gc", State::grad16, z_.param_bytes * n,
-                             Tier::gpu, Tier::cpu, LinkClass::cpu_gpu, all_grads, "", "grads16"));
-      alloc(id, "grads16", Tier::cpu, z_.param_bytes * n);
-      all_grads = {id};
-    }
-    // What a chunk buffer holds per parameter: the states read from NVMe, the gradient read with
-    // them, and the updated 16-bit parameters on their way to NVMe.
-    const double per_param = (ot == Tier::nvme ? z_.optim_bytes : 0) + (gt == Tier::nvme ? z_.param_bytes : 0) +
-                             (pt == Tier::nvme ? z_.param_bytes : 0);
-    const bool chunked = ot == Tier::nvme;
-    const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;
-    const double target = chunked ? std::max(kChunkGranule, std::floor(pinned_per_rank / (3 * per_param))) : n;
-    s_.optimizer_chunks = chunk_units(target);
-    s_.optimizer_chunk_params = 0;
-    const int chunks = int(s_.optimizer_chunks.size());
-    for (const Schedule::Chunk& ch : s_.optimizer_chunks)
-      s_.optimizer_chunk_params = std::max(s_.optimizer_chunk_params, ch.params);
-    auto size = [&](int k) { return s_.optimizer_chunks[size_t(k)].params; };
-    auto name = [](int k) { return "adam[chunk " + std::to_string(k) + "]"; };
-    std::vector<std::vector<int>> reads(static_cast<size_t>(chunks));
-    std::vector<int> writes(size_t(chunks), -1);
-    auto read = [&](int k) {
-      if (per_param <= 0) return;
-      std::vector<int> d = all_grads;
-      if (k >= 3) d.push_back(writes[size_t(k - 3)]);  // buffer k % 3 is free again
-      std::vector<int>& r = reads[size_t(k)];
-      if (ot == Tier::nvme)
-        r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::optim32,
-                                  z_.optim_bytes * size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
-      if (gt == Tier::nvme)
-        r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name(k), "nc", State::grad16,
-                                  z_.param_bytes * size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "", name(k))));
-      if (!r.empty()) alloc(r.front(), name(k), Tier::cpu, per_param * size(k));
-      else next_optim_alloc_ = {name(k), Tier::cpu, per_param * size(k)};
-    };
-    for (int k = 0; k < std::min(3, chunks); ++k) read(k);
-    int prev_adam = -1;
-    for (int k = 0; k < chunks; ++k) {
-      Step st;
-      st.kind = StepKind::optimizer;
-      st.phase = Phase::optimizer;
-      st.op = name(k);
-      st.params = size(k);
-      st.src = st.dst = Tier::cpu;
-      st.deps = deps({prev_adam});
-      const std::vector<int>& r = reads[size_t(k)];
-      st.deps.insert(st.deps.end(), r.begin(), r.end());
-      if (r.empty()) st.deps.insert(st.deps.end(), all_grads.begin(), all_grads.end());
-      if (per_param > 0) st.src_buf = st.dst_buf = name(k);
-      if (!next_optim_alloc_.name.empty()) {
-        st.allocs.push_back(next_optim_alloc_);
-        next_optim_alloc_ = {};
+    if (c_.optimizer_overlap == OptimizerOverlap::none) {
+      // Gradients kept on the GPU go to the CPU that runs the optimizer (ZeRO-Offload, ZeRO-2 + CPU).
+      if (gt == Tier::gpu) {
+        int id = emit(transfer(StepKind::offload, Phase::optimizer, "grads", "gc", State::grad16,
+                               z_.param_bytes * o.n, Tier::gpu, Tier::cpu, LinkClass::cpu_gpu, all_grads, "", "grads16"));
+        alloc(id, "grads16", Tier::cpu, z_.param_bytes * o.n);
+        all_grads = {id};
       }
-      if (pt == Tier::gpu) st.allocs.push_back({"params16", Tier::cpu, z_.param_bytes * size(k)});
-      prev_adam = emit(std::move(st));
-      if (gt == Tier::gpu && k == chunks - 1) free_at(prev_adam, "grads16");
-      int w = prev_adam;
-      if (ot == Tier::nvme)
-        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::optim32, z_.optim_bytes * size(k),
-                          Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
-      if (pt == Tier::nvme) {
-        const int states = w;
-        w = emit(transfer(StepKind::offload, Phase::optimizer, name(k), "cn", State::param16, z_.param_bytes * size(k),
-                          Tier::cpu, Tier::nvme, LinkClass::nvme_cpu, deps({prev_adam}), name(k), ""));
-        if (states != prev_adam) s_.steps[size_t(w)].deps.push_back(states);  // the buffer goes when both are out
+      for (int k = 0; k < std::min(3, o.chunks); ++k) emit_read(k, all_grads);
+      for (int k = 0; k < o.chunks; ++k) {
+        emit_update(k, all_grads);
+        if (k + 3 < o.chunks) emit_read(k + 3, all_grads);
       }
-      if (per_param > 0) free_at(w, name(k));
-      writes[size_t(k)] = w;
-      if (pt == Tier::gpu) refresh_params(prev_adam, size(k));
-      if (k + 3 < chunks) read(k + 3);
+    } else if (c_.optimizer_overlap == OptimizerOverlap::dpu) {
+      // the updates ran beside this iteration's computes: their parameters reach the GPU now
+      for (int k = 0; k < o.chunks; ++k) refresh_params(o.adams[size_t(k)], k, last_compute_);
+    } else {
+      for (int k = 0; k < o.chunks; ++k)
+        if (!o.emitted[size_t(k)]) throw std::logic_error("optimizer chunk never became ready in backward");
     }
     if (pt == Tier::gpu && !pl_.param16.partitioned && pl_.optim32.partitioned && broadcast())
-      broadcast_params(last_refresh_ >= 0 ? last_refresh_ : prev_adam);
+      broadcast_params(last_refresh_ >= 0 ? last_refresh_ : o.prev_adam);
+  }
+
+  // dpu: the whole update, on the previous iteration's gradients, before this iteration's forward.
+  void delayed_update() {
+    if (c_.optimizer_overlap != OptimizerOverlap::dpu || ot() == Tier::gpu) return;
+    for (int k = 0; k < std::min(3, opt_.chunks); ++k) emit_read(k, {});
+    for (int k = 0; k < opt_.chunks; ++k) {
+      emit_update(k, {});
+      if (k + 3 < opt_.chunks) emit_read(k + 3, {});
+    }
+  }
+  // dpu: a gradient may overwrite its slot on the optimizer's tier once the update that read the
+  // previous iteration's is done.
+  std::vector<int> delayed_update_readers(const std::string& unit) const {
+    std::vector<int> out;
+    if (c_.optimizer_overlap != OptimizerOverlap::dpu) return out;
+    auto it = opt_.chunks_of.find(unit);
+    if (it != opt_.chunks_of.end())
+      for (int k : it->second) out.push_back(opt_.adams[size_t(k)]);
+    return out;
   }
 
   // Updated 16-bit parameters go back to where param16 lives: to the GPUs when it is resident there
   // (each rank copies its partition and the group all-gathers, or the owner broadcasts).
-  void refresh_params(int after, double optim_params) {
-    if (pl_.param16.tier != Tier::gpu || pl_.optim32.tier == Tier::gpu) return;
+  void refresh_params(int after, int k, int also_after = -1) {
+    if (pl_.param16.tier != Tier::gpu || ot() == Tier::gpu) return;
+    const double optim_params = chunk_size(k);
     const double whole = z_.param_bytes * optim_params * (pl_.optim32.partitioned ? dp_ : 1);
     const double mine = z_.param_bytes * optim_params;
+    const std::string staged = "params16:" + std::to_string(k);
     int cg = emit(transfer(StepKind::fetch, Phase::optimizer, "params", "cg", State::param16, mine, Tier::cpu,
-                           Tier::gpu, LinkClass::cpu_gpu, deps({after}), "params16", ""));
-    free_at(cg, "params16");
+                           Tier::gpu, LinkClass::cpu_gpu, deps({after, also_after}), staged, ""));
+    free_at(cg, staged);
     last_refresh_ = cg;
     if (dp_ > 1 && !pl_.param16.partitioned && pl_.optim32.partitioned && !broadcast())
       emit(transfer(StepKind::fetch, Phase::optimizer, "params", "gg", State::param16, whole - mine, Tier::gpu,
@@ -786,6 +937,7 @@ class Generator {
   std::vector<int> next_compute_deps_;       // checkpoint loads and saves the next compute waits for
   std::vector<Buffer> next_compute_allocs_;  // activation memory the next compute makes
   Buffer next_optim_alloc_;                  // a chunk buffer with no read to carry it
+  OptimizerPlan opt_;
   std::vector<int> grad_done_;  // per gradient group in backward order: the step that frees its buffer
   double awm_per_block_ = 0;
 };
@@ -811,7 +963,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
     return make_error("--micro-batches: only the layer-major l2l schedule loops over micro-batches inside an iteration");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
-  return Generator(model, placement, config, profile, rank, dp, sizes).run();
+  Generator gen(model, placement, config, profile, rank, dp, sizes);
+  if (Result<bool> ok = gen.check_overlap_public(); !ok) return make_error(ok.error());
+  return gen.run();
 }
 
 std::vector<std::string> check_invariants(const Schedule& s) {

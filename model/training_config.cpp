@@ -92,6 +92,22 @@ Result<TrainingConfig> schedule_size_check(const TrainingConfig& c, int layers, 
                     (most >= 1 ? " (at most " + std::to_string(most) + " here)" : ""));
 }
 
+const char* to_string(OptimizerOverlap o) {
+  switch (o) {
+    case OptimizerOverlap::none: return "none";
+    case OptimizerOverlap::backward: return "backward";
+    case OptimizerOverlap::dpu: return "dpu";
+  }
+  return "?";
+}
+
+Result<OptimizerOverlap> parse_optimizer_overlap(const std::string& s) {
+  if (s == "none") return OptimizerOverlap::none;
+  if (s == "backward") return OptimizerOverlap::backward;
+  if (s == "dpu") return OptimizerOverlap::dpu;
+  return make_error("--optimizer-overlap: expected none, backward or dpu, got \"" + s + "\"");
+}
+
 Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
   if (!(c.bsz > 0) || !(c.bsz <= kMaxBsz))
     return make_error("--bsz: expected a micro-batch per GPU > 0 and at most " + format_g(kMaxBsz) + ", got " +
@@ -118,6 +134,10 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
                       std::to_string(c.prefetch_depth));
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches)
     return make_error(range_error("--micro-batches", "a count", 1, kMaxMicroBatches, c.micro_batches));
+  if (c.dpu_warmup < 0 || c.dpu_warmup > 1000000)
+    return make_error(range_error("--dpu-warmup", "a number of steps", 0, 1000000, c.dpu_warmup));
+  if (c.optimizer_chunks < 0 || c.optimizer_chunks > 100000)
+    return make_error(range_error("--optimizer-chunks", "a chunk count (0: automatic)", 0, 100000, c.optimizer_chunks));
   return c;
 }
 

@@ -12,6 +12,17 @@
 
 namespace memwall {
 
+// When the CPU optimizer runs (issue "Beyond ZeRO-Infinity's schedule"):
+//   none      after the whole backward pass (ZeRO-Infinity, Sec. 5.2.2);
+//   backward  each chunk as soon as the gradients of its parameters are final, beside the rest of
+//             the backward pass (Fuyou/Ratel, GreedySnake); exact;
+//   dpu       the update of iteration i beside the forward and backward of iteration i+1, whose
+//             parameters are one step stale (ZeRO-Offload's delayed parameter update, after
+//             `dpu_warmup` ordinary steps): changes the training dynamics.
+enum class OptimizerOverlap { none, backward, dpu };
+const char* to_string(OptimizerOverlap o);
+Result<OptimizerOverlap> parse_optimizer_overlap(const std::string& s);
+
 struct TrainingConfig {
   double bsz = 1;          // micro-batch per GPU (Table 1 uses 1.25: an average over GPUs)
   long seq = 1024;         // tokens per sample
@@ -21,6 +32,10 @@ struct TrainingConfig {
   int mp = 1;              // tensor-slicing degree inside a node
   int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
+  OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;
+  int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
+  int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that
+                             // reads, updates and writes overlap, within the pinned budget
 };
 
 // Physical memory of this machine (sysconf), for limits that bound work.

@@ -255,6 +255,14 @@ struct Engine::Impl {
   int micro_batches = 1;
   std::vector<ChunkPlan> chunks;
   std::vector<int> step_chunk;  // optimizer-phase steps: their chunk
+  // dpu: the ordinary schedule of the warm-up steps and the delayed update's, swapped in turn with
+  // `sched` (the one the dispatcher runs) and its derived tables
+  struct Alternate {
+    Schedule sched;
+    std::vector<int> step_chunk, collective_order;
+  };
+  std::optional<Alternate> other;
+  bool dpu_active = false, skip_update = false;
 
   // tiers
   void* device_block = nullptr;
@@ -383,16 +391,42 @@ struct Engine::Impl {
     }
     if (at != n_opt) return make_error("internal error: optimizer chunks cover " + std::to_string(at) + " of " +
                                        std::to_string(n_opt) + " parameters");
-    step_chunk.assign(sched.steps.size(), -1);
+    step_chunk = chunk_of_steps(sched);
+    return true;
+  }
+
+  static std::vector<int> chunk_of_steps(const Schedule& sc) {
+    std::vector<int> out(sc.steps.size(), -1);
     int last = -1;
-    for (const Step& s : sched.steps) {
+    for (const Step& s : sc.steps) {
       if (s.phase != Phase::optimizer) continue;
       const auto lb = s.op.find("[chunk ");
       if (lb != std::string::npos) last = std::stoi(s.op.substr(lb + 7));
       else if (s.op == "adam") last = 0;
-      step_chunk[size_t(s.id)] = last;  // "grads" comes before chunk 0, "params" after its chunk
+      // "grads" comes before chunk 0; "params" refreshes name their buffer, after their chunk
+      const auto staged = s.src_buf.rfind("params16:", 0) == 0 ? std::stoi(s.src_buf.substr(9)) : -1;
+      out[size_t(s.id)] = staged >= 0 ? staged : last;
     }
-    return true;
+    return out;
+  }
+  static std::vector<int> collectives_of(const Schedule& sc) {
+    std::vector<int> out;
+    for (const Step& st : sc.steps)
+      if (is_collective(st)) out.push_back(st.id);
+    return out;
+  }
+  // dpu: the delayed update's schedule from step warmup + 1 on (its first iteration has no pending
+  // gradients: its updates only copy the parameters), the ordinary one before.
+  void choose_schedule() {
+    if (!other) return;
+    const bool want = iteration >= o.config.dpu_warmup;
+    skip_update = false;
+    if (want == dpu_active) return;
+    std::swap(sched, other->sched);
+    std::swap(step_chunk, other->step_chunk);
+    std::swap(collective_order, other->collective_order);
+    dpu_active = want;
+    skip_update = want;
   }
 
   std::size_t state_bytes(State s) const { return s == State::optim32 ? 12 * elems_of(s) : psz * elems_of(s); }
@@ -455,7 +489,7 @@ struct Engine::Impl {
   }
 
   // ---- creation ------------------------------------------------------------------------------
-  Result<bool> check_fit() {
+  Result<bool> check_fit(const Schedule& sched) {
     const std::string hint = "; run `memwall plan` for a placement, batch, checkpoint interval and tiling that fit";
     if (sched.overflow) return make_error("does not fit: " + sched.overflow->message + hint);
     double transient = sched.peak_bytes[int(Tier::cpu)];
@@ -465,7 +499,7 @@ struct Engine::Impl {
       return make_error("pinned budget too small: the schedule's CPU buffers need " + format_bytes(transient) + " (" +
                         std::to_string(std::llround(transient)) + " bytes) at once, the profile " + o.profile.name +
                         " gives " + format_bytes(pinned) + " per GPU (cpu.pinned_budget)");
-    pin_budget = std::size_t(std::llround(std::max(0.0, transient)));
+    pin_budget = std::max(pin_budget, std::size_t(std::llround(std::max(0.0, transient))));
     return true;
   }
 
@@ -543,6 +577,7 @@ struct Engine::Impl {
                         " free, the schedule needs " + format_bytes(sched.peak_bytes[int(Tier::gpu)]) +
                         " (the profile says " + format_bytes(o.profile.gpu_memory_bytes) + ")");
     dev_budget = std::size_t(std::ceil(sched.peak_bytes[int(Tier::gpu)]));
+    if (other) dev_budget = std::max(dev_budget, std::size_t(std::ceil(other->sched.peak_bytes[int(Tier::gpu)])));
     const std::size_t capacity = be->caps().capacity_bytes;
     // live bytes never exceed the budget; the room beyond it absorbs fragmentation
     const std::size_t want = std::min(capacity, std::max(2 * dev_budget, dev_budget + (std::size_t(64) << 20)));
@@ -1066,7 +1101,7 @@ struct Engine::Impl {
     }
     char* staged_params = nullptr;  // param16 on the GPU: the chunk's updated copy goes there first
     if (tier(State::param16) == Tier::gpu) {
-      Result<char*> b = buffer("params16");
+      Result<char*> b = buffer("params16:" + std::to_string(step_chunk[size_t(s.id)]));
       if (!b) return make_error(b.error());
       staged_params = *b;
     }
@@ -1077,17 +1112,21 @@ struct Engine::Impl {
       staged_grads = *b;
     }
     const long step = adam_step;
+    const bool skip = skip_update;
     Token t;
     t.kind = Token::host;
-    t.task = lane->post([this, &ch, buf, staged_params, staged_grads, step]() -> std::string {
-      return update_chunk(ch, buf, staged_params, staged_grads, step);
+    t.task = lane->post([this, &ch, buf, staged_params, staged_grads, step, skip]() -> std::string {
+      return update_chunk(ch, buf, staged_params, staged_grads, step, skip);
     });
     return t;
   }
 
   // CPU Adam over one chunk, piece by piece (a piece's gradient and 16-bit copy may sit in their own
   // aligned slots of the chunk buffer, or in a state laid out whole). Runs on the host lane.
-  std::string update_chunk(const ChunkPlan& ch, char* buf, char* staged_params, char* staged_grads, long step) {
+  // `skip`: dpu's first delayed iteration has no pending gradients; its updates only copy the
+  // parameters (rounded from the masters) for the refresh to bring to the GPU.
+  std::string update_chunk(const ChunkPlan& ch, char* buf, char* staged_params, char* staged_grads, long step,
+                           bool skip) {
     const Tier ot = tier(State::optim32), gt = tier(State::grad16), pt = tier(State::param16);
     const std::size_t n_opt = elems_of(State::optim32);
     float* base = reinterpret_cast<float*>(host_optim.p);
@@ -1113,6 +1152,11 @@ struct Engine::Impl {
       a.param16 = o.precision == adam::DType::fp32 ? nullptr : p16;
       a.param16_dtype = o.precision;
       a.n = pc.count;
+      if (skip) {
+        if (Result<bool> r = round_params(a.param, p16, pc.count); !r) return "adam: " + r.error();
+        done += pc.count;
+        continue;
+      }
       if (o.keep_gradients) keep_gradients(g, ch.start + done, pc.count);
       Result<std::size_t> r = adam->step(a, step);
       if (!r) return "adam: " + r.error();
@@ -1483,16 +1527,33 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (!pl) return make_error(pl.error());
 
   const MemorySizes sizes = executor_sizes(o.model, o.config, o.precision, e.micro_batches);
-  Result<Schedule> s = build_schedule(gpt_model_spec(o.model), o.placement, o.config, o.profile, e.rank, sizes);
+  auto schedule_for = [&](const TrainingConfig& c) -> Result<Schedule> {
+    Result<Schedule> s = build_schedule(gpt_model_spec(o.model), o.placement, c, o.profile, e.rank, sizes);
+    if (!s) return make_error(s.error());
+    if (std::vector<std::string> bad = check_invariants(*s); !bad.empty())
+      return make_error("internal error: the schedule breaks an invariant: " + bad.front());
+    if (Result<bool> r = e.check_fit(*s); !r) return make_error(r.error());
+    return s;
+  };
+  if (o.config.optimizer_overlap == OptimizerOverlap::dpu) {  // warm-up steps run the ordinary schedule
+    TrainingConfig plain = o.config;
+    plain.optimizer_overlap = OptimizerOverlap::none;
+    Result<Schedule> warm = schedule_for(plain);
+    if (!warm) return make_error(warm.error());
+    e.other = Impl::Alternate{std::move(warm).value(), {}, {}};
+  }
+  Result<Schedule> s = schedule_for(o.config);
   if (!s) return make_error(s.error());
   e.sched = std::move(s).value();
-  if (std::vector<std::string> bad = check_invariants(e.sched); !bad.empty())
-    return make_error("internal error: the schedule breaks an invariant: " + bad.front());
-  if (Result<bool> r = e.check_fit(); !r) return make_error(r.error());
   if (Result<bool> r = e.lay_out_units(); !r) return make_error(r.error());
   if (Result<bool> r = e.plan_chunks(); !r) return make_error(r.error());
-  for (const Step& st : e.sched.steps)
-    if (Impl::is_collective(st)) e.collective_order.push_back(st.id);
+  e.collective_order = Impl::collectives_of(e.sched);
+  if (e.other) {
+    e.other->step_chunk = Impl::chunk_of_steps(e.other->sched);
+    e.other->collective_order = Impl::collectives_of(e.other->sched);
+    e.dpu_active = true;
+    e.choose_schedule();  // iteration 0: the warm-up schedule
+  }
   if (e.dp > 1) {
     Result<std::unique_ptr<Collectives>> c = make_mpi_collectives();
     if (!c) return make_error(c.error());
@@ -1551,12 +1612,14 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   if (e.tier(State::grad16) == Tier::gpu)
     e.k().memset_zero(e.cx(), e.state_ptr(State::grad16), e.elems_of(State::grad16) * e.psz);
   e.k().synchronize(e.cx());
-  ++e.adam_step;
+  e.choose_schedule();
+  if (!e.skip_update) ++e.adam_step;
   IterationReport r;
   r.iteration = ++e.iteration;
   Result<bool> ok = e.run(r.times, r.peak_bytes);
   if (!ok) {
-    --e.adam_step;
+    if (!e.skip_update) --e.adam_step;
+    --e.iteration;
     return make_error(ok.error());
   }
   e.k().synchronize(e.cx());

@@ -317,6 +317,90 @@ TEST(Schedule, MemorySizesScaleWhatIsCounted) {
   EXPECT_TRUE(check_invariants(b).empty());
 }
 
+// --optimizer-overlap backward: a chunk's update waits only for the gradients of its own units, so
+// updates are in the list (and can run) before backward ends; dpu: the update runs first, on the
+// previous iteration's gradients, each gradient's offload waits for the update that read its slot,
+// and the updated parameters reach the GPU after this iteration's last compute.
+TEST(Schedule, OptimizerOverlapOptions) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  auto first_last = [](const Schedule& s, StepKind k, bool cpu_only) {
+    int first = -1, last = -1;
+    for (const Step& x : s.steps)
+      if (x.kind == k && (!cpu_only || x.src == Tier::cpu)) {
+        if (first < 0) first = x.id;
+        last = x.id;
+      }
+    return std::pair{first, last};
+  };
+  for (const char* name : {"zero_inf_cpu", "zero_inf_nvme", "zero_offload"}) {
+    TrainingConfig c;
+    c.dp = 1;
+    c.optimizer_overlap = OptimizerOverlap::backward;
+    Schedule s = make(m, name, c, p);
+    EXPECT_TRUE(check_invariants(s).empty()) << name << ": " << check_invariants(s).front();
+    const auto [first_adam, last_adam] = first_last(s, StepKind::optimizer, true);
+    const auto [first_compute, last_compute] = first_last(s, StepKind::compute, false);
+    EXPECT_LT(first_adam, last_compute) << name << ": an update before backward ends";
+    // no update waits for the last compute unless its chunk holds the embedding (the last gradient)
+    int waiting_for_all = 0;
+    for (const Step& x : s.steps)
+      if (x.kind == StepKind::optimizer)
+        for (int d : x.deps) waiting_for_all += d == last_compute;
+    EXPECT_LE(waiting_for_all, 1) << name;
+    TrainingConfig none = c;
+    none.optimizer_overlap = OptimizerOverlap::none;
+    Schedule n = make(m, name, none, p);
+    for (int l = 0; l < kLinkClasses; ++l) EXPECT_DOUBLE_EQ(s.traffic_bytes[size_t(l)], n.traffic_bytes[size_t(l)]) << name;
+  }
+  TrainingConfig c;
+  c.dp = 2;
+  c.optimizer_overlap = OptimizerOverlap::dpu;
+  Schedule s = make(m, "zero_offload", c, p);
+  EXPECT_TRUE(check_invariants(s).empty()) << check_invariants(s).front();
+  const auto [first_adam, last_adam] = first_last(s, StepKind::optimizer, true);
+  const auto [first_compute, last_compute] = first_last(s, StepKind::compute, false);
+  EXPECT_LT(last_adam, first_compute) << "the delayed update comes first";
+  for (const Step& x : s.steps) {
+    if (x.kind == StepKind::fetch && x.op == "params" && x.hop == "cg") {
+      EXPECT_GT(x.id, last_compute);
+      EXPECT_NE(std::find(x.deps.begin(), x.deps.end(), last_compute), x.deps.end()) << "refresh after the computes";
+    }
+    if (x.kind == StepKind::offload && x.hop == "gc" && x.phase == Phase::backward) {
+      bool waits = false;
+      for (int d : x.deps) waits = waits || s.steps[size_t(d)].kind == StepKind::optimizer;
+      EXPECT_TRUE(waits) << "step " << x.id << " overwrites a gradient the update reads";
+    }
+  }
+  // refusals name the flag and the reason
+  auto refused = [&](const char* strategy, OptimizerOverlap ov) {
+    TrainingConfig t;
+    t.optimizer_overlap = ov;
+    t.seq = m.seq;
+    Result<Schedule> r = build_schedule(m, *preset(strategy), t, p);
+    return r.ok() ? std::string("(accepted)") : r.error();
+  };
+  EXPECT_NE(refused("zero3", OptimizerOverlap::backward).find("--optimizer-overlap backward: needs the optimizer states off the GPU"), std::string::npos);
+  EXPECT_NE(refused("zero_inf_cpu", OptimizerOverlap::dpu).find("param16 on gpu"), std::string::npos);
+  EXPECT_NE(refused("l2l", OptimizerOverlap::backward).find("l2l"), std::string::npos);
+}
+
+// Sec. 5.2.2's pipeline needs several chunks to overlap reading, updating and writing: at least 16
+// by default when the pinned budget allows, or as many as asked.
+TEST(Schedule, OptimizerChunksPipeline) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  TrainingConfig c;
+  c.dp = 1;
+  Schedule s = make(m, "zero_inf_nvme", c, p);
+  EXPECT_GE(s.optimizer_chunks.size(), 16u);
+  c.optimizer_chunks = 4;
+  Schedule four = make(m, "zero_inf_nvme", c, p);
+  EXPECT_GE(four.optimizer_chunks.size(), 4u);
+  EXPECT_LE(four.optimizer_chunks.size(), 5u);  // cut at unit boundaries and 4096-parameter granules
+  EXPECT_TRUE(check_invariants(four).empty());
+}
+
 TEST(Placement, MeaninglessPlacementsAreRejectedWithAReason) {
   Placement p = *preset("zero2");
   p.grad16.tier = Tier::nvme;

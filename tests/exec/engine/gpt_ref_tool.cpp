@@ -1,4 +1,5 @@
-// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY]]: trains a tiny GPT for 10 steps with exec/engine in
+// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]]: trains a tiny GPT for
+// 10 steps (or STEPS) with exec/engine, its CPU optimizer run as OVERLAP says (none, backward, dpu), in
 // fp32 (default strategy zero_inf_nvme, swap files in OUT_DIR/swap) and writes what
 // torch_reference.py compares against PyTorch: meta.json (config, parameter layout, the loss of
 // batch 0 and the losses of the 10 AdamW steps), params.bin (initial fp32 parameters), tokens.bin /
@@ -27,7 +28,7 @@ void write_bin(const std::string& path, const std::vector<T>& v) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: gpt_ref_tool OUT_DIR CI [cpu|cuda [STRATEGY]]\n";
+    std::cerr << "usage: gpt_ref_tool OUT_DIR CI [cpu|cuda [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -43,9 +44,11 @@ int main(int argc, char** argv) {
   o.lr = 1e-2;
   o.seed = 7;
   o.keep_gradients = true;
+  if (argc > 5) o.config.optimizer_overlap = parse_optimizer_overlap(argv[5]).value();
+  if (argc > 6) o.config.dpu_warmup = std::stoi(argv[6]);
   o.nvme_dir = dir + "/swap";
   std::filesystem::create_directories(o.nvme_dir);
-  const int steps = 10;
+  const int steps = argc > 7 ? std::stoi(argv[7]) : 10;
   auto engine = Engine::create(o);
   if (!engine) {
     std::cerr << "gpt_ref_tool: " << engine.error() << "\n";
@@ -95,6 +98,8 @@ int main(int argc, char** argv) {
   meta["lr"] = o.lr;
   meta["steps"] = steps;
   meta["strategy"] = o.placement.name;
+  meta["overlap"] = to_string(o.config.optimizer_overlap);
+  meta["dpu_warmup"] = o.config.dpu_warmup;
   meta["loss"] = losses.front();
   meta["losses"] = losses;
   meta["tensors"] = nlohmann::json::array();

@@ -23,3 +23,22 @@ for name, link in j["links"].items():
 print(f"plan -> run: {j['strategy']}, losses {losses[0]:.4f} -> {losses[-1]:.4f}, device high-water "
       f"{j['device_high_water_bytes']} of {j['device_capacity_bytes']} bytes")
 PY
+
+# the same model on four ranks of this machine, every state in swap files: a plan for 4 devices
+# (--gpus 4 on a profile memwall run executes), then mpirun -np 4 memwall run --plan
+"$mw" plan --profile local-cpu --gpus 4 --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 \
+  --fix strategy=zero_inf_nvme -o "$dir/p4.yaml" >"$dir/plan4.txt"
+grep -q "dp 4" "$dir/plan4.txt" || { cat "$dir/plan4.txt"; exit 1; }
+timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4 "$mw" run --plan "$dir/p4.yaml" \
+  --steps 2 --nvme-dir "$dir" --json >"$dir/run4.json"
+python3 - "$dir/run4.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["dp"] == 4 and j["strategy"].startswith("zero_inf_nvme"), j["strategy"]
+for rank, links in enumerate(j["ranks"]):
+    for name, v in links.items():
+        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
+print(f"mpirun -np 4 run --plan: {j['strategy']}, losses {[round(s['loss'], 4) for s in j['steps']]}, every rank's "
+      f"bytes = its schedule's")
+PY

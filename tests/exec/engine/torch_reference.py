@@ -33,7 +33,7 @@ except ImportError:
     sys.exit("torch_reference.py: cannot import torch; run with /usr/bin/python3 after ./setup.sh "
              "(Debian's python3-torch)")
 
-TOOL = sys.argv[1]
+TOOL = sys.argv[1] if len(sys.argv) > 1 else None
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "cpu"
 STRATEGY = sys.argv[3] if len(sys.argv) > 3 else "zero_inf_nvme"
 CIS = [0, 1, 2]
@@ -42,8 +42,8 @@ LOSS_TOL = 1e-4
 failures = []
 
 
-def run_tool(ci, d):
-    rc = subprocess.run([TOOL, d, str(ci), BACKEND, STRATEGY]).returncode
+def run_tool(ci, d, tool=None, backend=None, strategy=None, extra=()):
+    rc = subprocess.run([tool or TOOL, d, str(ci), backend or BACKEND, strategy or STRATEGY, *extra]).returncode
     if rc == 77:
         print(f"torch_reference.py: SKIPPED: the {BACKEND} backend has no device here")
         sys.exit(77)
@@ -100,60 +100,65 @@ def check(name, value, tol):
     return ok
 
 
-results = {}
-with tempfile.TemporaryDirectory() as tmp:
-    for ci in CIS:
-        d = os.path.join(tmp, f"ci{ci}")
-        os.mkdir(d)
-        meta, params, grads, logits, tokens, targets = run_tool(ci, d)
-        B, T, S = meta["B"], meta["T"], meta["steps"]
-        tokens = torch.tensor(tokens.reshape(S, B, T), dtype=torch.long)
-        targets = torch.tensor(targets.reshape(S, B, T), dtype=torch.long)
-        results[ci] = grads
+def main():
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ci in CIS:
+            d = os.path.join(tmp, f"ci{ci}")
+            os.mkdir(d)
+            meta, params, grads, logits, tokens, targets = run_tool(ci, d)
+            B, T, S = meta["B"], meta["T"], meta["steps"]
+            tokens = torch.tensor(tokens.reshape(S, B, T), dtype=torch.long)
+            targets = torch.tensor(targets.reshape(S, B, T), dtype=torch.long)
+            results[ci] = grads
 
-        # float64 reference for batch 0
-        P = unpack(meta, params, torch.float64)
-        ref_logits, ref_loss = gpt_forward(meta, P, tokens[0], targets[0])
-        ref_loss.backward()
-        worst_grad, worst_name = 0.0, ""
-        for t in meta["tensors"]:
-            g = grads[t["offset"]:t["offset"] + t["elems"]].reshape(t["shape"])
-            e = rel(g, P[t["name"]].grad.numpy())
-            check(f"ci {ci} grad {t['name']}", e, GRAD_TOL)
-            if e > worst_grad:
-                worst_grad, worst_name = e, t["name"]
-        e_logits = rel(logits.reshape(B, T, -1), ref_logits.detach().numpy())
-        check(f"ci {ci} logits", e_logits, GRAD_TOL)
-        e_loss = abs(meta["loss"] - ref_loss.item()) / abs(ref_loss.item())
-        check(f"ci {ci} loss", e_loss, LOSS_TOL)
+            # float64 reference for batch 0
+            P = unpack(meta, params, torch.float64)
+            ref_logits, ref_loss = gpt_forward(meta, P, tokens[0], targets[0])
+            ref_loss.backward()
+            worst_grad, worst_name = 0.0, ""
+            for t in meta["tensors"]:
+                g = grads[t["offset"]:t["offset"] + t["elems"]].reshape(t["shape"])
+                e = rel(g, P[t["name"]].grad.numpy())
+                check(f"ci {ci} grad {t['name']}", e, GRAD_TOL)
+                if e > worst_grad:
+                    worst_grad, worst_name = e, t["name"]
+            e_logits = rel(logits.reshape(B, T, -1), ref_logits.detach().numpy())
+            check(f"ci {ci} logits", e_logits, GRAD_TOL)
+            e_loss = abs(meta["loss"] - ref_loss.item()) / abs(ref_loss.item())
+            check(f"ci {ci} loss", e_loss, LOSS_TOL)
 
-        # 10 AdamW steps in float32
-        P32 = unpack(meta, params, torch.float32)
-        opt = torch.optim.AdamW(list(P32.values()), lr=meta["lr"], weight_decay=0.0)
-        worst_step = 0.0
-        ref_losses = []
-        for s in range(S):
-            opt.zero_grad()
-            _, l = gpt_forward(meta, P32, tokens[s], targets[s])
-            l.backward()
-            opt.step()
-            ref_losses.append(l.item())
-            e = abs(meta["losses"][s] - l.item()) / abs(l.item())
-            check(f"ci {ci} step {s + 1} loss", e, LOSS_TOL)
-            worst_step = max(worst_step, e)
-        print(f"ci {ci}: loss {meta['loss']:.6f} (torch {ref_loss.item():.6f}, rel {e_loss:.2e}); logits rel "
-              f"{e_logits:.2e}; max grad rel {worst_grad:.2e} ({worst_name}) over {len(meta['tensors'])} tensors; "
-              f"10 Adam steps: losses {meta['losses'][0]:.4f} -> {meta['losses'][-1]:.4f} "
-              f"(torch {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), max rel {worst_step:.2e}")
+            # 10 AdamW steps in float32
+            P32 = unpack(meta, params, torch.float32)
+            opt = torch.optim.AdamW(list(P32.values()), lr=meta["lr"], weight_decay=0.0)
+            worst_step = 0.0
+            ref_losses = []
+            for s in range(S):
+                opt.zero_grad()
+                _, l = gpt_forward(meta, P32, tokens[s], targets[s])
+                l.backward()
+                opt.step()
+                ref_losses.append(l.item())
+                e = abs(meta["losses"][s] - l.item()) / abs(l.item())
+                check(f"ci {ci} step {s + 1} loss", e, LOSS_TOL)
+                worst_step = max(worst_step, e)
+            print(f"ci {ci}: loss {meta['loss']:.6f} (torch {ref_loss.item():.6f}, rel {e_loss:.2e}); logits rel "
+                  f"{e_logits:.2e}; max grad rel {worst_grad:.2e} ({worst_name}) over {len(meta['tensors'])} tensors; "
+                  f"10 Adam steps: losses {meta['losses'][0]:.4f} -> {meta['losses'][-1]:.4f} "
+                  f"(torch {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), max rel {worst_step:.2e}")
 
-for ci in CIS[1:]:
-    same = np.array_equal(results[ci], results[0])
-    diff = float(np.max(np.abs(results[ci] - results[0])))
-    print(f"ci {ci} vs ci 0: gradients {'bit-identical' if same else f'differ (max abs {diff:.3g})'}")
-    if not same and (BACKEND == "cpu" or rel(results[ci], results[0]) > 1e-6):
-        failures.append(f"ci {ci}: gradients differ from ci 0 by up to {diff:.3g}")
+    for ci in CIS[1:]:
+        same = np.array_equal(results[ci], results[0])
+        diff = float(np.max(np.abs(results[ci] - results[0])))
+        print(f"ci {ci} vs ci 0: gradients {'bit-identical' if same else f'differ (max abs {diff:.3g})'}")
+        if not same and (BACKEND == "cpu" or rel(results[ci], results[0]) > 1e-6):
+            failures.append(f"ci {ci}: gradients differ from ci 0 by up to {diff:.3g}")
 
-if failures:
-    print("FAILED:\n  " + "\n  ".join(failures))
-    sys.exit(1)
-print("torch_reference.py: OK")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("torch_reference.py: OK")
+
+
+if __name__ == "__main__":
+    main()
