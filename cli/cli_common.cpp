@@ -159,8 +159,8 @@ void StrategyFlags::add(CLI::App& app) {
                  "gradients are final, beside the rest of backward: exact), dpu (ZeRO-Offload's delayed parameter\n"
                  "update beside the next forward and backward: one step stale, after --dpu-warmup steps)")
       ->capture_default_str();
-  add_int(app, "--dpu-warmup", config.dpu_warmup, 0, 1000000, "dpu: ordinary steps before the delayed update");
-  add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, 100000,
+  add_int(app, "--dpu-warmup", config.dpu_warmup, 0, kMaxDpuWarmup, "dpu: ordinary steps before the delayed update");
+  add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, kMaxOptimizerChunks,
           "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
 }
 

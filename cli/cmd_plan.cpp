@@ -41,6 +41,7 @@ struct PlanFlags {
   std::string check;
   int runners = 5;
   int simulate_top = 0;  // simulations of tiled paper-sized schedules take seconds to minutes each
+  bool allow_dpu = false;
 };
 
 nlohmann::ordered_json placement_json(const Placement& pl) {
@@ -63,6 +64,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"placement", placement_json(e.candidate.placement)},
                               {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
                               {"dp", c.dp}, {"prefetch_depth", c.prefetch_depth},
+                              {"optimizer_overlap", to_string(c.optimizer_overlap)},
                               {"tflops_per_gpu", e.time.tflops_per_gpu}, {"iteration_s", e.time.iteration_s},
                               {"samples_per_s", e.time.samples_per_s},
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
@@ -78,7 +80,11 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
 std::string config_words(const Evaluated& e) {
   const TrainingConfig& c = e.candidate.config;
   return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
-         ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp);
+         ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp) +
+         (c.optimizer_overlap == OptimizerOverlap::none ? std::string()
+          : c.optimizer_overlap == OptimizerOverlap::backward
+              ? std::string(", optimizer overlapped with backward")
+              : ", delayed parameter update (one step stale: changes the training dynamics)");
 }
 
 double parse_alloc(const std::string& text) {
@@ -162,6 +168,7 @@ int run_plan(const PlanFlags& f) {
   }
   Fixes fixes = take(parse_fixes(f.fix));
   SearchSpace space = take(make_space(m, p, fixes));
+  if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
   SearchOptions so;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
   so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
@@ -259,7 +266,7 @@ int run_plan(const PlanFlags& f) {
   std::vector<const Evaluated*> runners;
   auto key = [](const Evaluated& e) {
     return placement_label(e.candidate.placement) + "/" + format_g(e.candidate.config.bsz) + "/" +
-           std::to_string(e.candidate.config.ci);
+           std::to_string(e.candidate.config.ci) + "/" + to_string(e.candidate.config.optimizer_overlap);
   };
   std::set<std::string> shown = {key(best)};
   for (const auto* list : {&r.ranked, &r.top})
@@ -302,6 +309,10 @@ int run_plan(const PlanFlags& f) {
       << format_sig(t.param_grad_s) << " s and checkpoint traffic " << format_sig(t.act_ckpt_s)
       << " s behind compute; optimizer " << format_sig(t.optimizer_s) << " s";
     if (t.refresh_s > 0) o << ", parameter refresh " << format_sig(t.refresh_s) << " s";
+    const OptimizerOverlap ov = best.candidate.config.optimizer_overlap;
+    if (ov != OptimizerOverlap::none)
+      o << (ov == OptimizerOverlap::backward ? " beside backward and recompute"
+                                             : " beside the next forward and backward, then the refresh");
     if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
     o << ")\n  memory:";
     for (const LimitCheck& lc : best.fit.checks)
@@ -310,12 +321,14 @@ int run_plan(const PlanFlags& f) {
     for (const std::string& w : why) o << "  - " << w << "\n";
     if (!runners.empty()) {
       o << "runners-up:\n";
-      std::vector<std::vector<std::string>> rows = {{"strategy", "bsz", "ci", "tiling", "mp", "TFLOPS/GPU", "iteration s", "binding limit"}};
+      std::vector<std::vector<std::string>> rows = {
+          {"strategy", "bsz", "ci", "tiling", "mp", "optimizer", "TFLOPS/GPU", "iteration s", "binding limit"}};
       for (const Evaluated* ep : runners) {
         const Evaluated& e = *ep;
         const TrainingConfig& c = e.candidate.config;
         rows.push_back({placement_label(e.candidate.placement), format_g(c.bsz), std::to_string(c.ci),
-                        std::to_string(c.tiling_factor), std::to_string(c.mp), format_sig(e.time.tflops_per_gpu),
+                        std::to_string(c.tiling_factor), std::to_string(c.mp), to_string(c.optimizer_overlap),
+                        format_sig(e.time.tflops_per_gpu),
                         format_sig(e.time.iteration_s), e.fit.binding().sentence()});
       }
       o << render_table(rows, 2);
@@ -362,7 +375,12 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--fix", f->fix,
                   "Pin one dimension: strategy=zero3, param16|grad16|optim32|act_ckpt=gpu|cpu|nvme, fetch=allgather|"
-                  "broadcast, bsz=N, ci=N, tiling=N, mp=N, prefetch_depth=N (repeatable)");
+                  "broadcast, bsz=N, ci=N, tiling=N, mp=N, prefetch_depth=N, optimizer_overlap=none|backward|dpu "
+                  "(repeatable)");
+  sub->add_flag("--allow-dpu", f->allow_dpu,
+                "Also search ZeRO-Offload's delayed parameter update (--optimizer-overlap dpu): faster when CPU Adam "
+                "is the longest phase, but the parameters are one step stale after the warm-up, which changes the "
+                "training dynamics (the default search keeps none and backward, both exact)");
   sub->add_option("-o,--output", f->output,
                   "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
   sub->add_option("--deepspeed", f->deepspeed, "Write the equivalent DeepSpeed JSON config here");

@@ -164,6 +164,15 @@ Command add_run(CLI::App& app) {
             if (f->save_every < 0) throw UsageError("--save-every: expected a number of steps >= 1, got " +
                                                     std::to_string(f->save_every));
             if (f->save_every > 0 && f->save.empty()) throw UsageError("--save-every: give --save DIR too");
+            // dpu: after the warm-up, a step ends with its gradients pending (the next step applies
+            // them); a checkpoint does not hold them, so it would lose a step's update.
+            if (!f->save.empty() && o.config.optimizer_overlap == OptimizerOverlap::dpu) {
+              if (rc.steps > o.config.dpu_warmup)
+                throw UsageError("--save: with --optimizer-overlap dpu, checkpoints after the warm-up (--dpu-warmup " +
+                                 std::to_string(o.config.dpu_warmup) + ") would lose the pending step's gradients; "
+                                 "save with --optimizer-overlap backward or none (exact), or within the warm-up (--steps <= " +
+                                 std::to_string(o.config.dpu_warmup) + ")");
+            }
             const exec::Corpus corpus = take(exec::Corpus::load(rc.corpus));
             // Ranks are mpirun's processes. A rank that fails stops the whole job (MPI_Abort) with
             // its rank in the message: the others would wait for it in a collective forever.

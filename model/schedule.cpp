@@ -67,6 +67,7 @@ class Generator {
     s_.mp = c.mp;
     s_.micro_batches = micro_batches_;
     s_.sizes = sizes;
+    s_.optimizer_overlap = c.optimizer_overlap;
     s_.capacity_bytes[int(Tier::gpu)] = p.gpu_memory_bytes;
     s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / p.gpus_per_node;
     s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / p.gpus_per_node;
@@ -78,8 +79,6 @@ class Generator {
       if (!g_.op(v).param_owner.empty()) owner_[v] = index_.at(g_.op(v).param_owner);
     assign_ranks();
   }
-
-  Result<bool> check_overlap_public() const { return check_overlap(); }
 
   Schedule run() {
     place_persistent_states();
@@ -752,8 +751,11 @@ class Generator {
       r.push_back(emit(transfer(StepKind::fetch, Phase::optimizer, name, "nc", State::grad16,
                                 z_.param_bytes * chunk_size(k), Tier::nvme, Tier::cpu, LinkClass::nvme_cpu, d, "",
                                 name)));
-    if (!r.empty()) alloc(r.front(), name, Tier::cpu, o.per_param * chunk_size(k));
-    else next_optim_alloc_ = {name, Tier::cpu, o.per_param * chunk_size(k)};
+    // every chunk buffer is the largest chunk's size: slots an executor rotates without
+    // fragmenting its pinned memory
+    const double slot = o.per_param * s_.optimizer_chunk_params;
+    if (!r.empty()) alloc(r.front(), name, Tier::cpu, slot);
+    else next_optim_alloc_ = {name, Tier::cpu, slot};
   }
 
   // Adam on chunk k, then its writes to NVMe and (parameters on the GPU) the copy back, unless dpu
@@ -796,23 +798,6 @@ class Generator {
     if (o.per_param > 0) free_at(w, name);
     o.writes[size_t(k)] = w;
     if (pt == Tier::gpu && c_.optimizer_overlap != OptimizerOverlap::dpu) refresh_params(o.prev_adam, k);
-  }
-
-  // Checks that the options make sense for the placement; the message names the flag and why.
-  Result<bool> check_overlap() const {
-    const OptimizerOverlap ov = c_.optimizer_overlap;
-    if (ov == OptimizerOverlap::none) return true;
-    const std::string flag = std::string("--optimizer-overlap ") + to_string(ov) + ": ";
-    if (ot() == Tier::gpu)
-      return make_error(flag + "needs the optimizer states off the GPU (the CPU runs Adam while the GPU computes)");
-    if (pl_.grad16.tier == Tier::gpu)
-      return make_error(flag + "needs the gradients offloaded as they are made (grad16 on cpu or nvme), not kept on "
-                               "the GPU until backward ends");
-    if (ov == OptimizerOverlap::dpu && pl_.param16.tier != Tier::gpu)
-      return make_error(flag + "the delayed update keeps a copy of the parameters on the GPU that the CPU updates "
-                               "behind (param16 on gpu, as ZeRO-Offload)");
-    if (pl_.layer_major) return make_error(flag + "not with the layer-major l2l schedule");
-    return true;
   }
 
   void optimizer() {
@@ -944,6 +929,21 @@ class Generator {
 
 }  // namespace
 
+Result<bool> check_optimizer_overlap(const Placement& pl, OptimizerOverlap ov) {
+  if (ov == OptimizerOverlap::none) return true;
+  const std::string flag = std::string("--optimizer-overlap ") + to_string(ov) + ": ";
+  if (pl.optim32.tier == Tier::gpu)
+    return make_error(flag + "needs the optimizer states off the GPU (the CPU runs Adam while the GPU computes)");
+  if (pl.grad16.tier == Tier::gpu)
+    return make_error(flag + "needs the gradients offloaded as they are made (grad16 on cpu or nvme), not kept on "
+                             "the GPU until backward ends");
+  if (ov == OptimizerOverlap::dpu && pl.param16.tier != Tier::gpu)
+    return make_error(flag + "the delayed update keeps a copy of the parameters on the GPU that the CPU updates "
+                             "behind (param16 on gpu, as ZeRO-Offload)");
+  if (pl.layer_major) return make_error(flag + "not with the layer-major l2l schedule");
+  return true;
+}
+
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                                 const HardwareProfile& profile, int rank, const MemorySizes& sizes) {
   Result<Placement> ok = validate(placement);
@@ -963,9 +963,8 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
     return make_error("--micro-batches: only the layer-major l2l schedule loops over micro-batches inside an iteration");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
-  Generator gen(model, placement, config, profile, rank, dp, sizes);
-  if (Result<bool> ok = gen.check_overlap_public(); !ok) return make_error(ok.error());
-  return gen.run();
+  if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());
+  return Generator(model, placement, config, profile, rank, dp, sizes).run();
 }
 
 std::vector<std::string> check_invariants(const Schedule& s) {
@@ -1022,6 +1021,23 @@ std::vector<std::string> check_invariants(const Schedule& s) {
   }
   for (const auto& [name, step] : live)
     if (bad.size() < 20) bad.push_back("buffer " + name + ": made at step " + std::to_string(step) + " but never given back");
+  // The optimizer overlap's rules.
+  int first_compute = -1, last_compute = -1;
+  for (const Step& st : s.steps)
+    if (st.kind == StepKind::compute) {
+      if (first_compute < 0) first_compute = st.id;
+      last_compute = st.id;
+    }
+  for (const Step& st : s.steps) {
+    const bool cpu_update = st.kind == StepKind::optimizer && st.src == Tier::cpu;
+    if (cpu_update && s.optimizer_overlap != OptimizerOverlap::dpu && st.deps.empty())
+      fail(st, "an update that waits for no gradient");
+    if (s.optimizer_overlap != OptimizerOverlap::dpu) continue;
+    if (cpu_update && st.id > first_compute) fail(st, "dpu: the delayed update must come before the first compute");
+    if (st.kind == StepKind::fetch && st.op == "params" && st.hop == "cg" &&
+        std::find(st.deps.begin(), st.deps.end(), last_compute) == st.deps.end())
+      fail(st, "dpu: the updated parameters may reach the GPU only after the last compute");
+  }
   return bad;
 }
 

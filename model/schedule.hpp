@@ -107,6 +107,7 @@ struct Schedule {
   std::optional<Overflow> overflow;             // first tier that would exceed its capacity
   double compute_flops = 0;                     // GPU FLOPs of this rank per iteration
   MemorySizes sizes;                            // what it was built with
+  OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;  // when the CPU optimizer runs
   // The optimizer's chunks over this rank's partition of the parameters, in partition order: the
   // units (parameter group, tile) in forward order, each its shard. A chunk starts at a unit
   // boundary or a multiple of kChunkGranule parameters into a unit, so NVMe reads and writes of
@@ -123,6 +124,10 @@ inline constexpr double kChunkGranule = 4096;
 // the steps in order: what `peak_bytes` is the maximum of, plus the persistent states.
 std::vector<double> buffer_bytes_by_step(const Schedule& s, Tier tier);
 
+// Whether a placement allows running the CPU optimizer as `ov` says; the error names the flag and
+// says why (the generator and the planner both ask here).
+Result<bool> check_optimizer_overlap(const Placement& placement, OptimizerOverlap ov);
+
 // `rank` in [0, dp). Fails only on inconsistent input (dp x mp larger than the profile, ...).
 // A schedule that does not fit is returned with `overflow` set: that is a result, not an error.
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
@@ -131,7 +136,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
 // Invariants: deps point backwards (no cycles); every compute finds its parameters resident; every
 // fetched parameter is released after its last use; every transfer has a source, a destination and
 // bytes; every buffer is made once and given back once, by the same step or a later one, and the
-// buffers a step reads exist when it starts. Empty when all hold.
+// buffers a step reads exist when it starts; the optimizer overlap's rules: a CPU update waits for
+// something (backward: its gradients), dpu's updates all come before the first compute and its
+// parameter copies to the GPU after the last. Empty when all hold.
 std::vector<std::string> check_invariants(const Schedule& s);
 
 // One line per step, for humans and golden files.

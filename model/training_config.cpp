@@ -134,10 +134,11 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
                       std::to_string(c.prefetch_depth));
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches)
     return make_error(range_error("--micro-batches", "a count", 1, kMaxMicroBatches, c.micro_batches));
-  if (c.dpu_warmup < 0 || c.dpu_warmup > 1000000)
-    return make_error(range_error("--dpu-warmup", "a number of steps", 0, 1000000, c.dpu_warmup));
-  if (c.optimizer_chunks < 0 || c.optimizer_chunks > 100000)
-    return make_error(range_error("--optimizer-chunks", "a chunk count (0: automatic)", 0, 100000, c.optimizer_chunks));
+  if (c.dpu_warmup < 0 || c.dpu_warmup > kMaxDpuWarmup)
+    return make_error(range_error("--dpu-warmup", "a number of steps", 0, kMaxDpuWarmup, c.dpu_warmup));
+  if (c.optimizer_chunks < 0 || c.optimizer_chunks > kMaxOptimizerChunks)
+    return make_error(
+        range_error("--optimizer-chunks", "a chunk count (0: automatic)", 0, kMaxOptimizerChunks, c.optimizer_chunks));
   return c;
 }
 

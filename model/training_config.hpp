@@ -49,6 +49,8 @@ inline constexpr int kMaxMp = 1024;              // kMaxGpusPerNode
 inline constexpr long kMaxGpus = 1L << 26;        // kMaxNodes x kMaxGpusPerNode: dp x mp stays below it
 inline constexpr int kMaxPrefetchDepth = 64;
 inline constexpr int kMaxMicroBatches = 4096;
+inline constexpr int kMaxDpuWarmup = 1000000;
+inline constexpr int kMaxOptimizerChunks = 100000;
 
 // Checks ranges; `layers` bounds ci. Messages name the flag ("--ci: ..."). Also refuses a config
 // whose schedule (about layers x tiling x micro-batches steps) would not fit in an eighth of this

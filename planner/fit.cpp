@@ -253,7 +253,17 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.mp_allreduce_s = transfer_s(m.layers * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden),
                                    p.gpu_gpu_Bps);
   // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
-  tb.exposed_s = exposed_fb + std::max(tb.optimizer_s, tb.refresh_s) + tb.mp_allreduce_s;
+  double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
+  switch (k.optimizer_overlap) {
+    case OptimizerOverlap::none: break;
+    case OptimizerOverlap::backward:  // beside backward and recompute: 3/4 of Eq. 7's computation
+      optimizer_exposed = std::max(0.0, optimizer_exposed - 0.75 * tb.compute_s);
+      break;
+    case OptimizerOverlap::dpu:  // beside the whole forward and backward; the refresh follows them
+      optimizer_exposed = std::max(0.0, tb.optimizer_s - tb.compute_s) + tb.refresh_s;
+      break;
+  }
+  tb.exposed_s = exposed_fb + optimizer_exposed + tb.mp_allreduce_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
   tb.tflops_per_gpu = flops_gpu / tb.iteration_s / 1e12;
   tb.samples_per_s = k.bsz * dp / tb.iteration_s;

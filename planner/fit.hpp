@@ -78,7 +78,9 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 //   optimizer states (Eq. 10): after backward, not overlapped (Sec. 4.2); CPU Adam runs alongside
 //     the NVMe reads and writes (Sec. 5.2.2), the slower of the two counts;
 //   activation checkpoints (Eq. 11): overlapped with compute, on the same PCIe link as parameters;
-//   tensor slicing: Megatron's activation all-reduces (6 per layer), not overlapped.
+//   tensor slicing: Megatron's activation all-reduces (6 per layer), not overlapped;
+//   --optimizer-overlap backward hides the optimizer behind backward and recompute (3/4 of the
+//     computation), dpu behind the whole forward and backward (the refresh then follows them).
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap

@@ -61,7 +61,9 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   if (Result<Placement> ok = validate(pl); !ok) r.fail(pn, "placement", ok.error());
 
   YAML::Node tn = r.section(root, "", "training");
-  r.only_keys(tn, "training", {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth"});
+  r.only_keys(tn, "training",
+              {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
+               "optimizer_chunks"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -70,15 +72,25 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.dp = int(r.integer(tn, "training", "dp", 1, kMaxGpus));
   c.mp = int(r.integer_or(tn, "training", "mp", 1, kMaxMp, 1));
   c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
+  const std::string overlap = r.text_or(tn, "training", "optimizer_overlap", "none");
+  Result<OptimizerOverlap> ov = parse_optimizer_overlap(overlap);
+  if (!ov) r.fail(tn["optimizer_overlap"], "training.optimizer_overlap", "expected none, backward or dpu, got \"" + overlap + "\"");
+  c.optimizer_overlap = *ov;
+  c.dpu_warmup = int(r.integer_or(tn, "training", "dpu_warmup", 0, kMaxDpuWarmup, 40));
+  c.optimizer_chunks = int(r.integer_or(tn, "training", "optimizer_chunks", 0, kMaxOptimizerChunks, 0));
   const long gpus = long(c.dp) * c.mp;
   if (gpus != plan.gpus)
     r.fail(root["gpus"], "gpus", "expected training.dp x training.mp = " + std::to_string(c.dp) + " x " +
                                      std::to_string(c.mp) + " = " + std::to_string(gpus) + ", got " +
                                      std::to_string(plan.gpus));
-  // The schedule this plan makes must fit in this machine's memory (tiling x layers bounds it).
-  if (Result<TrainingConfig> ok = validate(c, m.layers); !ok)
-    r.fail(c.tiling_factor > 1 ? tn["tiling_factor"] : mn["layers"], c.tiling_factor > 1 ? "training.tiling_factor" : "model.layers",
-           ok.error());
+  // The schedule this plan makes must fit in this machine's memory (tiling x layers bounds it) and
+  // look no further ahead than a pass: blame the field the message's flag stands for.
+  if (Result<TrainingConfig> ok = validate(c, m.layers); !ok) {
+    const std::string& e = ok.error();
+    const bool depth = e.starts_with("--prefetch-depth"), tiling = e.starts_with("--tiling");
+    const std::string field = depth ? "training.prefetch_depth" : tiling ? "training.tiling_factor" : "model.layers";
+    r.fail(depth ? tn["prefetch_depth"] : tiling ? tn["tiling_factor"] : mn["layers"], field, e.substr(e.find(": ") + 2));
+  }
 
   if (YAML::Node pr = root["predicted"]; pr.IsDefined() && !pr.IsNull()) {
     if (!pr.IsMap()) r.fail(pr, "predicted", "expected a mapping of fields");
@@ -148,7 +160,12 @@ std::string plan_yaml(const Plan& plan) {
     << "  dp: " << c.dp << "\n"
     << "  mp: " << c.mp << "\n"
     << "  prefetch_depth: " << c.prefetch_depth << "\n"
-    << "predicted:            # the planner's analytic estimate\n"
+    << "  optimizer_overlap: " << to_string(c.optimizer_overlap)
+    << (c.optimizer_overlap == OptimizerOverlap::dpu ? "   # one step stale after warm-up: changes the training dynamics\n"
+                                                      : "\n");
+  if (c.optimizer_overlap == OptimizerOverlap::dpu) o << "  dpu_warmup: " << c.dpu_warmup << "\n";
+  if (c.optimizer_chunks > 0) o << "  optimizer_chunks: " << c.optimizer_chunks << "\n";
+  o << "predicted:            # the planner's analytic estimate\n"
     << "  iteration_s: " << fixed(plan.predicted_iteration_s, 3) << "\n"
     << "  tflops_per_gpu: " << fixed(plan.predicted_tflops_per_gpu, 2) << "\n";
   return o.str();

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/schedule.hpp"
 #include "model/units.hpp"
 
 namespace memwall::planner {
@@ -69,7 +70,8 @@ std::string fmt_tflops(double t) { return format_sig(t, 3) + " TFLOPS"; }
 Result<Fixes> parse_fixes(const std::vector<std::string>& key_values) {
   Fixes f;
   std::map<std::string, std::string> seen;
-  const std::string keys = "strategy, param16, grad16, optim32, act_ckpt, fetch, bsz, ci, tiling, mp, prefetch_depth";
+  const std::string keys =
+      "strategy, param16, grad16, optim32, act_ckpt, fetch, bsz, ci, tiling, mp, prefetch_depth, optimizer_overlap";
   for (const std::string& kv : key_values) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size())
@@ -101,6 +103,10 @@ Result<Fixes> parse_fixes(const std::vector<std::string>& key_values) {
       Result<int> x = parse_int(key, value, key == "prefetch_depth" ? 0 : 1, most);
       if (!x) return make_error(x.error());
       (key == "ci" ? f.ci : key == "tiling" ? f.tiling : key == "mp" ? f.mp : f.prefetch_depth) = *x;
+    } else if (key == "optimizer_overlap") {
+      Result<OptimizerOverlap> ov = parse_optimizer_overlap(value);
+      if (!ov) return make_error("--fix optimizer_overlap: expected none, backward or dpu, got \"" + value + "\"");
+      f.overlap = *ov;
     } else {
       return make_error("--fix: unknown key \"" + key + "\" (expected one of: " + keys + ")");
     }
@@ -112,7 +118,11 @@ Result<Fixes> parse_fixes(const std::vector<std::string>& key_values) {
 
 size_t SearchSpace::size() const {
   size_t n = 0;
-  for (const Placement& p : placements) n += p.param16.partitioned ? tiling.size() : 1;
+  for (const Placement& p : placements) {
+    size_t allowed = 0;
+    for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov).ok();
+    n += (p.param16.partitioned ? tiling.size() : 1) * allowed;
+  }
   return n * bsz.size() * ci.size() * mp.size();
 }
 
@@ -233,6 +243,10 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
   if (fx.tiling) s.tiling = {*fx.tiling};
   else s.tiling = {1, 2, 4, 8, 16, 32, 64};
   if (fx.prefetch_depth) s.prefetch_depth = *fx.prefetch_depth;
+  // exact overlaps by default; dpu changes the training dynamics: only when fixed (or allowed by
+  // the caller, who appends it)
+  s.overlaps = {OptimizerOverlap::none, OptimizerOverlap::backward};
+  if (fx.overlap) s.overlaps = {*fx.overlap};
   return s;
 }
 
@@ -354,11 +368,13 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     for (int mp : space.mp)
       for (int ci : space.ci)
         for (int t : tilings)
-          {
+          for (OptimizerOverlap ov : space.overlaps) {
+            if (!check_optimizer_overlap(pl, ov)) continue;
             // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit
             std::vector<std::pair<Candidate, FitReport>> row;
             for (double bsz : space.bsz) {
               Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth)};
+              c.config.optimizer_overlap = ov;
               FitReport fit = check_fit(m, c, p, o.fit);
               ++r.evaluated;
               if (!fit.fits()) {
@@ -433,6 +449,8 @@ std::string outcome(const Evaluated& v, const Evaluated& best) {
   if (!v.fit.fits()) return "does not fit (" + v.fit.binding().sentence() + ")";
   if (v.score() > best.score() * (1 + 1e-9))
     return "fits but gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU < " + fmt_tflops(best.time.tflops_per_gpu);
+  if (v.score() < best.score() * (1 - 1e-9))  // only outside the searched space
+    return "fits and gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU > " + fmt_tflops(best.time.tflops_per_gpu);
   return "fits and gives the same " + fmt_tflops(v.time.tflops_per_gpu) +
          " per GPU (ties go to less traffic, less tiling, less GPU memory)";
 }
@@ -540,6 +558,21 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
       x.config.dp = p.total_gpus() / x.config.mp;
     });
     out.push_back("mp " + std::to_string(k.mp) + ": mp " + std::to_string(k.mp / 2) + " " + outcome(v, best));
+  }
+
+  {
+    // the optimizer overlap: each other one this placement allows, searched or not
+    std::string line = std::string("optimizer overlap ") + to_string(k.optimizer_overlap) + ":";
+    for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu}) {
+      if (ov == k.optimizer_overlap) continue;
+      if (!check_optimizer_overlap(c.placement, ov)) continue;  // not with this placement
+      Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.optimizer_overlap = ov; });
+      const bool searched = std::find(space.overlaps.begin(), space.overlaps.end(), ov) != space.overlaps.end();
+      line += std::string(" ") + to_string(ov) + " " + outcome(v, best) +
+              (searched ? "" : " (not searched: one step stale, it changes the training dynamics; --allow-dpu)") + ";";
+    }
+    if (line.back() == ';') line.pop_back();
+    if (line.back() != ':') out.push_back(line);
   }
 
   // ---- the placement order of the paper's evaluation (seed 001), checked on this plan ----

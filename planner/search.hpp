@@ -26,6 +26,7 @@ struct Fixes {
   std::optional<ParamFetch> fetch;
   std::optional<double> bsz;
   std::optional<int> ci, tiling, mp, prefetch_depth;
+  std::optional<OptimizerOverlap> overlap;  // optimizer_overlap=none|backward|dpu
 };
 // Errors (one line, for exit code 2): unknown key, bad value, the same key twice with different values.
 Result<Fixes> parse_fixes(const std::vector<std::string>& key_values);
@@ -36,6 +37,7 @@ struct SearchSpace {
   std::vector<int> ci;
   std::vector<int> tiling;    // applies to placements with partitioned parameters; others use 1
   std::vector<int> mp;
+  std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
   size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp)
 };

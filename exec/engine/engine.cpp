@@ -254,6 +254,7 @@ struct Engine::Impl {
   std::size_t psz = 2;                  // bytes per param16 / grad16 element
   int micro_batches = 1;
   std::vector<ChunkPlan> chunks;
+  std::size_t chunk_slot = 0;  // every chunk buffer takes the largest chunk's layout: slots that rotate
   std::vector<int> step_chunk;  // optimizer-phase steps: their chunk
   // dpu: the ordinary schedule of the warm-up steps and the delayed update's, swapped in turn with
   // `sched` (the one the dispatcher runs) and its derived tables
@@ -386,6 +387,7 @@ struct Engine::Impl {
         }
       }
       p.bytes = b;
+      chunk_slot = std::max(chunk_slot, b);
       at += p.count;
       chunks.push_back(std::move(p));
     }
@@ -729,10 +731,12 @@ struct Engine::Impl {
   }
 
   // ---- admission -----------------------------------------------------------------------------
-  // Bytes a buffer takes in its arena: chunk buffers have their aligned layout; anything the io
-  // engine reads or writes is whole 4096-byte blocks.
-  std::size_t layout_bytes(const Step& s, const Buffer& b) const {
-    if (b.name.rfind("adam[", 0) == 0) return chunks[size_t(step_chunk[size_t(s.id)])].bytes;
+  // Bytes a buffer takes in its arena: chunk buffers take one slot each, the largest chunk's
+  // aligned layout (chunks differ in size: buffers of their own sizes, made and given back in
+  // rotation, would fragment the pinned arena until no range fits the next); anything the io engine
+  // reads or writes is whole 4096-byte blocks.
+  std::size_t layout_bytes(const Step&, const Buffer& b) const {
+    if (b.name.rfind("adam[", 0) == 0) return chunk_slot;
     if (b.tier == Tier::cpu) return align_to(std::size_t(std::ceil(b.bytes)), kPage);
     return std::size_t(std::ceil(b.bytes));
   }
@@ -1679,6 +1683,9 @@ Result<std::vector<float>> Engine::logits() {
 
 Result<bool> Engine::save(const std::string& dir, const RunPosition& at) {
   Impl& e = *impl_;
+  if (e.dpu_active)
+    return make_error("--save " + dir + ": the delayed parameter update holds step " + std::to_string(at.iteration) +
+                      "'s gradients until the next step; a checkpoint would lose them (save within --dpu-warmup)");
   char name[32];
   std::snprintf(name, sizeof name, "step-%08d", at.iteration);
   const std::string step_dir = dir + "/" + name;

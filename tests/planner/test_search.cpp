@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
+#include "model/schedule.hpp"
 #include "planner/search.hpp"
 #include "planner_test_util.hpp"
 
@@ -147,8 +148,11 @@ TEST(Search, PruningFindsWhatBruteForceFinds) {
     for (int mp : space.mp)
       for (int ci : space.ci)
         for (int t : pl.param16.partitioned ? space.tiling : std::vector<int>{1})
+          for (OptimizerOverlap ov : space.overlaps)
           for (double b : space.bsz) {
+            if (!check_optimizer_overlap(pl, ov)) continue;
             Candidate c{pl, {}};
+            c.config.optimizer_overlap = ov;
             c.config.bsz = b;
             c.config.seq = m.seq;
             c.config.ci = ci;

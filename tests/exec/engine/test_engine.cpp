@@ -218,7 +218,8 @@ TEST(Engine, PrefetchesOverlapCompute) {
   ASSERT_TRUE(e.ok()) << e.error();
   Batches b;
   b.next(**e, o.model.max_seq);
-  ASSERT_TRUE((*e)->step(b.tokens, b.targets).ok());
+  Result<IterationReport> first = (*e)->step(b.tokens, b.targets);
+  ASSERT_TRUE(first.ok()) << first.error();
   b.next(**e, o.model.max_seq);
   Result<IterationReport> r = (*e)->step(b.tokens, b.targets);
   ASSERT_TRUE(r.ok()) << r.error();
