@@ -17,9 +17,10 @@ trap cleanup EXIT
 as_nobody() {
   if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; else "$@"; fi
 }
-# Thread limits only bind an unprivileged user: nobody, with RLIMIT_NPROC 4.
+# Thread limits only bind an unprivileged user, and RLIMIT_NPROC counts every process of that user:
+# a uid of its own (65533, no account) that nothing else runs as, with RLIMIT_NPROC 4.
 few_threads() {
-  if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups -- prlimit --nproc=4:4 -- "$@"
+  if [ "$(id -u)" = 0 ]; then setpriv --reuid=65533 --regid=65533 --clear-groups -- prlimit --nproc=4:4 -- "$@"
   else prlimit --nproc=4:4 -- "$@"; fi
 }
 need_root() { [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null || { echo "skipped: needs root and mount namespaces"; exit 77; }; }
