@@ -20,6 +20,7 @@ struct SimulateFlags {
   StrategyFlags run;
   std::string plan;
   bool no_overlap = false;
+  bool full = false;
   std::string trace;
   bool json = false;
 };
@@ -37,6 +38,8 @@ Command add_simulate(CLI::App& app) {
   f->run.add(*sub);
   sub->add_option("--plan", f->plan, "A plan file from `memwall plan -o` instead of --model and the training flags");
   sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
+  sub->add_flag("--full", f->full,
+                "Replay every GPU, not one GPU with its share of the node (the symmetric shortcut's ground truth; slow)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
   return {sub, [f, sub]() {
@@ -72,6 +75,7 @@ Command add_simulate(CLI::App& app) {
             sim::SimOptions o;
             o.overlap = !f->no_overlap;
             o.trace = !f->trace.empty();
+            o.full = f->full;
             sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
             nlohmann::ordered_json j = {{"strategy", r.strategy}, {"model", m.name}, {"profile", p.name},
                                         {"nodes", p.nodes}, {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};
@@ -86,6 +90,7 @@ Command add_simulate(CLI::App& app) {
               j["peak_flops_per_s"] = r.peak_flops_per_s;
               j["busy_fraction"] = r.busy_fraction;
               j["ranks_simulated"] = r.ranks_simulated;
+              j["full"] = r.full;
               j["activities"] = r.activities;
               const std::string gpus = r.gpus == p.total_gpus() && p.nodes == 1
                                            ? std::to_string(r.gpus) + " GPUs"
@@ -93,7 +98,8 @@ Command add_simulate(CLI::App& app) {
                                                  " GPUs on " + std::to_string(p.nodes) + " node(s)";
               o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << gpus << ": dp " << r.dp
                      << " x mp " << r.mp << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
-                     << c.ci << (o.overlap ? "" : ", no overlap") << "\n";
+                     << c.ci << (o.overlap ? "" : ", no overlap")
+                     << (r.full ? ", every GPU replayed" : "") << "\n";
               o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)
                      << " TFLOPS per GPU, " << format_sig(100 * r.efficiency, 3) << " % of the achievable "
                      << format_flops_rate(r.peak_flops_per_s) << "\n";

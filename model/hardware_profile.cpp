@@ -9,6 +9,8 @@
 
 namespace memwall {
 
+const char* to_string(NicAttach a) { return a == NicAttach::cpu ? "cpu" : "pcie_switch"; }
+
 double HardwareProfile::peak_flops_per_s(long hidden) const {
   if (peak_by_hidden.empty() || hidden <= 0) return gpu_peak_flops_per_s;
   if (hidden <= peak_by_hidden.front().hidden) return peak_by_hidden.front().flops_per_s;
@@ -45,10 +47,11 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
 
   YAML::Node gpu = r.section(root, "", "gpu");
-  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "peak", "peak_by_hidden"});
+  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden"});
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
+  p.gpu_memory_Bps = r.quantity_or(gpu, "gpu", "memory_bandwidth", Dimension::bandwidth, 0);
   if (YAML::Node table = gpu["peak_by_hidden"]; table.IsDefined() && !table.IsNull()) {
     if (!table.IsSequence() || table.size() == 0 || table.size() > 64)
       r.fail(table, "gpu.peak_by_hidden", "expected a list of 1 to 64 points {hidden: 8K, peak: 62 TFLOPS}");
@@ -64,13 +67,17 @@ HardwareProfile read_profile(const YamlReader& r) {
   }
 
   YAML::Node links = r.section(root, "", "links");
-  r.only_keys(links, "links", {"gpu_gpu", "pcie_single_gpu", "pcie_aggregate", "inter_node"});
+  r.only_keys(links, "links", {"gpu_gpu", "pcie_single_gpu", "pcie_aggregate", "inter_node", "nic_attach"});
   p.gpu_gpu_Bps = p.gpus_per_node > 1 ? r.quantity(links, "links", "gpu_gpu", Dimension::bandwidth)
                                       : r.quantity_or(links, "links", "gpu_gpu", Dimension::bandwidth, 0);
   p.pcie_single_gpu_Bps = r.quantity(links, "links", "pcie_single_gpu", Dimension::bandwidth);
   p.pcie_aggregate_Bps = r.quantity(links, "links", "pcie_aggregate", Dimension::bandwidth);
   p.inter_node_Bps = p.nodes > 1 ? r.quantity(links, "links", "inter_node", Dimension::bandwidth)
                                  : r.quantity_or(links, "links", "inter_node", Dimension::bandwidth, 0);
+  const std::string nic = r.text_or(links, "links", "nic_attach", "pcie_switch");
+  if (nic != "pcie_switch" && nic != "cpu")
+    r.fail(links["nic_attach"], "links.nic_attach", "expected pcie_switch or cpu, got \"" + nic + "\"");
+  p.nic_attach = nic == "cpu" ? NicAttach::cpu : NicAttach::pcie_switch;
   if (p.pcie_aggregate_Bps < p.pcie_single_gpu_Bps)
     r.fail(links["pcie_aggregate"], "links.pcie_aggregate",
            "expected at least links.pcie_single_gpu (the node's PCIe root carries at least one GPU's traffic)");
@@ -123,7 +130,8 @@ Result<HardwareProfile> load_profile(const std::string& name_or_path) {
   Result<std::string> text = read_input_file(name_or_path, "profile");
   if (!text) {
     std::error_code ec;
-    if (std::filesystem::symlink_status(name_or_path, ec).type() != std::filesystem::file_type::not_found)
+    if (name_or_path.empty() ||
+        std::filesystem::symlink_status(name_or_path, ec).type() != std::filesystem::file_type::not_found)
       return make_error(text.error());
     std::string names;
     for (const auto& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;

@@ -18,6 +18,18 @@ namespace memwall {
 inline constexpr int kMaxNodes = 65536;
 inline constexpr int kMaxGpusPerNode = 1024;
 
+// Where a node's network interfaces sit, which decides what inter-node traffic crosses on its way
+// out of a GPU: `pcie_switch` (DGX-2, DGX A100/H100: beside the GPUs on the PCIe switches, so it
+// shares each GPU's PCIe link with offload traffic but not the node's PCIe root), `cpu` (behind
+// the CPU's root complex, as on a workstation or a Grace CPU: it also crosses the PCIe root).
+enum class NicAttach { pcie_switch, cpu };
+const char* to_string(NicAttach a);
+
+// Bytes CPU Adam moves per parameter (results/METRICS.md, "CPU Adam": fp32 master parameter,
+// momentum and variance read and written, fp32 gradient read, 16-bit copy written). A profile's
+// memory-bound Adam rate is cpu.memory_bandwidth / this.
+inline constexpr double kAdamBytesPerParam = 30;
+
 struct PeakPoint {
   long hidden = 0;
   double flops_per_s = 0;
@@ -34,11 +46,14 @@ struct HardwareProfile {
   double gpu_memory_bytes = 0;           // per GPU
   double gpu_peak_flops_per_s = 0;       // achievable peak (not the datasheet peak), per GPU
   std::vector<PeakPoint> peak_by_hidden;  // optional, ascending hidden; interpolated in log2(hidden)
+  double gpu_memory_Bps = 0;             // per GPU, HBM (gpu.memory_bandwidth); 0: not given, so the
+                                         // simulator costs operators by FLOPs alone
 
   double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node
   double pcie_single_gpu_Bps = 0;  // one GPU alone to or from CPU memory
   double pcie_aggregate_Bps = 0;   // per node, all GPUs moving data at once (shared PCIe root)
   double inter_node_Bps = 0;       // per node (all NICs); 0 when the profile describes one node only
+  NicAttach nic_attach = NicAttach::pcie_switch;  // links.nic_attach
 
   double cpu_memory_bytes = 0;         // per node
   double cpu_memory_Bps = 0;           // per node

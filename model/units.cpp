@@ -199,6 +199,16 @@ std::string format_g(double value) {
   return buf;
 }
 
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
 namespace {
 std::string scaled(double v, double base, const char* const* names, int n) {
   if (!std::isfinite(v)) return format_sig(v) + " " + names[0];

@@ -52,5 +52,7 @@ std::string format_flops_rate(double flops_per_s);
 std::string format_count(double n);  // 1.4 B, 20 T (decimal)
 std::string format_sig(double value, int significant = 3);
 std::string format_g(double value);  // shortest form: 2, 1.25, 1e+12
+// One CSV field (RFC 4180): quoted, with inner quotes doubled, when it holds a comma, quote or newline.
+std::string csv_field(const std::string& text);
 
 }  // namespace memwall

@@ -814,7 +814,7 @@ Result<Reproduction> reproduce_fig6(const HardwareProfile& p) {
     const double ratio = mm->max_params / row.paper;
     const bool agrees = ratio >= 1 / 1.5 && ratio <= 1.5;
     csv << row.strategy << "," << whole(row.paper) << "," << whole(mm->max_params) << "," << mm->layers << "," << mm->hidden << ","
-        << mm->heads << "," << format_sig(ratio, 3) << "," << (agrees ? "yes" : "no") << ",\"" << why << "\"\n";
+        << mm->heads << "," << format_sig(ratio, 3) << "," << (agrees ? "yes" : "no") << "," << csv_field(why) << "\n";
     md << "| " << row.strategy << " | " << params_words(row.paper) << " (" << row.source << ") | "
        << params_words(mm->max_params) << " | " << mm->layers << " x " << mm->hidden << " | " << format_sig(ratio, 3)
        << " | " << (agrees ? "yes" : "**no**") << " | " << why << " |\n";
@@ -859,7 +859,7 @@ Result<Reproduction> reproduce_fig7(const HardwareProfile& p, double max_alloc_b
       }
     }
     csv << t << "," << (paper ? std::to_string(paper) : "") << "," << mh.hidden << "," << mh.hidden_pow2 << ","
-        << agrees << ",\"" << why << "\"\n";
+        << agrees << "," << csv_field(why) << "\n";
     md << "| " << t << " | " << (paper ? std::to_string(paper / 1024) + "K" : "not reported") << " | "
        << mh.hidden / 1024 << "K | " << mh.hidden_pow2 / 1024 << "K | " << (agrees == "no" ? "**no**" : agrees)
        << " | " << why << " |\n";

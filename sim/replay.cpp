@@ -1,9 +1,11 @@
 #include "sim/replay.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <iostream>
 #include <cmath>
 #include <unordered_map>
-#include <variant>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/collectives.hpp"
 #include "sim/platform.hpp"
 
 namespace memwall::sim {
@@ -23,44 +26,46 @@ namespace {
 // activities of a paper-sized iteration up front is quadratic; creating them on start keeps only
 // the running few alive.
 struct Proto {
-  enum class Kind { exec, comm, io } kind = Kind::exec;
   sg4::Host* from = nullptr;  // exec: the host
-  sg4::Host* to = nullptr;
-  sg4::Disk* disk = nullptr;
-  double amount = 0;  // flops, bytes
-  bool read = true;
+  sg4::Host* to = nullptr;    // comm: the receiver; nullptr for an exec
+  double amount = 0;          // flops, bytes
 };
 
 class Dag {
  public:
   int add(const Proto& p) {
-    nodes_.push_back({p, {}, 0, 0, 0});
+    nodes_.push_back({p, {}, 0, -1, -1});
     return int(nodes_.size()) - 1;
   }
   void edge(int from, int to) {
-    nodes_[from].succ.push_back(to);
-    nodes_[to].pending++;
+    nodes_[size_t(from)].succ.push_back(to);
+    nodes_[size_t(to)].pending++;
   }
-  void run(sg4::Engine& engine) {
+  // Runs everything; false when some activity never became ready (a cycle across ranks).
+  bool run(sg4::Engine& engine) {
     sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
       auto it = live_.find(&a);
       if (it == live_.end()) return;
-      Node& n = nodes_[it->second];
+      Node& n = nodes_[size_t(it->second)];
       n.start_s = a.get_start_time();
       n.end_s = a.get_finish_time();
       finished_.push_back(std::move(held_[it->second]));
       held_.erase(it->second);
       live_.erase(it);
+      ++done_;
       for (int s : n.succ)
-        if (--nodes_[s].pending == 0) launch(s);
+        if (--nodes_[size_t(s)].pending == 0) launch(s);
     });
     for (int i = 0; i < int(nodes_.size()); ++i)
-      if (nodes_[i].pending == 0) launch(i);
+      if (nodes_[size_t(i)].pending == 0) launch(i);
     engine.run();
     finished_.clear();
+    return done_ == nodes_.size();
   }
-  double start_s(int i) const { return nodes_[i].start_s; }
-  double end_s(int i) const { return nodes_[i].end_s; }
+  const Proto& proto(int i) const { return nodes_[size_t(i)].proto; }
+  void set_amount(int i, double amount) { nodes_[size_t(i)].proto.amount = amount; }
+  double start_s(int i) const { return nodes_[size_t(i)].start_s; }
+  double end_s(int i) const { return nodes_[size_t(i)].end_s; }
   size_t size() const { return nodes_.size(); }
 
  private:
@@ -72,25 +77,16 @@ class Dag {
   };
   void launch(int i) {
     if (finished_.size() > 4096) finished_.erase(finished_.begin(), finished_.end() - 64);
-    const Proto& p = nodes_[i].proto;
+    const Proto& p = nodes_[size_t(i)].proto;
     sg4::ActivityPtr a;
-    switch (p.kind) {
-      case Proto::Kind::exec: {
-        sg4::ExecPtr e = sg4::Exec::init();
-        e->set_host(p.from)->set_flops_amount(std::max(0.0, p.amount));
-        a = e;
-        break;
-      }
-      case Proto::Kind::comm: {
-        sg4::CommPtr c = sg4::Comm::sendto_init(p.from, p.to);
-        c->set_payload_size(uint64_t(std::max(1.0, std::round(p.amount))));
-        a = c;
-        break;
-      }
-      case Proto::Kind::io:
-        a = p.disk->io_init(sg_size_t(std::max(1.0, std::round(p.amount))),
-                            p.read ? sg4::Io::OpType::READ : sg4::Io::OpType::WRITE);
-        break;
+    if (p.to == nullptr) {
+      sg4::ExecPtr e = sg4::Exec::init();
+      e->set_host(p.from)->set_flops_amount(std::max(0.0, p.amount));
+      a = e;
+    } else {
+      sg4::CommPtr c = sg4::Comm::sendto_init(p.from, p.to);
+      c->set_payload_size(uint64_t(std::max(1.0, std::round(p.amount))));
+      a = c;
     }
     live_[a.get()] = i;
     held_[i] = a;
@@ -100,142 +96,299 @@ class Dag {
   std::unordered_map<const sg4::Activity*, int> live_;
   std::unordered_map<int, sg4::ActivityPtr> held_;
   std::vector<sg4::ActivityPtr> finished_;  // released in batches, never inside their own completion
+  size_t done_ = 0;
 };
 
-// A step's activities and how to wait for it. Steps that cost nothing (release, a checkpoint kept
-// on the GPU) forward their dependencies.
-struct StepActs {
-  std::vector<int> own;   // Dag nodes: what this step does
-  std::vector<int> done;  // what a dependent waits for
-  std::string track;
+// Per operator: the FLOPs and activation bytes of the operator graph, for the roofline cost.
+struct OpCost {
+  double fwd_flops = 0, bwd_flops = 0;
+  double act_bytes = 0;  // read + written in forward; backward moves twice that (as its FLOPs)
 };
+
+// Where the replayed GPUs sit and what their collectives span.
+struct Layout {
+  int dp = 1, mp = 1, gpus_per_node = 1;
+  int busy_per_node = 1;  // GPUs of a node that run the schedule, sharing its PCIe root, DRAM, NVMe, CPU, NICs
+  Group dp_group, mp_group;
+  PathRates dp_rates, mp_rates;
+};
+
+// One replayed GPU: dp rank `d`, tensor slice `m`, at `node`/`local` of the platform.
+struct Gpu {
+  int index = 0;  // into the platform's GPUs (full: d * mp + m)
+  int d = 0, m = 0, node = 0;
+  sg4::Host* host = nullptr;
+  std::string name;  // "gpu3"
+};
+
+// A step's activities: dependencies point at `heads`, dependents wait for `tail`. Steps that cost
+// nothing (release, a checkpoint kept on the GPU) forward their dependencies.
+struct StepActs {
+  std::vector<int> heads;
+  int tail = -1;
+  std::vector<int> forward;  // no activity of its own: what a dependent waits for instead
+  const char* resource = nullptr;  // the trace's track: "pcie" on this GPU, "nvme" of its node, ...
+  bool per_gpu = true;             // the GPU's own resource, or its node's (nvme, cpu)
+};
+
+// A collective of the full replay: one per collective step of the schedules, shared by its
+// members; it starts when every member has reached it.
+struct Instance {
+  CollectiveOp op;
+  bool dp_group = true;
+  std::vector<int> gpus;  // member -> replayed GPU
+  int start = -1, done = -1;
+  int arrived = 0;
+  std::string hop;
+};
+
+Proto comm(sg4::Host* from, sg4::Host* to, double bytes) { return {from, to, bytes}; }
+Proto exec(sg4::Host* h, double flops) { return {h, nullptr, flops}; }
+Proto delay(const Platform& pf, double s) { return {pf.clock, nullptr, s * pf.clock_speed}; }
+
+// The latency a step of a collective waits for: that of its slowest route.
+double step_latency_s(bool intra, bool inter, const PathRates& r) {
+  return std::max(intra ? r.intra_latency_s : 0.0, inter ? r.inter_latency_s : 0.0);
+}
+
+// Reduction work on a GPU: bytes through HBM, as FLOP-equivalents of the GPU host.
+double reduce_flops(double reduce_bytes, double hbm_Bps, sg4::Host* gpu) {
+  return hbm_Bps > 0 ? reduce_bytes / hbm_Bps * gpu->get_speed() : 0;
+}
+
+// Every member's flows of `op` (member x on GPU `hosts[x]`, on node x / per_node), after `start`
+// and before `done`. A member's flows of a round start once its incoming flows of the round before
+// have arrived and the step's latency has passed.
+void lay_out_every_member(Dag& dag, const Platform& pf, const CollectiveOp& op, const PathRates& r,
+                          const std::vector<sg4::Host*>& hosts, double hbm_Bps, int start, int done) {
+  const Algorithm algo = pick_algorithm(op, r);
+  const FlowPlan plan = member_flows(op, algo);
+  const int k = std::max(1, op.group.per_node);
+  std::vector<int> ready(hosts.size(), start);  // per member: what its next flows wait for
+  std::vector<int> arrived;                     // the last round's latency delays
+  for (const std::vector<Flow>& round : plan.rounds) {
+    std::vector<std::vector<int>> into(hosts.size());
+    std::vector<char> intra(hosts.size(), 0), inter(hosts.size(), 0);
+    for (const Flow& f : round) {
+      const int x = dag.add(comm(hosts[size_t(f.from)], hosts[size_t(f.to)], f.bytes));
+      dag.edge(ready[size_t(f.from)], x);
+      into[size_t(f.to)].push_back(x);
+      (f.from / k == f.to / k ? intra : inter)[size_t(f.to)] = 1;
+    }
+    arrived.clear();
+    for (size_t m = 0; m < hosts.size(); ++m) {
+      if (into[m].empty()) continue;  // a pipeline's root receives nothing and keeps waiting on `start`
+      const int d = dag.add(delay(pf, step_latency_s(intra[m], inter[m], r)));
+      for (int x : into[m]) dag.edge(x, d);
+      ready[m] = d;
+      arrived.push_back(d);
+    }
+  }
+  // a pipeline's depth beyond its one round
+  const bool spans = op.group.nodes() > 1;
+  dag.set_amount(done, plan.extra_latencies * step_latency_s(true, spans, r) * pf.clock_speed);
+  for (int x : arrived) dag.edge(x, done);
+  if (arrived.empty()) dag.edge(start, done);
+  const double reduce = member_traffic(op, algo).reduce_bytes;
+  if (reduce > 0 && hbm_Bps > 0)
+    for (sg4::Host* h : hosts) {
+      const int x = dag.add(exec(h, reduce_flops(reduce, hbm_Bps, h)));
+      dag.edge(start, x);
+      dag.edge(x, done);
+    }
+}
+
+// One member of many alike: its own halves of the flows, the stand-ins the others'. NVLink's
+// upward direction carries only collectives, the mirror of its downward one, so the member's
+// outgoing NVSwitch traffic is left out; its NIC traffic also crosses its PCIe link, which
+// carries offload traffic both ways, so both directions go in. The flows of all the steps run as
+// one, then the steps' latencies pass. Adds the activities that start together to `heads`; sets
+// `tail` when a delay must follow them.
+void lay_out_one_member(Dag& dag, const Platform& pf, const CollectiveOp& op, const PathRates& r, sg4::Host* gpu,
+                        double hbm_Bps, std::vector<int>& heads, int& tail) {
+  const Algorithm algo = pick_algorithm(op, r);
+  const MemberTraffic t = member_traffic(op, algo);
+  if (t.in_intra > 0) heads.push_back(dag.add(comm(pf.peer, gpu, t.in_intra)));
+  if (t.in_inter > 0) heads.push_back(dag.add(comm(pf.fabric, gpu, t.in_inter)));
+  if (t.out_inter > 0) heads.push_back(dag.add(comm(gpu, pf.fabric, t.out_inter)));
+  if (t.reduce_bytes > 0 && hbm_Bps > 0) heads.push_back(dag.add(exec(gpu, reduce_flops(t.reduce_bytes, hbm_Bps, gpu))));
+  if (heads.empty()) return;
+  tail = dag.add(delay(pf, t.latencies * step_latency_s(t.in_intra > 0, t.in_inter > 0, r)));
+  for (int x : heads) dag.edge(x, tail);
+}
 
 class Replayer {
  public:
-  // `symmetric`: one rank stands for all (platform built with share = ranks_in_node); collective
-  // traffic from the other GPUs of the node arrives from the platform's peer host.
-  Replayer(const HardwareProfile& p, const Platform& pf, const SimOptions& o, int mp, int dp, int ranks_in_node,
-           int nodes_spanned, bool symmetric)
-      : p_(p), pf_(pf), o_(o), mp_(mp), dp_(dp), local_(ranks_in_node), nodes_(nodes_spanned), sym_(symmetric) {}
+  Replayer(const HardwareProfile& p, const Platform& pf, const SimOptions& o, const Layout& lay,
+           const std::unordered_map<std::string, OpCost>& costs, bool symmetric)
+      : p_(p), pf_(pf), o_(o), lay_(lay), costs_(costs), sym_(symmetric), peak_(pf.gpu[0]->get_speed()) {}
 
-  void add_rank(const Schedule& s, int li) {
-    sg4::Host* gpu = pf_.gpu_at(0, li * mp_);
+  void add_gpu(const Schedule& s, const Gpu& g) {
+    gpus_.push_back(g);
     std::vector<StepActs> acts(s.steps.size());
-    const std::string G = "gpu" + std::to_string(li * mp_);
     for (const Step& st : s.steps) {
-      StepActs& a = acts[st.id];
-      make(st, li, gpu, G, a);
+      StepActs& a = acts[size_t(st.id)];
+      make(st, g, a);
       std::vector<int> waits;
-      auto add_waits = [&](const StepActs& d) {
-        for (int x : d.done)
-          if (std::find(waits.begin(), waits.end(), x) == waits.end()) waits.push_back(x);
+      ++stamp_;
+      auto wait_for = [&](int x) {
+        if (size_t(x) >= seen_.size()) seen_.resize(dag_.size() + 1024, 0);
+        if (seen_[size_t(x)] == stamp_) return;
+        seen_[size_t(x)] = stamp_;
+        waits.push_back(x);
       };
-      for (int d : st.deps) add_waits(acts[d]);
-      if (!o_.overlap && st.id > 0) add_waits(acts[st.id - 1]);
-      if (a.own.empty()) {
-        if (waits.size() > 1) {  // join so that dependents wait on one activity, not a growing set
-          a.own.push_back(dag_.add(exec(gpu, 0)));
-        } else {
-          a.done = waits;
+      auto add_waits = [&](const StepActs& d) {
+        if (d.tail >= 0) wait_for(d.tail);
+        else for (int x : d.forward) wait_for(x);
+      };
+      for (int d : st.deps) add_waits(acts[size_t(d)]);
+      if (!o_.overlap && st.id > 0) add_waits(acts[size_t(st.id - 1)]);
+      compress(waits);
+      if (a.heads.empty()) {
+        if (waits.size() <= 1) {
+          a.forward = waits;
           continue;
         }
+        // join, so that dependents wait on one activity rather than a growing set
+        a.heads = {dag_.add(delay(0))};
+        a.tail = a.heads[0];
       }
       for (int w : waits)
-        for (int x : a.own) dag_.edge(w, x);
-      if (a.own.size() > 1) {
-        int j = dag_.add(exec(gpu, 0));
-        for (int x : a.own) dag_.edge(x, j);
-        a.done = {j};
-        ++joins_;
-      } else {
-        a.done = a.own;
+        for (int x : a.heads) dag_.edge(w, x);
+      if (a.tail < 0) {
+        if (a.heads.size() == 1) {
+          a.tail = a.heads[0];
+        } else {
+          a.tail = dag_.add(delay(0));
+          for (int x : a.heads) dag_.edge(x, a.tail);
+        }
       }
-      for (auto& x : a.own) all_.push_back({x, st.id, a.track, step_label(st), li, st.phase});
+      steps_.push_back({a.heads.front(), a.tail, &st, int(gpus_.size()) - 1, a.resource, a.per_gpu});
     }
   }
 
-  void run(sg4::Engine& engine) { dag_.run(engine); }
+  // Full replay: every instance has all its members; lay out its algorithm's flows.
+  Result<bool> finish_collectives() {
+    for (Instance& in : instances_) {
+      if (in.arrived != int(in.gpus.size()))
+        return make_error("simulate: the ranks' schedules disagree on their collectives (" + in.hop + ": " +
+                          std::to_string(in.arrived) + " of " + std::to_string(in.gpus.size()) + " members)");
+      std::vector<sg4::Host*> hosts;
+      for (int gi : in.gpus) hosts.push_back(gpus_[size_t(gi)].host);
+      lay_out_every_member(dag_, pf_, in.op, in.dp_group ? lay_.dp_rates : lay_.mp_rates, hosts, p_.gpu_memory_Bps,
+                           in.start, in.done);
+    }
+    return true;
+  }
+
+  bool run(sg4::Engine& engine) { return dag_.run(engine); }
 
   void fill(SimReport& rep) {
     double end = 0;
-    std::map<std::string, std::vector<std::pair<double, double>>> by_class;
-    for (auto& r : all_) {
-      double s = dag_.start_s(r.act), f = dag_.end_s(r.act);
-      end = std::max(end, f);
-      const char* ph = r.phase == Phase::recompute ? "bwd" : to_string(r.phase);
+    for (size_t i = 0; i < dag_.size(); ++i) end = std::max(end, dag_.end_s(int(i)));
+    for (const Rec& r : steps_) {
+      const double s = dag_.start_s(r.head), f = dag_.end_s(r.tail);
+      const char* ph = r.step->phase == Phase::recompute ? "bwd" : to_string(r.step->phase);
       rep.phase_end_s[ph] = std::max(rep.phase_end_s[ph], f);
-      if (r.track.empty()) continue;  // joins: bookkeeping, not work
-      by_class[klass(r.track)].push_back({s, f});
-      if (o_.trace) rep.trace.push_back({r.name, r.track, s, f, r.step});
+      if (o_.trace && r.resource) {
+        const Gpu& g = gpus_[size_t(r.gpu)];
+        TraceEvent e{step_label(*r.step), r.per_gpu ? g.name + " " + r.resource : node_track(g, r.resource), s, f,
+                     r.step->id};
+        e.rank = g.index;
+        rep.trace.push_back(std::move(e));
+      }
     }
     rep.iteration_s = end;
     rep.activities = long(dag_.size());
-    for (auto& [k, iv] : by_class) {
-      std::sort(iv.begin(), iv.end());
-      double busy = 0, cs = -1, ce = -1;
-      for (auto [s, f] : iv) {
-        if (s > ce) {
-          if (ce > cs) busy += ce - cs;
-          cs = s;
-          ce = f;
-        } else {
-          ce = std::max(ce, f);
-        }
+    // Work done per resource: bytes over every link of each flow's route, FLOP-equivalents per GPU.
+    std::unordered_map<const sg4::Link*, double> link_bytes;
+    std::unordered_map<const sg4::Host*, double> gpu_flops;
+    for (size_t i = 0; i < dag_.size(); ++i) {
+      const Proto& p = dag_.proto(int(i));
+      if (p.to == nullptr) {
+        if (p.from != pf_.clock) gpu_flops[p.from] += p.amount;
+        continue;
       }
-      if (ce > cs) busy += ce - cs;
-      rep.busy_fraction[k] = end > 0 ? busy / end : 0;
+      for (const sg4::Link* l : pf_.route(p.from, p.to)) link_bytes[l] += p.amount;
+    }
+    for (const char* k : {"gpu_compute", "pcie", "pcie_root", "nvlink", "dram", "nvme", "cpu"}) rep.busy_fraction[k] = 0;
+    if (lay_.dp_group.nodes() > 1) rep.busy_fraction["network"] = 0;
+    if (end <= 0) return;
+    for (const auto& [h, flops] : gpu_flops)
+      rep.busy_fraction["gpu_compute"] = std::max(rep.busy_fraction["gpu_compute"], flops / (h->get_speed() * end));
+    for (const auto& [l, bytes] : link_bytes) {
+      const std::string k = link_class(*l);
+      if (k.empty()) continue;
+      rep.busy_fraction[k] = std::max(rep.busy_fraction[k], bytes / (l->get_bandwidth() * end));
     }
   }
 
  private:
   struct Rec {
-    int act;
-    int step;
-    std::string track, name;
-    int rank;
-    Phase phase;
+    int head, tail;
+    const Step* step;
+    int gpu;
+    const char* resource;
+    bool per_gpu;
   };
 
-  // "gpu3 pcie" -> "pcie": busy fractions are per resource class, the union over its instances.
-  static std::string klass(const std::string& track) {
-    auto sp = track.rfind(' ');
-    return sp == std::string::npos ? track : track.substr(sp + 1);
-  }
-
-  static Proto comm(sg4::Host* from, sg4::Host* to, double bytes) {
-    return {Proto::Kind::comm, from, to, nullptr, bytes, true};
-  }
-  static Proto exec(sg4::Host* h, double amount) { return {Proto::Kind::exec, h, nullptr, nullptr, amount, true}; }
-  Proto io(bool read, double bytes) const { return {Proto::Kind::io, nullptr, nullptr, pf_.nvme[0], bytes, read}; }
-  void own(StepActs& a, const Proto& p) { a.own.push_back(dag_.add(p)); }
-
-  // The flows of a collective that delivers `whole` bytes' worth to this rank: hierarchical, the
-  // node's share of remote data through its NIC, the rest from local peers over NVSwitch.
-  void gather_flows(int li, sg4::Host* gpu, double whole, StepActs& a) {
-    const double remote = nodes_ > 1 ? whole * (nodes_ - 1) / (double(nodes_) * local_) : 0;
-    if (remote > 0 && pf_.fabric) own(a, comm(pf_.fabric, gpu, remote));
-    if (sym_) {
-      if (local_ > 1) own(a, comm(pf_.peer, gpu, whole * (local_ - 1) / local_));
-      return;
+  // A step that waits for thousands of others (the optimizer waits for every gradient) would cost
+  // thousands of edges for each of its steps; runs of 64 waits become one join, made once and
+  // shared by every later step that waits for the same run.
+  void compress(std::vector<int>& waits) {
+    constexpr size_t kRun = 64;
+    if (waits.size() < 2 * kRun) return;
+    std::vector<int> out;
+    size_t i = 0;
+    for (; i + kRun <= waits.size(); i += kRun) {
+      std::vector<int> run(waits.begin() + long(i), waits.begin() + long(i + kRun));
+      auto [it, fresh] = runs_.try_emplace(std::move(run), -1);
+      if (fresh) {
+        it->second = dag_.add(delay(0));
+        for (int x : it->first) dag_.edge(x, it->second);
+      }
+      out.push_back(it->second);
     }
-    for (int j = 0; j < local_; ++j)
-      if (j != li) own(a, comm(pf_.gpu_at(0, j * mp_), gpu, whole / local_));
+    out.insert(out.end(), waits.begin() + long(i), waits.end());
+    waits = std::move(out);
   }
 
-  void make(const Step& st, int li, sg4::Host* gpu, const std::string& G, StepActs& a) {
-    sg4::Host* cpu = pf_.cpu[0];
+  Proto delay(double s) const { return sim::delay(pf_, s); }
+  void own(StepActs& a, const Proto& p) { a.heads.push_back(dag_.add(p)); }
+
+  // FLOP-equivalents of a compute step: the longer of its FLOPs at peak and its activation bytes
+  // through HBM (LayerNorm, GeLU, residual adds and the embedding are bound by the bytes).
+  double compute_amount(const Step& st) const {
+    auto it = costs_.find(st.op);
+    if (it == costs_.end() || p_.gpu_memory_Bps <= 0) return st.flops;
+    const OpCost& c = it->second;
+    const bool bwd = st.phase == Phase::backward;
+    const double flops = bwd ? c.bwd_flops : c.fwd_flops;
+    // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
+    const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
+    const double bytes = (bwd ? 2 : 1) * c.act_bytes * share;
+    return std::max(st.flops, bytes / p_.gpu_memory_Bps * peak_);
+  }
+
+  std::string node_track(const Gpu& g, const char* what) const {
+    return pf_.nodes > 1 ? "node" + std::to_string(g.node) + " " + what : what;
+  }
+
+  void make(const Step& st, const Gpu& g, StepActs& a) {
     switch (st.kind) {
       case StepKind::compute:
-        a.track = G + " gpu_compute";
-        own(a, exec(gpu, st.flops));
+        a.resource = "gpu_compute";
+        own(a, exec(g.host, compute_amount(st)));
         return;
       case StepKind::optimizer:
-        if (st.src == Tier::cpu) {
-          a.track = "cpu";
-          own(a, exec(cpu, st.params));  // CPU host speed is Adam params/s
-        } else {
-          a.track = G + " gpu_compute";
-          own(a, exec(gpu, st.params * 32.0 / o_.gpu_hbm_Bps * pf_.gpu[0]->get_speed()));
+        if (st.src == Tier::cpu) {  // CPU Adam: 30 B per parameter through DRAM, at the cores' rate at most
+          a.resource = "cpu";
+          a.per_gpu = false;
+          own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], st.params * kAdamBytesPerParam));
+        } else {                    // Adam on the GPU: the same bytes through HBM
+          a.resource = "gpu_compute";
+          const double t = p_.gpu_memory_Bps > 0 ? st.params * kAdamBytesPerParam / p_.gpu_memory_Bps : 0;
+          own(a, exec(g.host, t * peak_));
         }
         return;
       case StepKind::release:
@@ -243,63 +396,129 @@ class Replayer {
       default:
         break;
     }
-    if (st.bytes <= 0) return;
+    if (st.link == LinkClass::none) return;
+    sg4::Host* dram = pf_.dram[size_t(g.node)];
     switch (st.link) {
       case LinkClass::none:
         return;
       case LinkClass::nvme_cpu:
-        a.track = "nvme";
-        own(a, io(st.src == Tier::nvme, st.bytes));
+        if (st.bytes <= 0) return;
+        a.resource = "nvme";
+        a.per_gpu = false;
+        own(a, st.src == Tier::nvme ? comm(pf_.nvme[size_t(g.node)], dram, st.bytes)
+                                    : comm(dram, pf_.nvme[size_t(g.node)], st.bytes));
         return;
       case LinkClass::cpu_gpu:
-        a.track = G + " pcie";
-        own(a, st.src == Tier::gpu ? comm(gpu, cpu, st.bytes) : comm(cpu, gpu, st.bytes));
+        if (st.bytes <= 0) return;
+        a.resource = "pcie";
+        own(a, st.src == Tier::gpu ? comm(g.host, dram, st.bytes) : comm(dram, g.host, st.bytes));
         return;
       case LinkClass::gpu_gpu:
-      case LinkClass::network: {
-        a.track = st.link == LinkClass::network ? "network" : G + " nvlink";
-        if (st.hop == "mp") {  // Megatron all-reduce among the mp GPUs of this rank
-          if (sym_) {
-            own(a, comm(pf_.peer, gpu, st.bytes));
-            return;
-          }
-          for (int k = 1; k < mp_; ++k) own(a, comm(pf_.gpu_at(0, li * mp_ + k), gpu, st.bytes / (mp_ - 1)));
-          return;
-        }
-        if (st.hop == "bcast") {  // the owner sends the whole parameter
-          sg4::Host* owner = local_ > 1 ? pf_.gpu_at(0, ((li + 1) % local_) * mp_) : pf_.fabric;
-          if (owner) own(a, comm(owner, gpu, st.bytes));
-          return;
-        }
-        double factor = st.kind == StepKind::allreduce ? 2.0 : 1.0;  // reduce-scatter + all-gather
-        double whole = st.bytes / factor * dp_ / std::max(1, dp_ - 1);
-        for (int r = 0; r < int(factor); ++r) gather_flows(li, gpu, whole, a);
+      case LinkClass::network:
+        collective(st, g, a);
         return;
-      }
     }
+  }
+
+  // The collective a step takes part in; its `bytes` are what this member receives.
+  CollectiveOp collective_of(const Step& st) const {
+    const bool mp = st.hop == "mp";
+    CollectiveOp op;
+    op.group = mp ? lay_.mp_group : lay_.dp_group;
+    const double n = op.group.members;
+    op.root = std::max(0, st.root);
+    if (st.kind == StepKind::allreduce) {
+      op.kind = Collective::all_reduce;
+      op.bytes = st.bytes * n / (2 * (n - 1));
+    } else if (st.kind == StepKind::reduce_scatter) {
+      op.kind = st.hop == "reduce" ? Collective::reduce : Collective::reduce_scatter;
+      op.bytes = st.bytes * n / (n - 1);
+    } else if (st.hop == "bcast") {
+      op.kind = Collective::broadcast;
+      op.bytes = st.bytes;  // the owner receives nothing: the instance takes the largest
+    } else {
+      op.kind = Collective::all_gather;
+      op.bytes = st.bytes * n / (n - 1);
+    }
+    return op;
+  }
+
+  void collective(const Step& st, const Gpu& g, StepActs& a) {
+    const CollectiveOp op = collective_of(st);
+    if (op.group.members <= 1) return;
+    a.resource = op.group.nodes() > 1 ? "network" : "nvlink";
+    const PathRates& r = st.hop == "mp" ? lay_.mp_rates : lay_.dp_rates;
+    if (!sym_) {
+      Instance& in = instance(st, g, op);
+      a.heads = {in.start};
+      a.tail = in.done;
+      return;
+    }
+    if (op.bytes > 0) lay_out_one_member(dag_, pf_, op, r, g.host, p_.gpu_memory_Bps, a.heads, a.tail);
+  }
+
+  Instance& instance(const Step& st, const Gpu& g, const CollectiveOp& op) {
+    const bool dp = st.hop != "mp";
+    // members of g's dp group share m; members of its mp group share d
+    const int group = dp ? g.m : g.d;
+    const int seq = seq_[{g.index, dp}]++;
+    auto [it, fresh] = index_.try_emplace({dp ? group : -1 - group, seq}, instances_.size());
+    if (fresh) {
+      Instance in;
+      in.op = op;
+      in.dp_group = dp;
+      in.hop = st.hop + " " + st.op;
+      for (int x = 0; x < op.group.members; ++x) in.gpus.push_back(dp ? x * lay_.mp + g.m : g.d * lay_.mp + x);
+      in.start = dag_.add(delay(0));
+      in.done = dag_.add(delay(0));
+      instances_.push_back(std::move(in));
+    }
+    Instance& in = instances_[it->second];
+    in.op.bytes = std::max(in.op.bytes, op.bytes);
+    in.arrived++;
+    return in;
   }
 
   const HardwareProfile& p_;
   const Platform& pf_;
   const SimOptions& o_;
-  int mp_, dp_, local_, nodes_;
+  const Layout& lay_;
+  const std::unordered_map<std::string, OpCost>& costs_;
   bool sym_;
-  std::vector<Rec> all_;
-  long joins_ = 0;
+  double peak_;
+  std::vector<Gpu> gpus_;  // in the order added; Gpu::index is the platform's
+  std::vector<Rec> steps_;
+  std::vector<Instance> instances_;
+  std::map<std::pair<int, int>, size_t> index_;  // (group, sequence number) -> instance
+  std::map<std::pair<int, bool>, int> seq_;      // (GPU, dp group?) -> collectives seen
+  std::map<std::vector<int>, int> runs_;         // compress(): a run of waits -> its join
+  std::vector<unsigned> seen_;                   // per Dag node: the step that last waited for it
+  unsigned stamp_ = 0;
   Dag dag_;
 };
+
+// What one member's idle routes give when `busy_per_node` GPUs of each node run the same collective.
+PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
+  const bool nic_on_root = profile.nic_attach == NicAttach::cpu;
+  PathRates r;
+  r.intra_Bps = profile.gpu_gpu_Bps > 0 ? profile.gpu_gpu_Bps : profile.pcie_single_gpu_Bps;
+  r.intra_latency_s = 2 * kLinkLatency_s;  // nvlink up, nvlink down
+  const double nic_Bps = profile.inter_node_Bps > 0 ? profile.inter_node_Bps : profile.pcie_single_gpu_Bps;
+  r.inter_Bps = std::min(profile.pcie_single_gpu_Bps, nic_Bps / busy_per_node);
+  if (nic_on_root) r.inter_Bps = std::min(r.inter_Bps, profile.pcie_aggregate_Bps / busy_per_node);
+  r.inter_latency_s = (nic_on_root ? 6 : 4) * kLinkLatency_s;  // the NIC path both ends, both NICs
+  return r;
+}
 
 }  // namespace
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options) {
   TrainingConfig c = config;
-  if (Result<Schedule> check = build_schedule(model, placement, c, profile, 0); !check) return make_error(check.error());
-  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / c.mp;
+  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / std::max(1, c.mp);
   c.dp = dp;
-  const int per_node = std::max(1, profile.gpus_per_node / c.mp);
-  const int local = std::min(dp, per_node);
-  const int nodes_spanned = (dp + per_node - 1) / per_node;
+  const bool broadcast = placement.fetch == ParamFetch::broadcast && dp > 1;
+  const bool symmetric = !options.full && !broadcast;
 
   SimReport rep;
   rep.strategy = placement.name;
@@ -307,22 +526,42 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   rep.mp = c.mp;
   rep.gpus = dp * c.mp;
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
-  rep.nodes_simulated = 1;
+  rep.full = !symmetric;
 
+  // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ.
   std::vector<Schedule> schedules;
-  for (int r = 0; r < local; ++r) {
+  for (int r = 0; r < (broadcast ? dp : 1); ++r) {
     Result<Schedule> s = build_schedule(model, placement, c, profile, r);
     if (!s) return make_error(s.error());
+    for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s->peak_bytes[size_t(t)]);
     if (s->overflow) {
       rep.overflow = s->overflow;
-      rep.peak_bytes = s->peak_bytes;
       return rep;
     }
     schedules.push_back(std::move(s).value());
-    // Ranks are identical under bandwidth-centric partitioning: one schedule serves all.
-    if (placement.fetch == ParamFetch::allgather) break;
   }
-  rep.peak_bytes = schedules[0].peak_bytes;
+
+  Layout lay;
+  lay.dp = dp;
+  lay.mp = c.mp;
+  lay.gpus_per_node = profile.gpus_per_node;
+  lay.busy_per_node = std::min(rep.gpus, profile.gpus_per_node);
+  lay.dp_group = {dp, std::min(dp, profile.gpus_per_node / c.mp)};
+  lay.mp_group = {c.mp, c.mp};
+  lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);
+
+  const int nodes = (rep.gpus + profile.gpus_per_node - 1) / profile.gpus_per_node;
+  if (!symmetric && rep.gpus > kMaxFullReplayGpus)
+    return make_error("simulate: " + std::string(broadcast ? "the broadcast variant" : "--full") +
+                      " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) + "; got " +
+                      std::to_string(rep.gpus));
+
+  std::unordered_map<std::string, OpCost> costs;
+  const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq);
+  for (size_t v : graph.order) {
+    const Operator& op = graph.op(v);
+    costs[op.name] = {op.fwd_flops, op.bwd_flops, op.act_read_bytes + op.act_write_bytes};
+  }
 
   // SimGrid's informational lines ("Configuration change ...") are not ours to print.
   int argc = 2;
@@ -331,15 +570,31 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   char* argv[] = {name, quiet, nullptr};
   sg4::Engine engine(&argc, argv);
   configure_engine(engine);
-  // Ranks are identical under bandwidth-centric partitioning: replay one and give it 1/local of
-  // every shared resource. The broadcast variant is not symmetric: replay every rank of the node.
-  const bool symmetric = placement.fetch == ParamFetch::allgather || dp == 1;
-  const int replayed = symmetric ? 1 : local;
+  PlatformShape shape;
+  if (symmetric) {
+    shape.share = lay.busy_per_node;
+    shape.stand_ins = true;
+  } else {
+    shape.nodes = nodes;
+    shape.gpus_per_node = lay.busy_per_node;
+  }
+  Platform pf = build_platform(engine, profile, shape, rep.peak_flops_per_s);
+  Replayer rp(profile, pf, options, lay, costs, symmetric);
+  const int replayed = symmetric ? 1 : rep.gpus;
+  for (int i = 0; i < replayed; ++i) {
+    Gpu g;
+    g.index = i;
+    g.d = i / c.mp;
+    g.m = i % c.mp;
+    g.node = i / profile.gpus_per_node;
+    g.host = pf.gpu_at(g.node, i % profile.gpus_per_node);
+    g.name = "gpu" + std::to_string(i);
+    rp.add_gpu(schedules[std::min(size_t(g.d), schedules.size() - 1)], g);
+  }
+  if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
+  if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
   rep.ranks_simulated = replayed;
-  Platform pf = build_platform(engine, profile, 1, rep.peak_flops_per_s, symmetric ? local : 1);
-  Replayer rp(profile, pf, options, c.mp, dp, local, nodes_spanned, symmetric);
-  for (int r = 0; r < replayed; ++r) rp.add_rank(schedules[std::min<size_t>(r, schedules.size() - 1)], r);
-  rp.run(engine);
+  rep.nodes_simulated = symmetric ? 1 : nodes;
   rp.fill(rep);
   const double flops = schedules[0].compute_flops;
   rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;
@@ -358,7 +613,7 @@ nlohmann::json to_json(const SimReport& r) {
   nlohmann::json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
                       {"efficiency", r.efficiency}, {"peak_flops_per_s", r.peak_flops_per_s}, {"gpus", r.gpus},
                       {"dp", r.dp}, {"mp", r.mp}, {"ranks_simulated", r.ranks_simulated},
-                      {"nodes_simulated", r.nodes_simulated}, {"activities", r.activities},
+                      {"nodes_simulated", r.nodes_simulated}, {"full", r.full}, {"activities", r.activities},
                       {"busy_fraction", r.busy_fraction}, {"peak_bytes", r.peak_bytes}, {"phase_end_s", r.phase_end_s}};
   if (r.overflow)
     j["overflow"] = {{"tier", int(r.overflow->tier)}, {"step", r.overflow->step},
@@ -366,7 +621,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"message", r.overflow->message}};
   if (!r.trace.empty()) {  // only when SimOptions::trace asked for it
     nlohmann::json t = nlohmann::json::array();
-    for (const TraceEvent& e : r.trace) t.push_back({e.name, e.track, e.start_s, e.end_s, e.step});
+    for (const TraceEvent& e : r.trace) t.push_back({e.name, e.track, e.start_s, e.end_s, e.step, e.rank});
     j["trace"] = std::move(t);
   }
   return j;
@@ -384,6 +639,7 @@ SimReport from_json(const nlohmann::json& j) {
   r.mp = j["mp"];
   r.ranks_simulated = j["ranks_simulated"];
   r.nodes_simulated = j["nodes_simulated"];
+  r.full = j["full"];
   r.activities = j["activities"];
   r.busy_fraction = j["busy_fraction"].get<std::map<std::string, double>>();
   r.peak_bytes = j["peak_bytes"].get<std::array<double, kTiers>>();
@@ -393,24 +649,29 @@ SimReport from_json(const nlohmann::json& j) {
     r.overflow = Overflow{Tier(o["tier"].get<int>()), o["step"], o["needed_bytes"], o["capacity_bytes"], o["message"]};
   }
   if (j.contains("trace"))
-    for (const auto& e : j["trace"])
-      r.trace.push_back({e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>(),
-                         e[4].get<int>()});
+    for (const auto& e : j["trace"]) {
+      TraceEvent t{e[0].get<std::string>(), e[1].get<std::string>(), e[2].get<double>(), e[3].get<double>(),
+                   e[4].get<int>()};
+      t.rank = e[5].get<int>();
+      r.trace.push_back(std::move(t));
+    }
   return r;
 }
 
-}  // namespace
-
-Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
-                                    const HardwareProfile& profile, const SimOptions& options) {
+// Runs `work` in a forked child (SimGrid keeps one engine per process) and returns what it wrote:
+// a JSON document, {"error": ...} for a failure.
+Result<nlohmann::json> in_child(const std::function<nlohmann::json()>& work) {
   int fd[2];
   if (pipe(fd) != 0) return make_error(std::string("simulate: pipe: ") + std::strerror(errno));
+  // what the caller has buffered is printed by the caller, not once more by the child
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
   pid_t pid = fork();
   if (pid < 0) return make_error(std::string("simulate: fork: ") + std::strerror(errno));
   if (pid == 0) {
     close(fd[0]);
-    Result<SimReport> r = simulate(model, placement, config, profile, options);
-    std::string out = r ? to_json(*r).dump() : nlohmann::json{{"error", r.error()}}.dump();
+    std::string out = work().dump();
     for (size_t off = 0; off < out.size();) {
       ssize_t n = write(fd[1], out.data() + off, out.size() - off);
       if (n <= 0) _exit(3);
@@ -428,12 +689,75 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
     return make_error("simulate: the simulation process failed (status " + std::to_string(status) + ")");
   nlohmann::json j = nlohmann::json::parse(text);
-  if (j.contains("error")) return make_error(j["error"].get<std::string>());
-  return from_json(j);
+  if (j.is_object() && j.contains("error")) return make_error(j["error"].get<std::string>());
+  return j;
+}
+
+}  // namespace
+
+Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                    const HardwareProfile& profile, const SimOptions& options) {
+  Result<nlohmann::json> j = in_child([&]() {
+    Result<SimReport> r = simulate(model, placement, config, profile, options);
+    return r ? to_json(*r) : nlohmann::json{{"error", r.error()}};
+  });
+  if (!j) return make_error(j.error());
+  return from_json(*j);
+}
+
+namespace {
+
+Result<double> collective_here(const HardwareProfile& profile, const CollectiveOp& op, bool full) {
+  if (op.group.members < 1 || op.group.per_node < 1 || op.group.per_node > profile.gpus_per_node ||
+      op.group.nodes() > std::max(1, profile.nodes))
+    return make_error("simulate_collective: the group does not fit the profile");
+  int argc = 2;
+  char name[] = "memwall";
+  char quiet[] = "--log=root.thres:warning";
+  char* argv[] = {name, quiet, nullptr};
+  sg4::Engine engine(&argc, argv);
+  configure_engine(engine);
+  const int k = std::min(op.group.per_node, op.group.members);
+  const PathRates r = path_rates(profile, k);
+  PlatformShape shape;
+  if (full) {
+    shape.nodes = op.group.nodes();
+    shape.gpus_per_node = k;
+  } else {
+    shape.share = k;
+    shape.stand_ins = true;
+  }
+  Platform pf = build_platform(engine, profile, shape, profile.gpu_peak_flops_per_s);
+  Dag dag;
+  if (full) {
+    std::vector<sg4::Host*> hosts;
+    for (int x = 0; x < op.group.members; ++x) hosts.push_back(pf.gpu_at(x / k, x % k));
+    const int start = dag.add(delay(pf, 0)), done = dag.add(delay(pf, 0));
+    lay_out_every_member(dag, pf, op, r, hosts, profile.gpu_memory_Bps, start, done);
+  } else {
+    std::vector<int> heads;
+    int tail = -1;
+    lay_out_one_member(dag, pf, op, r, pf.gpu[0], profile.gpu_memory_Bps, heads, tail);
+  }
+  if (!dag.run(engine)) return make_error("simulate_collective: some flows never started");
+  double end = 0;
+  for (size_t i = 0; i < dag.size(); ++i) end = std::max(end, dag.end_s(int(i)));
+  return end;
+}
+
+}  // namespace
+
+Result<double> simulate_collective(const HardwareProfile& profile, const CollectiveOp& op, bool full) {
+  Result<nlohmann::json> j = in_child([&]() {
+    Result<double> r = collective_here(profile, op, full);
+    return r ? nlohmann::json(*r) : nlohmann::json{{"error", r.error()}};
+  });
+  if (!j) return make_error(j.error());
+  return j->get<double>();
 }
 
 std::string chrome_trace_json(const SimReport& rep) {
-  return memwall::chrome_trace_json(rep.trace, "node 0 (" + rep.strategy + ")");
+  return memwall::chrome_trace_json(rep.trace, "memwall simulate (" + rep.strategy + ")");
 }
 
 }  // namespace memwall::sim

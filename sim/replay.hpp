@@ -1,12 +1,20 @@
 // Replay: runs the schedules of model/ on the SimGrid platform of sim/platform.hpp and reports
-// iteration time, TFLOPS per GPU, efficiency against the achievable peak, busy fraction per
-// resource class and peak bytes per tier, plus a Chrome trace. Every step becomes SimGrid
-// activities (Exec on a GPU or CPU host, Comm over links, Io on the NVMe disk) linked by the
-// schedule's dependencies, so overlap and contention come out of SimGrid's max-min sharing.
-// Collectives are the flows they cause (NVSwitch inside a node, the node's NICs across nodes).
-// Data-parallel ranks on other nodes are identical, so one node is built and the rest of the
-// cluster is a fabric host behind each NIC: exact when every node runs the same schedule.
-// SimGrid allows one engine per process: call simulate() once per process.
+// iteration time, TFLOPS per GPU, efficiency against the achievable peak, how busy each resource
+// class was and peak bytes per tier, plus a Chrome trace. Every step becomes SimGrid activities
+// (an Exec on a GPU, or flows over the links it crosses: PCIe, PCIe root, DRAM, NVMe, the CPU
+// cores running Adam, NVLink, NICs) linked by the schedule's dependencies, so overlap and
+// contention come out of SimGrid's max-min sharing. Operators cost max(FLOPs / peak, activation
+// bytes / HBM bandwidth); collectives are NCCL's algorithms as flows (sim/collectives.hpp).
+// Two ways to replay:
+//   full       every GPU of dp x mp with its own schedule, on every node used; a collective starts
+//              when all its members have reached it (so a non-owner's broadcast waits for the
+//              owner's fetch) and runs its algorithm's flows step by step. Always used for the
+//              broadcast variant (ZeRO-Offload), whose ranks differ.
+//   symmetric  bandwidth-centric partitioning makes every GPU run the same steps at the same time,
+//              so one GPU is replayed with 1/g of each resource its node's g busy GPUs share, and
+//              stand-in hosts send and receive the other members' halves of each collective.
+//              tests/sim/test_ground_truth.cpp holds it to the full replay within 1 %.
+// SimGrid allows one engine per process: call simulate() once per process (or simulate_isolated).
 #pragma once
 
 #include <array>
@@ -17,14 +25,18 @@
 
 #include "model/schedule.hpp"
 #include "model/timeline.hpp"
+#include "sim/collectives.hpp"
 
 namespace memwall::sim {
 
 struct SimOptions {
-  bool overlap = true;           // false: every step of a rank waits for the one before it
-  bool trace = false;            // collect Chrome trace events
-  double gpu_hbm_Bps = 900e9;    // optimizer on GPU is HBM-bound: 32 B per parameter (V100: 900 GB/s)
+  bool overlap = true;  // false: every step of a rank waits for the one before it
+  bool trace = false;   // collect Chrome trace events
+  bool full = false;    // replay every GPU even when the ranks are symmetric (the ground truth; slower)
 };
+
+// The full replay builds a route between every two GPUs: more than this many GPUs is refused.
+inline constexpr int kMaxFullReplayGpus = 256;
 
 using TraceEvent = memwall::TraceEvent;  // model/timeline.hpp: the executor writes the same events
 
@@ -35,9 +47,13 @@ struct SimReport {
   double efficiency = 0;           // achieved / achievable peak
   double peak_flops_per_s = 0;
   int gpus = 0, dp = 1, mp = 1;
-  int ranks_simulated = 0, nodes_simulated = 0;
+  int ranks_simulated = 0, nodes_simulated = 0;  // GPUs and nodes replayed
+  bool full = false;                             // every GPU replayed (else one with its share)
   long activities = 0;
-  std::map<std::string, double> busy_fraction;  // gpu_compute, pcie, nvme, nvlink, network, cpu
+  // Per resource class (gpu_compute, pcie, pcie_root, nvlink, network, dram, nvme, cpu): the work
+  // it did over the iteration / (its capacity x iteration_s), for its busiest instance: bytes over
+  // a link (one direction of a duplex one), FLOP-equivalents on a GPU. 1 = saturated throughout.
+  std::map<std::string, double> busy_fraction;
   std::array<double, kTiers> peak_bytes{};
   std::optional<Overflow> overflow;             // set: the schedule does not fit, nothing simulated
   std::map<std::string, double> phase_end_s;    // "fwd", "bwd" (recompute included), "optim"
@@ -54,6 +70,12 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
 // large for paper-sized models), otherwise it stays empty.
 Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                                     const HardwareProfile& profile, const SimOptions& options);
+
+// One collective alone on idle links of `profile` (its members' GPUs the only busy ones in their
+// nodes), with the algorithm NCCL would pick: every member's flows (`full`) or one member's with
+// stand-ins, as simulate() lays them out. Its duration, for the tests against closed_form_s. Runs
+// in a forked child, as simulate_isolated.
+Result<double> simulate_collective(const HardwareProfile& profile, const CollectiveOp& op, bool full);
 
 // The trace as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
 std::string chrome_trace_json(const SimReport& report);

@@ -262,9 +262,9 @@ std::string repro_csv(const std::vector<ReproRow>& rows) {
   std::ostringstream o;
   o << "figure,label,model,strategy,gpus,bsz,mp,metric,value,paper,disagrees,note\n";
   for (const auto& r : rows)
-    o << r.figure << "," << r.label << "," << r.model << ",\"" << r.strategy << "\"," << r.gpus << "," << r.bsz << ","
-      << r.mp << "," << r.metric << "," << r.value << "," << (r.paper > 0 ? format_g(r.paper) : "") << ","
-      << (r.disagrees ? "yes" : "no") << ",\"" << r.note << "\"\n";
+    o << r.figure << "," << csv_field(r.label) << "," << r.model << "," << csv_field(r.strategy) << "," << r.gpus << ","
+      << r.bsz << "," << r.mp << "," << r.metric << "," << r.value << "," << (r.paper > 0 ? format_g(r.paper) : "")
+      << "," << (r.disagrees ? "yes" : "no") << "," << csv_field(r.note) << "\n";
   return o.str();
 }
 

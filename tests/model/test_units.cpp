@@ -92,5 +92,14 @@ TEST(Units, PrintedValuesParseBack) {
   }
 }
 
+// fig10's labels ("h2K, 5 layers") once split into two CSV columns and broke every reader.
+TEST(Units, CsvFieldsQuoteOnlyWhatNeedsIt) {
+  EXPECT_EQ(csv_field("zero3+act_ckpt=cpu"), "zero3+act_ckpt=cpu");
+  EXPECT_EQ(csv_field("h2K, 5 layers"), "\"h2K, 5 layers\"");
+  EXPECT_EQ(csv_field("say \"no\""), "\"say \"\"no\"\"\"");
+  EXPECT_EQ(csv_field("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(csv_field(""), "");
+}
+
 }  // namespace
 }  // namespace memwall

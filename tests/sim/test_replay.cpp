@@ -16,6 +16,8 @@ ModelSpec model() { return *model_from_shape(4, 4096, 32, 1024, 1000); }
 HardwareProfile unlimited_but(const std::string& keep) {
   HardwareProfile p = *load_profile("dgx2");
   p.cpu_adam_params_per_s = kHuge;
+  p.cpu_memory_Bps = kHuge;
+  p.gpu_memory_Bps = kHuge;  // operators and Adam cost their FLOPs only
   if (keep != "pcie") p.pcie_single_gpu_Bps = p.pcie_aggregate_Bps = kHuge;
   if (keep != "nvme") p.nvme_read_Bps = p.nvme_write_Bps = kHuge;
   return p;
@@ -33,7 +35,6 @@ void expect_eq6(const Placement& pl, const HardwareProfile& p, LinkClass link, d
   ASSERT_GT(bytes, 0);
   SimOptions o;
   o.overlap = false;
-  o.gpu_hbm_Bps = kHuge;
   Result<SimReport> r = simulate(m, pl, c, p, o);
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_FALSE(r->overflow);

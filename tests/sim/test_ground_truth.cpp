@@ -1,0 +1,85 @@
+// The symmetric shortcut against the ground truth: on 2 nodes of 4 GPUs, replaying one GPU with its
+// share of every shared resource gives the iteration time of replaying all eight GPUs with their
+// own schedules, real collective flows between real GPUs, and each node's PCIe root, DRAM, NVMe,
+// CPU and NICs shared by the GPUs that use them: within 1 %, for every placement at mp 1, 2 and 4.
+// The broadcast variant (zero_offload) is always replayed in full; for it the test checks that
+// each rank's steps ran. Each simulation runs in a child process (simulate_isolated).
+#include <gtest/gtest.h>
+
+#include <ostream>
+
+#include "sim/replay.hpp"
+
+namespace memwall::sim {
+namespace {
+
+// A quarter of a DGX-2 per node (4 GPUs and a quarter of its node-wide bandwidths), two nodes.
+HardwareProfile two_small_nodes() {
+  HardwareProfile p = *load_profile("dgx2");
+  p.nodes = 2;
+  p.gpus_per_node = 4;
+  p.pcie_aggregate_Bps = 12e9;
+  p.cpu_memory_Bps = 25e9;
+  p.cpu_adam_params_per_s = 25e9 / kAdamBytesPerParam;
+  p.nvme_read_Bps = p.nvme_write_Bps = 6.25e9;
+  p.inter_node_Bps = 25e9;
+  p.cpu_memory_bytes /= 4;
+  p.nvme_capacity_bytes /= 4;
+  p.pinned_budget_bytes /= 4;
+  return p;
+}
+
+ModelSpec model() { return *model_from_shape(4, 2048, 16, 512, 1024); }
+
+struct Case {
+  std::string placement;
+  int mp;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const std::string& name : preset_names())
+    for (int mp : {1, 2, 4}) out.push_back({name, mp});
+  return out;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.placement << " mp " << c.mp; }
+
+class GroundTruth : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GroundTruth, SymmetricShortcutMatchesEveryGpuReplayed) {
+  const Case& k = GetParam();
+  const HardwareProfile p = two_small_nodes();
+  const ModelSpec m = model();
+  const Placement pl = *preset(k.placement);
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.mp = k.mp;
+  c.dp = 8 / k.mp;
+  if (pl.layer_major) c.micro_batches = 2;
+  SimOptions full;
+  full.full = true;
+  Result<SimReport> all = simulate_isolated(m, pl, c, p, full);
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_FALSE(all->overflow) << all->overflow->message;
+  EXPECT_EQ(all->ranks_simulated, 8);
+  EXPECT_EQ(all->nodes_simulated, 2);
+  if (pl.fetch == ParamFetch::broadcast) {  // never symmetric: the full replay is the only one
+    EXPECT_GT(all->iteration_s, 0);
+    return;
+  }
+  Result<SimReport> one = simulate_isolated(m, pl, c, p, SimOptions{});
+  ASSERT_TRUE(one.ok()) << one.error();
+  EXPECT_EQ(one->ranks_simulated, 1);
+  EXPECT_NEAR(one->iteration_s / all->iteration_s, 1.0, 0.01)
+      << k.placement << " mp " << k.mp << ": one GPU " << one->iteration_s << " s, every GPU " << all->iteration_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoNodesOfFour, GroundTruth, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return i.param.placement + "_mp" + std::to_string(i.param.mp);
+                         });
+
+}  // namespace
+}  // namespace memwall::sim
