@@ -139,6 +139,28 @@ ModelSpec ModelFlags::load() const {
   return m;
 }
 
+void add_what_if_flags(CLI::App& app, WhatIf& w) {
+  app.add_flag("--onebit-adam", w.onebit_adam,
+               "What-if (seed 004): 1-bit Adam's compression stage: gradient collectives carry 1 bit per element\n"
+               "plus fp32 scales, and fp32 error feedback (4 B/param) lives beside the optimizer states");
+  app.add_option_function<std::string>(
+         "--onebit-adam-warmup",
+         [&w](const std::string& text) {
+           double v = -1;
+           auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+           if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v >= 0) || !(v < 1))
+             throw CLI::ValidationError("--onebit-adam-warmup",
+                                        "expected a share of the training steps >= 0 and below 1, got \"" + text + "\"");
+           w.onebit_warmup = v;
+         },
+         "1-bit Adam: share of training steps run as plain Adam first, for end-to-end averages (the blog's 0.15)")
+      ->type_name("NUM")
+      ->default_str(format_g(w.onebit_warmup));
+  add_number(app, "--attention-density", w.attention_density, 1.0,
+             "What-if (seed 004): block-sparse attention computing this share of the score blocks (0 < D <= 1);\n"
+             "scales attention FLOPs and Eq. 5's score-matrix term");
+}
+
 void StrategyFlags::add(CLI::App& app) {
   app.add_option("--strategy", strategy,
                  "Placement preset (data_parallel, zero2, zero_offload, zero3, zero_inf_cpu, zero_inf_nvme, three_d, "
@@ -162,6 +184,7 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--dpu-warmup", config.dpu_warmup, 0, kMaxDpuWarmup, "dpu: ordinary steps before the delayed update");
   add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, kMaxOptimizerChunks,
           "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
+  add_what_if_flags(app, config.what_if);
 }
 
 Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }

@@ -42,6 +42,7 @@ struct PlanFlags {
   int runners = 5;
   int simulate_top = 0;  // simulations of tiled paper-sized schedules take seconds to minutes each
   bool allow_dpu = false;
+  WhatIf what_if;
 };
 
 nlohmann::ordered_json placement_json(const Placement& pl) {
@@ -65,6 +66,8 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
                               {"dp", c.dp}, {"prefetch_depth", c.prefetch_depth},
                               {"optimizer_overlap", to_string(c.optimizer_overlap)},
+                              {"onebit_adam", c.what_if.onebit_adam},
+                              {"attention_density", c.what_if.attention_density},
                               {"tflops_per_gpu", e.time.tflops_per_gpu}, {"iteration_s", e.time.iteration_s},
                               {"samples_per_s", e.time.samples_per_s},
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
@@ -84,7 +87,9 @@ std::string config_words(const Evaluated& e) {
          (c.optimizer_overlap == OptimizerOverlap::none ? std::string()
           : c.optimizer_overlap == OptimizerOverlap::backward
               ? std::string(", optimizer overlapped with backward")
-              : ", delayed parameter update (one step stale: changes the training dynamics)");
+              : ", delayed parameter update (one step stale: changes the training dynamics)") +
+         (c.what_if.onebit_adam ? ", 1-bit Adam (compression stage)" : "") +
+         (c.what_if.attention_density < 1 ? ", attention density " + format_g(c.what_if.attention_density) : "");
 }
 
 double parse_alloc(const std::string& text) {
@@ -169,6 +174,7 @@ int run_plan(const PlanFlags& f) {
   Fixes fixes = take(parse_fixes(f.fix));
   SearchSpace space = take(make_space(m, p, fixes));
   if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
+  space.what_if = f.what_if;
   SearchOptions so;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
   so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
@@ -381,6 +387,7 @@ Command add_plan(CLI::App& app) {
                 "Also search ZeRO-Offload's delayed parameter update (--optimizer-overlap dpu): faster when CPU Adam "
                 "is the longest phase, but the parameters are one step stale after the warm-up, which changes the "
                 "training dynamics (the default search keeps none and backward, both exact)");
+  add_what_if_flags(*sub, f->what_if);
   sub->add_option("-o,--output", f->output,
                   "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
   sub->add_option("--deepspeed", f->deepspeed, "Write the equivalent DeepSpeed JSON config here");

@@ -147,6 +147,16 @@ Command add_run(CLI::App& app) {
               o.config = take(validate(o.config, rc.model.layers));
               rc.bsz = int(o.config.bsz);
             }
+            // Seed 004's what-ifs change the schedule's collective bytes and attention FLOPs; the
+            // executor implements neither, so it refuses them rather than run something else.
+            const std::string whence = f->plan.empty() ? "" : f->plan + ": ";
+            if (o.config.what_if.onebit_adam)
+              throw UsageError(whence + (f->plan.empty() ? "--onebit-adam" : "training.onebit_adam") +
+                               ": 1-bit Adam is a what-if for plan and simulate; the executor does not compress gradients");
+            if (o.config.what_if.attention_density != 1)
+              throw UsageError(whence + (f->plan.empty() ? "--attention-density" : "training.attention_density") +
+                               ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
+                               "attention");
             o.model = rc.model;
             o.model.max_seq = rc.seq;
             o.profile = profile;

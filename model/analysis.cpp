@@ -13,8 +13,12 @@ double act_ckpt_bytes_eq3(double bsz, long seq, long hd, int nl, int ci) {
   return 2.0 * bsz * double(seq) * double(hd) * nl / ci;
 }
 double mswm_bytes_eq4(long hd) { return 4.0 * double(hd) * 4.0 * double(hd); }
-double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads) {
-  return bsz * double(seq) * ci * (16.0 * double(hd) + 2.0 * heads * double(seq));
+double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads, double attention_density) {
+  return bsz * double(seq) * ci * (16.0 * double(hd) + 2.0 * heads * double(seq) * attention_density);
+}
+double onebit_bytes(double bytes, double elem_bytes, double pieces) { return bytes / (8.0 * elem_bytes) + 4.0 * pieces; }
+double onebit_end_to_end(double plain, double compressed, double warmup) {
+  return warmup * plain + (1.0 - warmup) * compressed;
 }
 double computation_flops_eq7(double bsz, long seq, double params) { return 2.0 * 4.0 * bsz * double(seq) * params; }
 double ait_param_grad_eq9(double bsz, long seq) { return double(seq) * bsz; }

@@ -19,7 +19,9 @@ double params_eq1(int nl, long hd);                                            /
 double model_state_bytes_eq2(int nl, long hd);                                 // 240·nl·hd²
 double act_ckpt_bytes_eq3(double bsz, long seq, long hd, int nl, int ci);      // 2·bsz·seq·hd·nl/ci
 double mswm_bytes_eq4(long hd);                                                // 4·hd·4hd
-double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads);        // bsz·seq·ci·(16hd + 2·heads·seq)
+// bsz·seq·ci·(16hd + 2·heads·seq·density): `attention_density` < 1 is seed 004's block-sparse
+// attention, which keeps only that share of the score matrices (the 2·heads·seq term).
+double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads, double attention_density = 1);
 double computation_flops_eq7(double bsz, long seq, double params);             // 2·4·bsz·seq·params
 double ait_param_grad_eq9(double bsz, long seq);                               // seq·bsz
 double ait_optimizer_eq10(double bsz, long seq);                               // seq·bsz/4
@@ -27,6 +29,18 @@ double ait_act_ckpt_eq11(long hd, int ci);                                     /
 double efficiency_eq6(double ait, double bw_Bps, double peak_flops_per_s);     // ait·bw/(ait·bw + peak)
 // Eq. 6 solved for bandwidth: what `bw` gives `efficiency` (0 < efficiency < 1).
 double bandwidth_for_efficiency(double ait, double efficiency, double peak_flops_per_s);
+
+// ---- 1-bit Adam (seed 004) ----
+// Error feedback: one fp32 per parameter of a rank's optimizer shard, kept beside optim32.
+inline constexpr double kOnebitErrorBytes = 4;
+// Bytes a gradient collective moves in 1-bit Adam's compression stage when uncompressed it moves
+// `bytes` of `elem_bytes`-wide elements in `pieces` pieces: 1 bit per element plus one fp32 scale
+// per piece (bf16: bytes / 16 + 4·pieces).
+double onebit_bytes(double bytes, double elem_bytes, double pieces);
+// End-to-end average over a training run whose first `warmup` share of steps are plain Adam:
+// warmup·plain + (1 - warmup)·compressed. With bytes it is the inverse of the blog's volume ratio
+// 1 / (warmup + (1 - warmup) / 16); with iteration times, the average iteration.
+double onebit_end_to_end(double plain, double compressed, double warmup);
 
 // ---- Effective bandwidth per state and tier on a profile ----
 enum class AitState { param_grad, optimizer, act_ckpt };

@@ -27,7 +27,8 @@ constexpr double kAct = 2.0;  // bytes per fp16 activation element
 
 class Builder {
  public:
-  Builder(const ModelSpec& m, double bsz, long seq) : m_(m), tokens_(bsz * double(seq)), bsz_(bsz), seq_(seq) {}
+  Builder(const ModelSpec& m, double bsz, long seq, double density)
+      : m_(m), tokens_(bsz * double(seq)), bsz_(bsz), seq_(seq), density_(density) {}
 
   size_t add(Operator op, std::initializer_list<size_t> inputs) {
     if (op.param_owner.empty() && op.param_elems > 0) op.param_owner = op.name;
@@ -71,12 +72,13 @@ class Builder {
       const std::string p = "block" + std::to_string(b) + ".";
       size_t ln1 = add(elementwise(p + "ln1", OpKind::layernorm, b, TC, 8, 2.0 * C, 1), {x});
       size_t qkv = add(linear(p + "qkv", b, C, 3 * C), {ln1});
-      // (B, NH, T, T) = (B, NH, T, C/NH) x (B, NH, C/NH, T): 2·B·T²·C FLOPs, and the same for context.
+      // (B, NH, T, T) = (B, NH, T, C/NH) x (B, NH, C/NH, T): 2·B·T²·C FLOPs, and the same for context;
+      // block-sparse attention computes and stores only `density_` of the (T, T) blocks.
       Operator scores{p + "attn_scores", OpKind::attention_scores, b};
-      scores.fwd_flops = 2.0 * bsz_ * double(seq_) * double(seq_) * C;
+      scores.fwd_flops = 2.0 * bsz_ * double(seq_) * double(seq_) * C * density_;
       scores.bwd_flops = 2.0 * scores.fwd_flops;
       scores.act_read_bytes = kAct * 2 * TC;
-      scores.act_write_bytes = kAct * bsz_ * m_.heads * double(seq_) * double(seq_);
+      scores.act_write_bytes = kAct * bsz_ * m_.heads * double(seq_) * double(seq_) * density_;
       size_t sc = add(scores, {qkv});
       Operator context{p + "attn_context", OpKind::attention_context, b};
       context.fwd_flops = scores.fwd_flops;
@@ -118,6 +120,7 @@ class Builder {
   double tokens_;
   double bsz_;
   long seq_;
+  double density_;
   OpGraph g_;
 };
 
@@ -153,8 +156,8 @@ double OperatorGraph::param_elems() const {
   return sum_ops(*this, [](const Operator& o) { return o.param_elems; });
 }
 
-OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq) {
-  return Builder(model, bsz, seq).build();
+OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq, double attention_density) {
+  return Builder(model, bsz, seq, attention_density).build();
 }
 
 }  // namespace memwall

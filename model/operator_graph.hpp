@@ -53,6 +53,9 @@ struct OperatorGraph {
 };
 
 // Builds the graph for micro-batch `bsz` and sequence `seq`; activations are fp16 (2 bytes).
-OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq);
+// `attention_density` in (0, 1]: block-sparse attention (seed 004) computes that share of the
+// (T, T) score blocks: the score and context operators' FLOPs and score bytes scale by it; every
+// other operator is the dense one.
+OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq, double attention_density = 1);
 
 }  // namespace memwall

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "model/analysis.hpp"
 #include "model/units.hpp"
 
 namespace memwall {
@@ -59,7 +60,7 @@ class Generator {
   Generator(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, int rank,
             int dp, const MemorySizes& sizes)
       : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes),
-        g_(build_gpt_graph(m, c.bsz, c.seq)),
+        g_(build_gpt_graph(m, c.bsz, c.seq, c.what_if.attention_density)),
         micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1) {
     s_.strategy = pl.name;
     s_.rank = rank;
@@ -160,6 +161,8 @@ class Generator {
     s_.persistent_bytes[int(pl_.param16.tier)][int(State::param16)] += z_.param_bytes * kept_elems(pl_.param16);
     s_.persistent_bytes[int(pl_.grad16.tier)][int(State::grad16)] += z_.param_bytes * kept_elems(pl_.grad16);
     s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += z_.optim_bytes * kept_elems(pl_.optim32);
+    if (c_.what_if.onebit_adam)  // fp32 error feedback beside the optimizer states of this rank's shard
+      s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += kOnebitErrorBytes * kept_elems(pl_.optim32);
   }
 
   void account_memory() {
@@ -412,6 +415,12 @@ class Generator {
   }
   std::string grad_buffer(const Item& it) const { return grad_has_buffer() ? "grad:" + tile_name(it) : ""; }
 
+  // Bytes this rank receives in a gradient collective that uncompressed receives `bytes` in
+  // `pieces` pieces (one per peer and pass): 1-bit Adam's compression stage shrinks them.
+  double grad_collective_bytes(double bytes, double pieces) const {
+    return c_.what_if.onebit_adam ? onebit_bytes(bytes, z_.param_bytes, pieces) : bytes;
+  }
+
   // Backward produced the gradient of (a tile of) an operator's parameters. Reduce it across the
   // data-parallel group and move this rank's part to the gradient tier once its last use is done
   // (the tied embedding collects gradients from lm_head and embed).
@@ -431,13 +440,13 @@ class Generator {
     if (dp_ > 1 && gp.partitioned) {
       // reduce-scatters the buffer; this rank's part lands in its grad16 shard when that is on the GPU
       prev = emit(transfer(StepKind::reduce_scatter, Phase::backward, key, bcast ? "reduce" : "rs", State::grad16,
-                           whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
+                           grad_collective_bytes(whole * (dp_ - 1) / dp_, dp_ - 1), Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
                            gp.tier == Tier::gpu ? "" : buf));
       if (bcast) s_.steps[size_t(prev)].root = unit_rank(key);
       keep = bcast ? (unit_rank(key) == rank_ ? whole : 0) : whole / dp_;
     } else if (dp_ > 1) {
       prev = emit(transfer(StepKind::allreduce, Phase::backward, key, "ar", State::grad16,
-                           2.0 * whole * (dp_ - 1) / dp_, Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
+                           grad_collective_bytes(2.0 * whole * (dp_ - 1) / dp_, 2.0 * (dp_ - 1)), Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
                            buf));
     }
     if (gp.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
@@ -506,7 +515,7 @@ class Generator {
   // the previous block's output, whose memory the next block reuses: the first compute after a
   // block waits for the checkpoint saved from that block's input.
   void forward() {
-    awm_per_block_ = c_.bsz * double(c_.seq) * (16.0 * m_.hidden + 2.0 * m_.heads * double(c_.seq)) / c_.mp;
+    awm_per_block_ = awm_bytes_eq5(c_.bsz, c_.seq, 1, m_.hidden, m_.heads, c_.what_if.attention_density) / c_.mp;
     for (size_t v : g_.order)
       if (g_.op(v).block < 0) (g_.op(v).name == "embed" ? head_ops_ : tail_ops_).push_back(v);
     std::vector<Item> items = items_of(head_ops_, Phase::forward);

@@ -139,6 +139,12 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
   if (c.optimizer_chunks < 0 || c.optimizer_chunks > kMaxOptimizerChunks)
     return make_error(
         range_error("--optimizer-chunks", "a chunk count (0: automatic)", 0, kMaxOptimizerChunks, c.optimizer_chunks));
+  if (!(c.what_if.attention_density > 0) || !(c.what_if.attention_density <= 1))
+    return make_error("--attention-density: expected a share of attention blocks > 0 and at most 1, got " +
+                      format_sig(c.what_if.attention_density));
+  if (!(c.what_if.onebit_warmup >= 0) || !(c.what_if.onebit_warmup < 1))
+    return make_error("--onebit-adam-warmup: expected a share of the training steps >= 0 and below 1, got " +
+                      format_sig(c.what_if.onebit_warmup));
   return c;
 }
 

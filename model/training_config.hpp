@@ -23,6 +23,21 @@ enum class OptimizerOverlap { none, backward, dpu };
 const char* to_string(OptimizerOverlap o);
 Result<OptimizerOverlap> parse_optimizer_overlap(const std::string& s);
 
+// What-ifs from seed 004 (DeepSpeed's blog), fixed by the user and never searched by the planner.
+// Plan and simulate honour them; the executor refuses them (it neither compresses gradients nor
+// runs block-sparse kernels).
+//   1-bit Adam: the iteration is one of the compression stage (after the warm-up): every gradient
+//     collective carries 1 bit per element plus one fp32 scale per piece (onebit_bytes), and each
+//     rank keeps fp32 error feedback, 4 B per parameter of its optimizer shard, on optim32's tier.
+//   attention_density: block-sparse attention computes this share of the score blocks: the score
+//     and context FLOPs and the score matrices (Eq. 5's 2·heads·seq term) scale by it.
+struct WhatIf {
+  bool onebit_adam = false;
+  double onebit_warmup = 0.15;    // share of training steps run as plain Adam first (the blog's 15 %);
+                                  // only the end-to-end averages use it (onebit_end_to_end)
+  double attention_density = 1;   // (0, 1]; 1 = dense
+};
+
 struct TrainingConfig {
   double bsz = 1;          // micro-batch per GPU (Table 1 uses 1.25: an average over GPUs)
   long seq = 1024;         // tokens per sample
@@ -36,6 +51,7 @@ struct TrainingConfig {
   int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
   int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that
                              // reads, updates and writes overlap, within the pinned budget
+  WhatIf what_if;
 };
 
 // Physical memory of this machine (sysconf), for limits that bound work.

@@ -25,6 +25,12 @@ double state_total_bytes(const ModelSpec& m, State s) {
   return state_fraction(s) * (model_state_bytes_eq2(m.layers, m.hidden) + 20.0 * embedding_params(m));
 }
 
+// 1-bit Adam's fp32 error feedback for the whole model, in optim32's shares (seed 004).
+double onebit_error_total_bytes(const ModelSpec& m) {
+  return state_total_bytes(m, State::optim32) * kOnebitErrorBytes / 16.0;
+}
+constexpr const char* kOnebitErrorWords = "1-bit Adam error feedback, fp32 (beside optim32)";
+
 const char* state_words(State s, bool partitioned) {
   switch (s) {
     case State::param16: return partitioned ? "param16 (1/dp share)" : "param16 (whole copy)";
@@ -126,6 +132,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     if (sp.tier == Tier::gpu)
       gpu.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / mp / (sp.partitioned ? dp : 1)});
   }
+  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::gpu)
+    gpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / mp / (pl.optim32.partitioned ? dp : 1)});
   const bool params_whole = pl.param16.tier == Tier::gpu && !pl.param16.partitioned;
   const bool grads_whole = pl.grad16.tier == Tier::gpu && !pl.grad16.partitioned;
   const double mswm = mswm_bytes_eq4(m.hidden) / mp / t;
@@ -139,7 +147,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   } else if (!grads_whole) {
     gpu.parts.push_back({"gradient of the largest operator before reduce-scatter", std::max(mswm, embed_pg) / 2});
   }
-  gpu.parts.push_back({"AWM (Eq. 5)", awm_bytes_eq5(k.bsz, k.seq, k.ci, m.hidden, m.heads) / mp});
+  gpu.parts.push_back({"AWM (Eq. 5)",
+                       awm_bytes_eq5(k.bsz, k.seq, k.ci, m.hidden, m.heads, k.what_if.attention_density) / mp});
   if (pl.act_ckpt.tier == Tier::gpu)
     gpu.parts.push_back({"activation checkpoints (Eq. 3)", act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, m.layers, k.ci)});
   else
@@ -154,7 +163,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     LimitCheck big{Resource::gpu_largest_alloc, "per GPU", 0, o.max_alloc_bytes, {}};
     big.parts.push_back({"fc1 weight tile, fp16 (Eq. 4 / 2 / tiling)", mswm / 2});
     big.parts.push_back({"fc1 output activation, fp16", 2.0 * k.bsz * double(k.seq) * 4.0 * double(m.hidden) / mp});
-    big.parts.push_back({"attention scores, fp16", 2.0 * k.bsz * (m.heads / mp) * double(k.seq) * double(k.seq)});
+    big.parts.push_back({"attention scores, fp16",
+                         2.0 * k.bsz * (m.heads / mp) * double(k.seq) * double(k.seq) * k.what_if.attention_density});
     for (const Part& part : big.parts) big.needed_bytes = std::max(big.needed_bytes, part.bytes);
     r.checks.push_back(std::move(big));
   }
@@ -177,6 +187,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     if (sp.tier == Tier::cpu)
       cpu.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / (sp.partitioned ? nodes : 1)});
   }
+  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::cpu)
+    cpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
   if (pl.act_ckpt.tier == Tier::cpu)
     cpu.parts.push_back({"activation checkpoints (Eq. 3) of the node's GPUs",
                          act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, m.layers, k.ci) * ranks});
@@ -192,6 +204,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     if (sp.tier == Tier::nvme)
       nvme.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / (sp.partitioned ? nodes : 1)});
   }
+  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::nvme)
+    nvme.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
   for (const Part& part : nvme.parts) nvme.needed_bytes += part.bytes;
   r.checks.push_back(std::move(nvme));
   return r;
@@ -224,7 +238,11 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   }
   switch (pl.grad16.tier) {
     case Tier::gpu:
-      if (k.dp > 1) t_grad = transfer_s((pl.grad16.partitioned ? 1.0 : 2.0) * 0.25 * pg_bytes * share_rest, gg);
+      if (k.dp > 1) {
+        // 1-bit Adam: 1 bit per fp16 element; the scales (4 B per tensor and peer) are left out here.
+        const double bytes = (pl.grad16.partitioned ? 1.0 : 2.0) * 0.25 * pg_bytes * share_rest;
+        t_grad = transfer_s(k.what_if.onebit_adam ? onebit_bytes(bytes, 2.0, 0) : bytes, gg);
+      }
       // The optimizer runs elsewhere: each rank's gradient share still crosses PCIe to it.
       if (pl.optim32.tier != Tier::gpu)
         t_grad += transfer_s(0.25 * pg_bytes,

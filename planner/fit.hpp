@@ -80,7 +80,11 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 //   activation checkpoints (Eq. 11): overlapped with compute, on the same PCIe link as parameters;
 //   tensor slicing: Megatron's activation all-reduces (6 per layer), not overlapped;
 //   --optimizer-overlap backward hides the optimizer behind backward and recompute (3/4 of the
-//     computation), dpu behind the whole forward and backward (the refresh then follows them).
+//     computation), dpu behind the whole forward and backward (the refresh then follows them);
+//   seed 004's what-ifs: 1-bit Adam sends data-parallel gradients at 1 bit per element
+//     (onebit_bytes); attention density changes only memory here (AWM, the score allocation),
+//     since Eq. 7 leaves attention FLOPs out (the schedule and the simulator count them).
+//   check_fit counts 1-bit Adam's error feedback beside optim32 on its tier.
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap

@@ -63,7 +63,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks"});
+               "optimizer_chunks", "onebit_adam", "attention_density"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -78,6 +78,8 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.optimizer_overlap = *ov;
   c.dpu_warmup = int(r.integer_or(tn, "training", "dpu_warmup", 0, kMaxDpuWarmup, 40));
   c.optimizer_chunks = int(r.integer_or(tn, "training", "optimizer_chunks", 0, kMaxOptimizerChunks, 0));
+  c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
+  c.what_if.attention_density = r.positive_number_or(tn, "training", "attention_density", 1.0, 1.0);
   const long gpus = long(c.dp) * c.mp;
   if (gpus != plan.gpus)
     r.fail(root["gpus"], "gpus", "expected training.dp x training.mp = " + std::to_string(c.dp) + " x " +
@@ -165,6 +167,11 @@ std::string plan_yaml(const Plan& plan) {
                                                       : "\n");
   if (c.optimizer_overlap == OptimizerOverlap::dpu) o << "  dpu_warmup: " << c.dpu_warmup << "\n";
   if (c.optimizer_chunks > 0) o << "  optimizer_chunks: " << c.optimizer_chunks << "\n";
+  if (c.what_if.onebit_adam)
+    o << "  onebit_adam: true     # what-if (seed 004): compressed gradient collectives; plan and simulate only\n";
+  if (c.what_if.attention_density < 1)
+    o << "  attention_density: " << format_g(c.what_if.attention_density)
+      << "   # what-if (seed 004): block-sparse attention; plan and simulate only\n";
   o << "predicted:            # the planner's analytic estimate\n"
     << "  iteration_s: " << fixed(plan.predicted_iteration_s, 3) << "\n"
     << "  tflops_per_gpu: " << fixed(plan.predicted_tflops_per_gpu, 2) << "\n";

@@ -304,8 +304,9 @@ bool closer(const FitReport& a, const FitReport& b) {
 }
 
 TrainingConfig config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling, int mp,
-                          int depth) {
+                          int depth, const WhatIf& what_if) {
   TrainingConfig c;
+  c.what_if = what_if;
   c.bsz = bsz;
   c.seq = m.seq;
   c.ci = ci;
@@ -373,7 +374,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit
             std::vector<std::pair<Candidate, FitReport>> row;
             for (double bsz : space.bsz) {
-              Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth)};
+              Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth, space.what_if)};
               c.config.optimizer_overlap = ov;
               FitReport fit = check_fit(m, c, p, o.fit);
               ++r.evaluated;

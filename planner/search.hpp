@@ -39,6 +39,7 @@ struct SearchSpace {
   std::vector<int> mp;
   std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
+  WhatIf what_if;             // seed 004's what-ifs: the user's, copied into every candidate, never searched
   size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp)
 };
 
