@@ -20,9 +20,10 @@ Command add_reproduce(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* sub = app.add_subcommand(
       "reproduce",
-      "Reproduce the paper's evaluation by simulation (Fig. 5a, 5b, 5c, 8, 9, 10) and write\n"
+      "Reproduce the paper's evaluation by simulation (Fig. 5a, 5b, 5c, 8, 9, 10; seed004: 1-bit Adam\n"
+      "and sparse attention as what-ifs) and write\n"
       "<figure>.csv and <figure>.md (beside the paper's numbers) into the output folder.");
-  sub->add_option("--figure", f->figure, "fig5a, fig5b, fig5c, fig8, fig9, fig10 or all")->capture_default_str();
+  sub->add_option("--figure", f->figure, "fig5a, fig5b, fig5c, fig8, fig9, fig10, seed004 or all")->capture_default_str();
   sub->add_option("-o,--output", f->out, "Output folder")->capture_default_str();
   sub->add_option("--profile", f->profile, "One node of the cluster (the paper's: dgx2)")->capture_default_str();
   return {sub, [f]() {

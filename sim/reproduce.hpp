@@ -31,7 +31,9 @@ struct ReproRow {
 
 using Progress = std::function<void(const std::string&)>;
 
-std::vector<std::string> reproduction_figures();  // fig5a, fig5b, fig5c, fig8, fig9, fig10
+// fig5a, fig5b, fig5c, fig8, fig9, fig10, and seed004: 1-bit Adam and sparse attention (DeepSpeed's
+// blog) as what-ifs on Table 1's 10B model.
+std::vector<std::string> reproduction_figures();
 Result<std::vector<ReproRow>> reproduce(const std::string& figure, const HardwareProfile& node,
                                         const Progress& progress = {});
 
