@@ -20,7 +20,7 @@ def rows(path):
 
 def main():
     memwall, results = sys.argv[1], Path(sys.argv[2])
-    figures = sys.argv[3:] or ["fig5a", "fig5b", "fig5c", "fig8", "fig9", "fig10"]
+    figures = sys.argv[3:] or ["fig5a", "fig5b", "fig5c", "fig8", "fig9", "fig10", "seed004"]
     bad = []
     with tempfile.TemporaryDirectory() as tmp:
         for fig in figures:
