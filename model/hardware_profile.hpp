@@ -5,6 +5,7 @@
 // Value type; loading functions are thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,9 @@ struct HardwareProfile {
   std::string executor_precision = "bf16";  // param16 / grad16 storage: bf16, fp16 or fp32
 
   int total_gpus() const { return nodes * gpus_per_node; }
+  // GPUs of one node that a job of `gpus` ranks occupies: they share the node's CPU memory, pinned
+  // budget, NVMe, DRAM and PCIe root (a 1-GPU job on a 16-GPU node has all of them to itself).
+  int ranks_per_node(long gpus) const { return int(std::max(1L, std::min<long>(gpus_per_node, gpus))); }
 
   // Achievable peak for a model of this hidden size (the paper: 62-78 TFLOPS for 8K-64K on V100).
   double peak_flops_per_s(long hidden) const;

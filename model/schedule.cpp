@@ -70,8 +70,9 @@ class Generator {
     s_.sizes = sizes;
     s_.optimizer_overlap = c.optimizer_overlap;
     s_.capacity_bytes[int(Tier::gpu)] = p.gpu_memory_bytes;
-    s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / p.gpus_per_node;
-    s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / p.gpus_per_node;
+    const int sharing = p.ranks_per_node(long(dp) * c.mp);
+    s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / sharing;
+    s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / sharing;
     // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
     collective_link_ = dp * c.mp > p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
     for (size_t v : g_.order) index_[g_.op(v).name] = v;
@@ -689,7 +690,7 @@ class Generator {
       // Three buffers within the pinned budget, and (unless asked otherwise) at least 16 chunks, so
       // that reading, updating and writing successive chunks overlap and filling and draining the
       // pipeline costs about 2/16 of the phase.
-      const double pinned_per_rank = p_.pinned_budget_bytes / p_.gpus_per_node;
+      const double pinned_per_rank = p_.pinned_budget_bytes / p_.ranks_per_node(long(dp_) * c_.mp);
       const double most = std::floor(pinned_per_rank / (3 * o.per_param));
       const int wanted = c_.optimizer_chunks > 0 ? c_.optimizer_chunks : 16;
       target = std::max(kChunkGranule, std::min(most, std::ceil(o.n / wanted)));

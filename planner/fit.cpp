@@ -42,7 +42,7 @@ const char* state_words(State s, bool partitioned) {
 }
 
 int ranks_per_node(const Candidate& c, const HardwareProfile& p) {
-  return std::min(p.gpus_per_node, c.config.dp * c.config.mp);
+  return p.ranks_per_node(long(c.config.dp) * c.config.mp);
 }
 
 double bw_of(const std::vector<StateTierEfficiency>& eff, AitState s, const char* tier) {

@@ -545,7 +545,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   lay.dp = dp;
   lay.mp = c.mp;
   lay.gpus_per_node = profile.gpus_per_node;
-  lay.busy_per_node = std::min(rep.gpus, profile.gpus_per_node);
+  lay.busy_per_node = profile.ranks_per_node(rep.gpus);
   lay.dp_group = {dp, std::min(dp, profile.gpus_per_node / c.mp)};
   lay.mp_group = {c.mp, c.mp};
   lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);

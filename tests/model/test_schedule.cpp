@@ -267,7 +267,7 @@ TEST(Schedule, BuffersBalanceAndThePeakIsTheirLargestSum) {
 TEST(Schedule, OptimizerChunksReadAheadIntoThreeBuffers) {
   HardwareProfile p = dgx2();
   ModelSpec m = tiny();
-  p.pinned_budget_bytes = 16 * 3 * 20.0 * 100000;  // per GPU: three chunks of 100K parameters
+  p.pinned_budget_bytes = 3 * 20.0 * 100000;  // dp 1: the one rank's, three chunks of 100K parameters
   TrainingConfig c;
   c.dp = 1;
   Schedule s = make(m, "zero_inf_nvme", c, p);
@@ -294,6 +294,25 @@ TEST(Schedule, OptimizerChunksReadAheadIntoThreeBuffers) {
   }
   EXPECT_DOUBLE_EQ(at, s.persistent_bytes[int(Tier::nvme)][int(State::optim32)] / 16);
   EXPECT_TRUE(check_invariants(s).empty());
+}
+
+// A job on some of a node's GPUs shares its CPU memory, NVMe and pinned budget among those GPUs
+// only: `plan --gpus 1` once fitted a whole node's CPU memory that `simulate --plan` then cut to 1/16.
+TEST(Schedule, NodeResourcesAreSharedByTheRanksOnTheNode) {
+  const HardwareProfile p = dgx2();
+  const ModelSpec m = tiny();
+  for (int dp : {1, 4, 16}) {
+    TrainingConfig c;
+    c.dp = dp;
+    Schedule s = make(m, "zero_inf_nvme", c, p);
+    EXPECT_DOUBLE_EQ(s.capacity_bytes[int(Tier::cpu)], p.cpu_memory_bytes / dp) << dp;
+    EXPECT_DOUBLE_EQ(s.capacity_bytes[int(Tier::nvme)], p.nvme_capacity_bytes / dp) << dp;
+  }
+  HardwareProfile two = p;
+  two.nodes = 2;
+  TrainingConfig c;
+  c.dp = 32;
+  EXPECT_DOUBLE_EQ(make(m, "zero_inf_nvme", c, two).capacity_bytes[int(Tier::cpu)], p.cpu_memory_bytes / 16);
 }
 
 // An executor's sizes: fp32 parameters double the parameter traffic; a workspace replaces Eq. 5.
