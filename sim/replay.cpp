@@ -99,6 +99,14 @@ class Dag {
   size_t done_ = 0;
 };
 
+// SimGrid's informational lines ("Configuration change ...") are not ours to print.
+struct QuietEngineArgs {
+  int argc = 2;
+  char name[8] = "memwall";
+  char quiet[25] = "--log=root.thres:warning";
+  char* argv[3] = {name, quiet, nullptr};
+};
+
 // Per operator: the FLOPs and activation bytes of the operator graph, for the roofline cost.
 struct OpCost {
   double fwd_flops = 0, bwd_flops = 0;
@@ -557,18 +565,14 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
                       std::to_string(rep.gpus));
 
   std::unordered_map<std::string, OpCost> costs;
-  const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq);
+  const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq, c.what_if.attention_density);
   for (size_t v : graph.order) {
     const Operator& op = graph.op(v);
     costs[op.name] = {op.fwd_flops, op.bwd_flops, op.act_read_bytes + op.act_write_bytes};
   }
 
-  // SimGrid's informational lines ("Configuration change ...") are not ours to print.
-  int argc = 2;
-  char name[] = "memwall";
-  char quiet[] = "--log=root.thres:warning";
-  char* argv[] = {name, quiet, nullptr};
-  sg4::Engine engine(&argc, argv);
+  QuietEngineArgs args;
+  sg4::Engine engine(&args.argc, args.argv);
   configure_engine(engine);
   PlatformShape shape;
   if (symmetric) {
@@ -711,11 +715,8 @@ Result<double> collective_here(const HardwareProfile& profile, const CollectiveO
   if (op.group.members < 1 || op.group.per_node < 1 || op.group.per_node > profile.gpus_per_node ||
       op.group.nodes() > std::max(1, profile.nodes))
     return make_error("simulate_collective: the group does not fit the profile");
-  int argc = 2;
-  char name[] = "memwall";
-  char quiet[] = "--log=root.thres:warning";
-  char* argv[] = {name, quiet, nullptr};
-  sg4::Engine engine(&argc, argv);
+  QuietEngineArgs args;
+  sg4::Engine engine(&args.argc, args.argv);
   configure_engine(engine);
   const int k = std::min(op.group.per_node, op.group.members);
   const PathRates r = path_rates(profile, k);
