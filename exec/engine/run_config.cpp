@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
-#include <fstream>
-#include <sstream>
 
 #include "exec/adam/cpu_adam.hpp"
 #include "model/units.hpp"
@@ -21,15 +19,20 @@ std::string default_corpus_path() { return std::string(MEMWALL_SOURCE_DIR) + "/e
 
 namespace {
 
-double positive_real(const YamlReader& r, const YAML::Node& root, const std::string& key, double fallback, bool zero_ok) {
+// A rate such as lr or weight_decay: finite, above 0 (or 0 when `zero_ok`), at most `most` (an lr
+// of 1e308 trains to NaN in one step).
+double positive_real(const YamlReader& r, const YAML::Node& root, const std::string& key, double fallback, bool zero_ok,
+                     double most) {
   YAML::Node n = root[key];
   if (!n.IsDefined() || n.IsNull()) return fallback;
-  const std::string expected = zero_ok ? "a number >= 0, such as 0.01" : "a number > 0, such as 3e-4";
+  const std::string bound = " and at most " + format_g(most);
+  const std::string expected =
+      zero_ok ? "a number >= 0" + bound + ", such as 0.01" : "a number > 0" + bound + ", such as 3e-4";
   if (!n.IsScalar()) r.fail(n, key, "expected " + expected);
   const std::string s = n.Scalar();
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (v == 0 && !zero_ok))
+  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > most)
     r.fail(n, key, "expected " + expected + ", got \"" + s + "\"");
   return v;
 }
@@ -60,8 +63,8 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     c.seq = bounded(r, root, "seq", 1, 1 << 20, c.seq);
     c.model.max_seq = c.seq;
     c.ci = bounded(r, root, "ci", 0, c.model.layers, c.ci);
-    c.lr = positive_real(r, root, "lr", c.lr, false);
-    c.weight_decay = positive_real(r, root, "weight_decay", c.weight_decay, true);
+    c.lr = positive_real(r, root, "lr", c.lr, false, kMaxRate);
+    c.weight_decay = positive_real(r, root, "weight_decay", c.weight_decay, true, kMaxRate);
     c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, std::numeric_limits<long>::max(), long(c.seed)));
     c.backend = r.text_or(root, "", "backend", c.backend);
     if (c.backend != "cpu" && c.backend != "cuda")
@@ -82,8 +85,10 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     } else if (std::filesystem::path(c.corpus).is_relative()) {
       c.corpus = (std::filesystem::path(source).parent_path() / c.corpus).string();
     }
-    if (!std::filesystem::is_regular_file(c.corpus))
-      r.fail(root["corpus"].IsDefined() ? root["corpus"] : root, "corpus", "no such file: " + c.corpus);
+    // Read through the one file reader: a folder, a FIFO, /dev/zero or /proc/self/mem is one line
+    // naming the field, never a hang or a crash.
+    if (Result<std::string> text = read_input_file(c.corpus, "corpus", kMaxCorpusBytes); !text)
+      r.fail(root["corpus"].IsDefined() ? root["corpus"] : root, "corpus", text.error());
     return c;
   } catch (const InputError& e) {
     return make_error(e.what());
@@ -91,18 +96,16 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
 }
 
 Result<RunConfig> load_run_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error(path + ": cannot read the run config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_run_config(path, ss.str());
+  Result<std::string> text = read_input_file(path, "run config");
+  if (!text) return make_error(text.error());
+  return parse_run_config(path, *text);
 }
 
 Result<Corpus> Corpus::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(path + ": cannot read the corpus");
+  Result<std::string> text = read_input_file(path, "corpus", kMaxCorpusBytes);
+  if (!text) return make_error(text.error());
   Corpus c;
-  c.data_.assign(std::istreambuf_iterator<char>(in), {});
+  c.data_.assign(text->begin(), text->end());
   if (c.data_.size() < 2) return make_error(path + ": the corpus needs at least 2 bytes");
   return c;
 }

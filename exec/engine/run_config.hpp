@@ -19,6 +19,11 @@
 
 namespace memwall::exec {
 
+// Upper bounds of a run config: lr and weight_decay (a larger rate only trains to NaN) and the
+// corpus (read into memory whole).
+inline constexpr double kMaxRate = 10;
+inline constexpr std::size_t kMaxCorpusBytes = std::size_t(1) << 30;
+
 struct RunConfig {
   GptConfig model;                   // layers, hidden, heads (max_seq = seq, vocab 256)
   int steps = 300;
