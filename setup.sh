@@ -2,7 +2,8 @@
 # setup.sh [run|test] [args...]
 #   run  (default): install what is missing, build, run the main job: memwall analyze (args pass
 #                   through), then memwall reproduce (the paper's evaluation, simulated, into results/sim)
-#   test          : install what is missing, build, run every test through CTest
+#   test          : install what is missing, build, run every test through CTest, then build the
+#                   libFuzzer targets with clang (build-fuzz/, CUDA off) and run each for 60 s
 # Idempotent and incremental: packages already installed are not reinstalled, the build folder
 # (build/) is reused, so a second run only rebuilds what changed.
 set -euo pipefail
@@ -18,6 +19,7 @@ packages=(
   libsimgrid-dev liburing-dev libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth
   fio python3-torch python3-numpy
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -38,6 +40,16 @@ cmake --build build --parallel "$(nproc)"
 
 case "$mode" in
   run) ./build/memwall analyze "$@" && exec ./build/memwall reproduce -o results/sim ;;
-  test) cd build && exec ctest --output-on-failure --parallel "$(nproc)" "$@" ;;
+  test)
+    (cd build && ctest --output-on-failure --parallel "$(nproc)" "$@")
+    # The YAML loaders and the unit parser under libFuzzer with ASan and UBSan (tests/fuzz): a
+    # finding fails the test command, its reproducer kept under build-fuzz/tests/fuzz/found/.
+    if [ ! -f build-fuzz/CMakeCache.txt ]; then
+      cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_FUZZ=ON > /dev/null
+    fi
+    cmake --build build-fuzz --parallel "$(nproc)" --target fuzz_profile fuzz_model fuzz_placement fuzz_plan \
+      fuzz_run_config fuzz_units
+    cd build-fuzz && exec ctest --output-on-failure --parallel "$(nproc)" -R '^fuzz[.]' ;;
   *) echo "setup.sh: unknown mode \"$mode\" (expected run or test)" >&2; exit 2 ;;
 esac

@@ -13,13 +13,6 @@
 namespace {
 
 // One line, whatever the message holds (library messages may quote input with newlines in it).
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
 std::string command_name(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({}))
     if (sub->parsed()) return "memwall " + sub->get_name();
@@ -30,6 +23,7 @@ std::string command_name(CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace memwall::cli;
+  using memwall::one_line;
   CLI::App app{
       "memwall: see, plan and run transformer training that does not fit in GPU memory (ZeRO-Infinity).\n"
       "Run `memwall <command> --help` for the flags of one command."};

@@ -34,6 +34,28 @@ class Result {
   std::variant<T, Error> v_;
 };
 
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+// Every message is one line: trailing blanks and line breaks go, and a control character that
+// input put inside (yaml-cpp quotes the offending character: "unknown escape character: \n") is
+// written as an escape (\n, \r, \x1b), so a fuzzed file can never split or colour an error.
+inline std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 && c != '\t') {
+      const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else if (c == 0x7f) out += "\\x7f";
+    else out += ch;
+  }
+  return out;
+}
+
+inline Error make_error(std::string message) { return Error{one_line(std::move(message))}; }
 
 }  // namespace memwall

@@ -9,6 +9,10 @@
 #include "exec/adam/adam_kernels.hpp"
 #include "exec/adam/worker_pool.hpp"
 
+#if MEMWALL_ADAM_X86
+#include <cpuid.h>
+#endif
+
 namespace memwall::adam {
 namespace {
 
@@ -128,15 +132,23 @@ Result<DType> parse_dtype(std::string_view s) {
 
 std::size_t dtype_bytes(DType t) { return t == DType::fp32 ? 4 : 2; }
 
+#if MEMWALL_ADAM_X86
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::scalar: return true;
 #if MEMWALL_ADAM_X86
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx512vl") && has_f16c();
 #else
     default: return false;
 #endif

@@ -243,7 +243,8 @@ for tag, path, frag in YAML_PATHS:
     case("path_placement_" + tag, "simulate --layers 2 --hidden 1K --heads 8 --strategy " + path,
          "^memwall simulate: .*" + frag.replace("%s", "placement"))
 case("path_profile_empty_name", "analyze --model fig2a-1T --profile ''", r"^memwall analyze: expected the path of a profile file, got an empty string")
-case("path_profile_newline", "analyze --model fig2a-1T --profile 'two\\nlines.yaml'", r"^memwall analyze: two lines.yaml: no such profile file")
+# a line break in a path is written as \n (one_line), never split over two lines
+case("path_profile_newline", "analyze --model fig2a-1T --profile 'two\\nlines.yaml'", r"^memwall analyze: two\\nlines.yaml: no such profile file")
 
 # ------------------------------------------------------------------------------------------------
 # Models

@@ -6,6 +6,7 @@
 
 #include "model/analysis.hpp"
 #include "model/model_spec.hpp"
+#include "model/units.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -75,6 +75,20 @@ TEST(YamlReader, DuplicateKeysAreErrorsNotFirstWins) {
   EXPECT_HAS(profile_error(std::string(kProfile) + "\"nodes\": 1\n"), "nodes: given twice");
 }
 
+// Found by libFuzzer (tests/fuzz): yaml-cpp quotes the offending character, so an escape such as
+// "\<vertical tab>" in a quoted value put a control character in the message; a size's text was
+// echoed as given, line breaks included.
+TEST(YamlReader, ControlCharactersInInputAreEscapedInMessages) {
+  const std::string e = profile_error(edited(kProfile, "name: t\n", "name: \"a\\\v\"\n"));
+  EXPECT_HAS(e, "t.yaml:1: malformed YAML: unknown escape character: \\x0b");
+  Result<double> q = parse_quantity("3\n\x1b[31mGiB", Dimension::bytes);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.error().find('\n'), std::string::npos) << q.error();
+  EXPECT_EQ(q.error().find('\x1b'), std::string::npos) << q.error();
+  EXPECT_HAS(q.error(), "3\\n\\x1b[31mGiB");
+  EXPECT_EQ(one_line("a\r\nb\x7f \n"), "a\\r\\nb\\x7f");
+}
+
 TEST(YamlReader, KeysMustBePlainStrings) {
   Result<Placement> r = parse_placement("preset: zero3\n? {a: 1}\n: 3\n", "p.yaml");
   ASSERT_FALSE(r.ok());
