@@ -186,7 +186,9 @@ int run_plan(const PlanFlags& f) {
       // The broadcast variant is not rank-symmetric: its replay runs every rank of a node and is
       // too slow for a planning loop on paper-sized models; it keeps its analytic time.
       if (c.placement.fetch == ParamFetch::broadcast) return std::nullopt;
-      Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, sim::SimOptions{});
+      sim::SimOptions o;
+      o.sizes = take(exec::schedule_sizes(p, m, c.placement, c.config));  // the executor's, where it runs p
+      Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, o);
       if (!r || r->overflow || r->iteration_s <= 0) return std::nullopt;
       return r->iteration_s;
     };
@@ -195,21 +197,7 @@ int run_plan(const PlanFlags& f) {
   // executor's buffer sizes when `memwall run` executes this profile's plans (executor: in the
   // profile). When the analytic best overflows there, the next-best are tried, then smaller
   // micro-batches.
-  MemorySizes sizes;
-  if (!p.executor_backend.empty()) {
-    const adam::DType precision = take(adam::parse_dtype(p.executor_precision));
-    sizes.param_bytes = double(adam::dtype_bytes(precision));
-    sizes.optim_bytes = 12;
-    sizes.act_bytes = 4;
-  }
-  auto sizes_for = [&](const Candidate& c) {
-    MemorySizes z = sizes;
-    if (!p.executor_backend.empty())
-      z = exec::executor_sizes(exec::GptConfig{m.layers, int(m.hidden), m.heads, int(m.seq), int(m.vocab)}, c.config,
-                               take(adam::parse_dtype(p.executor_precision)),
-                               c.placement.layer_major ? std::max(1, c.config.micro_batches) : 1);
-    return z;
-  };
+  auto sizes_for = [&](const Candidate& c) { return take(exec::schedule_sizes(p, m, c.placement, c.config)); };
   std::string sched_line;
   auto check = [&](const Candidate& c) -> std::string {
     const MemorySizes z = sizes_for(c);

@@ -15,24 +15,19 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "cli/run_setup.hpp"
 #include "exec/adam/cpu_adam.hpp"
 #include "exec/engine/collectives.hpp"
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
 #include "model/units.hpp"
-#include "planner/plan_file.hpp"
 
 namespace memwall::cli {
 namespace {
 
 struct RunFlags {
-  std::string config;
-  std::string plan;
-  ProfileFlags profile;
-  StrategyFlags run;
-  std::string nvme_dir;
+  RunInputs in;
   std::string trace;
-  int steps = 0;
   std::string save, resume;
   int save_every = 0;
   bool json = false;
@@ -51,26 +46,10 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// The model of a plan must be the model of the run config, field by field.
-void check_same_model(const exec::RunConfig& rc, const std::string& config, const ModelSpec& m,
-                      const std::string& plan) {
-  auto differ = [&](const char* field, long run, long planned) {
-    if (run != planned)
-      throw UsageError(config + ": " + field + ": " + std::to_string(run) + ", but the plan " + plan + " has " +
-                       std::to_string(planned) + " (give one of them, or make them agree)");
-  };
-  differ("layers", rc.model.layers, m.layers);
-  differ("hidden", rc.model.hidden, m.hidden);
-  differ("heads", rc.model.heads, m.heads);
-  differ("seq", rc.seq, m.seq);
-}
-
 }  // namespace
 
 Command add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
-  f->run.strategy = "data_parallel";
-  f->profile.profile = "local-cpu";
   CLI::App* sub = app.add_subcommand(
       "run",
       "Train a GPT (byte-level, on the corpus memwall ships) by executing the ZeRO-Infinity schedule that\n"
@@ -81,19 +60,8 @@ Command add_run(CLI::App& app) {
       "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
       "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
       "  memwall run --plan p.yaml --nvme-dir /tmp/swap");
-  sub->add_option("--config", f->config,
-                  "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend (cpu, cuda),\n"
-                  "compute, precision (bf16, fp16, fp32), capacity (device memory, e.g. 48 MiB; default: the\n"
-                  "profile's GPU memory), corpus (default: exec/data/corpus.txt)");
-  sub->add_option("--plan", f->plan,
-                  "A plan from `memwall plan -o`: model, placement, batch, checkpoint interval, tiling and the\n"
-                  "profile it was made for (instead of --config's model and the strategy flags)");
-  f->profile.add(*sub);
-  f->profile.add_gpus(*sub);
-  f->run.add(*sub);
-  sub->add_option("--nvme-dir", f->nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
-  sub->add_option("--steps", f->steps, "Training steps in all (default: the run config's, 300); with --resume, "
-                                       "the run goes on from the checkpoint's step to this one");
+  f->in.add(*sub, "Training steps in all (default: the run config's, 300); with --resume, the run goes on from the\n"
+                  "checkpoint's step to this one");
   sub->add_option("--save", f->save,
                   "Checkpoint folder: every rank writes its 16-bit parameters and fp32 optimizer states from\n"
                   "wherever they live, rank 0 a manifest last (DIR/step-N/, DIR/latest; the newest two are kept)");
@@ -104,70 +72,10 @@ Command add_run(CLI::App& app) {
   sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
   sub->add_flag("--serial", f->serial, "Debug: run one step of the schedule at a time (same results, no overlap)");
   return {sub, [f, sub]() {
-            if (f->config.empty() && f->plan.empty()) throw UsageError("--config: missing (or give --plan)");
-            exec::RunConfig rc;
-            if (!f->config.empty()) rc = take(exec::load_run_config(f->config));
-            if (rc.corpus.empty()) rc.corpus = exec::default_corpus_path();
-            if (f->steps < 0) throw UsageError("--steps: expected a number of steps >= 1, got " + std::to_string(f->steps));
-            if (f->steps > 0) rc.steps = f->steps;
-            exec::EngineOptions o;
-            HardwareProfile profile;
-            if (!f->plan.empty()) {
-              Result<planner::Plan> peek = planner::load_plan(f->plan);
-              if (!peek) throw UsageError(peek.error());
-              ProfileFlags pf = f->profile;
-              if (sub->count("--profile") == 0) pf.profile = peek->profile;
-              if (sub->count("--nodes") == 0) pf.nodes = peek->nodes;
-              if (sub->count("--gpus") == 0 && peek->gpus > 0) pf.gpus = peek->gpus / std::max(1, peek->nodes);
-              profile = pf.load();
-              planner::Plan plan = take(planner::load_plan(f->plan, &profile));
-              if (plan.model.vocab < 256)
-                throw UsageError(f->plan + ": model.vocab: the executor trains a byte-level GPT, which needs 256 tokens, "
-                                 "got " + std::to_string(plan.model.vocab));
-              if (!f->config.empty()) check_same_model(rc, f->config, plan.model, f->plan);
-              rc.model.layers = plan.model.layers;
-              rc.model.hidden = int(plan.model.hidden);
-              rc.model.heads = plan.model.heads;
-              rc.model.vocab = int(plan.model.vocab);
-              rc.seq = int(plan.model.seq);
-              rc.model.max_seq = rc.seq;
-              o.placement = plan.candidate.placement;
-              o.config = plan.candidate.config;
-              if (o.config.bsz != std::floor(o.config.bsz))
-                throw UsageError(f->plan + ": bsz: the executor needs a whole micro-batch, got " + format_g(o.config.bsz));
-              rc.bsz = int(o.config.bsz);
-            } else {
-              profile = f->profile.load();
-              o.placement = f->run.placement();
-              o.config = f->run.config;
-              o.config.optimizer_overlap = take(parse_optimizer_overlap(f->run.overlap));
-              if (sub->count("--bsz") == 0) o.config.bsz = rc.bsz;
-              if (sub->count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
-              o.config.seq = rc.seq;
-              o.config = take(validate(o.config, rc.model.layers));
-              rc.bsz = int(o.config.bsz);
-            }
-            // Seed 004's what-ifs change the schedule's collective bytes and attention FLOPs; the
-            // executor implements neither, so it refuses them rather than run something else.
-            const std::string whence = f->plan.empty() ? "" : f->plan + ": ";
-            if (o.config.what_if.onebit_adam)
-              throw UsageError(whence + (f->plan.empty() ? "--onebit-adam" : "training.onebit_adam") +
-                               ": 1-bit Adam is a what-if for plan and simulate; the executor does not compress gradients");
-            if (o.config.what_if.attention_density != 1)
-              throw UsageError(whence + (f->plan.empty() ? "--attention-density" : "training.attention_density") +
-                               ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
-                               "attention");
-            o.model = rc.model;
-            o.model.max_seq = rc.seq;
-            o.profile = profile;
-            o.backend = rc.backend;
-            o.compute = rc.compute;
-            o.precision = rc.precision;
-            o.capacity_bytes = rc.capacity_bytes;
-            o.lr = rc.lr;
-            o.weight_decay = rc.weight_decay;
-            o.seed = rc.seed;
-            o.nvme_dir = f->nvme_dir;
+            PreparedRun prep = prepare_run(f->in, *sub);
+            exec::RunConfig& rc = prep.rc;
+            exec::EngineOptions& o = prep.options;
+            const HardwareProfile& profile = o.profile;
             o.trace = !f->trace.empty() || f->json;
             o.serial = f->serial;
             if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests

@@ -7,6 +7,7 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "exec/engine/engine.hpp"
 #include "model/units.hpp"
 #include "planner/plan_file.hpp"
 #include "sim/replay.hpp"
@@ -76,6 +77,7 @@ Command add_simulate(CLI::App& app) {
             o.overlap = !f->no_overlap;
             o.trace = !f->trace.empty();
             o.full = f->full;
+            o.sizes = take(exec::schedule_sizes(p, m, pl, c));  // the executor's buffers where `memwall run` runs p
             sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
             nlohmann::ordered_json j = {{"strategy", r.strategy}, {"model", m.name}, {"profile", p.name},
                                         {"nodes", p.nodes}, {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};

@@ -22,5 +22,7 @@ Command add_io_bench(CLI::App& app);
 Command add_adam_bench(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_run(CLI::App& app);
+Command add_calibrate(CLI::App& app);
+Command add_validate(CLI::App& app);
 
 }  // namespace memwall::cli

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
       add_adam_bench(app),
       add_plan(app),
       add_run(app),
+      add_calibrate(app),
+      add_validate(app),
   };
 
   try {

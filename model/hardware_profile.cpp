@@ -11,6 +11,22 @@ namespace memwall {
 
 const char* to_string(NicAttach a) { return a == NicAttach::cpu ? "cpu" : "pcie_switch"; }
 
+const std::vector<std::string>& kernel_kinds() {
+  static const std::vector<std::string> kinds = {"embedding", "layernorm", "attention_scores", "attention_context",
+                                                 "gelu", "residual_add", "lm_head"};
+  return kinds;
+}
+
+bool kernel_kind_is_flop_rated(std::string_view kind) {
+  return kind == "attention_scores" || kind == "attention_context" || kind == "lm_head";
+}
+
+const KernelRate* HardwareProfile::kernel(std::string_view kind) const {
+  for (const KernelRate& k : kernels)
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+
 double HardwareProfile::peak_flops_per_s(long hidden) const {
   if (peak_by_hidden.empty() || hidden <= 0) return gpu_peak_flops_per_s;
   if (hidden <= peak_by_hidden.front().hidden) return peak_by_hidden.front().flops_per_s;
@@ -47,7 +63,7 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
 
   YAML::Node gpu = r.section(root, "", "gpu");
-  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden"});
+  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels"});
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
@@ -63,6 +79,20 @@ HardwareProfile read_profile(const YamlReader& r) {
       if (!p.peak_by_hidden.empty() && pt.hidden <= p.peak_by_hidden.back().hidden)
         r.fail(table[i], path + ".hidden", "expected hidden sizes in ascending order");
       p.peak_by_hidden.push_back(pt);
+    }
+  }
+
+  if (YAML::Node k = gpu["kernels"]; k.IsDefined() && !k.IsNull()) {
+    std::string kinds;
+    for (const std::string& n : kernel_kinds()) kinds += (kinds.empty() ? "" : ", ") + n;
+    if (!k.IsMap()) r.fail(k, "gpu.kernels", "expected a mapping of operator kinds (" + kinds + ") to measured rates");
+    r.only_keys(k, "gpu.kernels", kernel_kinds());
+    for (const std::string& n : kernel_kinds()) {
+      if (!k[n].IsDefined()) continue;
+      KernelRate kr{n, 0, 0};
+      if (kernel_kind_is_flop_rated(n)) kr.flops_per_s = r.quantity(k, "gpu.kernels", n, Dimension::flops_rate);
+      else kr.bytes_per_s = r.quantity(k, "gpu.kernels", n, Dimension::bandwidth);
+      p.kernels.push_back(kr);
     }
   }
 

@@ -31,6 +31,20 @@ const char* to_string(NicAttach a);
 // memory-bound Adam rate is cpu.memory_bandwidth / this.
 inline constexpr double kAdamBytesPerParam = 30;
 
+// gpu.kernels: measured rates of the operator kinds that are not linear layers, in the units the
+// simulator costs them in (sim/replay.hpp): FLOP/s of the operator graph's FLOPs for the attention
+// products and the LM head, bytes/s of its activation bytes (at the schedule's bytes per element)
+// for the memory-bound ones. Written by `memwall calibrate`; absent kinds cost max(FLOPs / peak,
+// bytes / gpu.memory_bandwidth).
+struct KernelRate {
+  std::string kind;  // an OpKind name of model/operator_graph.hpp
+  double flops_per_s = 0;  // attention_scores, attention_context, lm_head
+  double bytes_per_s = 0;  // embedding, layernorm, gelu, residual_add
+};
+// The kinds gpu.kernels may name, and whether each is a FLOP rate (else a byte rate).
+bool kernel_kind_is_flop_rated(std::string_view kind);
+const std::vector<std::string>& kernel_kinds();
+
 struct PeakPoint {
   long hidden = 0;
   double flops_per_s = 0;
@@ -49,6 +63,8 @@ struct HardwareProfile {
   std::vector<PeakPoint> peak_by_hidden;  // optional, ascending hidden; interpolated in log2(hidden)
   double gpu_memory_Bps = 0;             // per GPU, HBM (gpu.memory_bandwidth); 0: not given, so the
                                          // simulator costs operators by FLOPs alone
+  std::vector<KernelRate> kernels;       // gpu.kernels, optional
+  const KernelRate* kernel(std::string_view kind) const;
 
   double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node
   double pcie_single_gpu_Bps = 0;  // one GPU alone to or from CPU memory

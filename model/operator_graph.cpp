@@ -23,7 +23,7 @@ const char* to_string(OpKind k) {
 
 namespace {
 
-constexpr double kAct = 2.0;  // bytes per fp16 activation element
+constexpr double kAct = kGraphActBytes;  // bytes per fp16 activation element
 
 class Builder {
  public:

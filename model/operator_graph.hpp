@@ -52,6 +52,10 @@ struct OperatorGraph {
   double param_elems() const;          // every parameter, embeddings and biases included
 };
 
+// Bytes per activation element the graph counts (fp16); a schedule built with other MemorySizes
+// scales act_read_bytes / act_write_bytes by its act_bytes / kGraphActBytes.
+inline constexpr double kGraphActBytes = 2.0;
+
 // Builds the graph for micro-batch `bsz` and sequence `seq`; activations are fp16 (2 bytes).
 // `attention_density` in (0, 1]: block-sparse attention (seed 004) computes that share of the
 // (T, T) score blocks: the score and context operators' FLOPs and score bytes scale by it; every

@@ -116,13 +116,17 @@ void YamlReader::fail(const YAML::Node& node, const std::string& field, const st
 
 void YamlReader::only_keys(const YAML::Node& map, const std::string& path,
                            std::initializer_list<std::string_view> known) const {
+  only_keys(map, path, std::vector<std::string>(known.begin(), known.end()));
+}
+
+void YamlReader::only_keys(const YAML::Node& map, const std::string& path, const std::vector<std::string>& known) const {
   for (const auto& kv : map) {
     std::string key = kv.first.Scalar();  // check_tree made every key a scalar
     bool found = false;
-    for (auto k : known) found = found || k == key;
+    for (const auto& k : known) found = found || k == key;
     if (found) continue;
     std::string list;
-    for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     fail(kv.first, join(path, key), "unknown field (expected one of: " + list + ")");
   }
 }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -48,6 +49,7 @@ class YamlReader {
 
   // Rejects keys of `map` not in `known`, naming the first unknown one and listing the known ones.
   void only_keys(const YAML::Node& map, const std::string& path, std::initializer_list<std::string_view> known) const;
+  void only_keys(const YAML::Node& map, const std::string& path, const std::vector<std::string>& known) const;
 
   // Child `key` of `map` that must exist and be a mapping.
   YAML::Node section(const YAML::Node& map, const std::string& path, const std::string& key) const;

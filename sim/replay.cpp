@@ -110,7 +110,9 @@ struct QuietEngineArgs {
 // Per operator: the FLOPs and activation bytes of the operator graph, for the roofline cost.
 struct OpCost {
   double fwd_flops = 0, bwd_flops = 0;
-  double act_bytes = 0;  // read + written in forward; backward moves twice that (as its FLOPs)
+  double act_bytes = 0;  // read + written in forward at the schedule's bytes per element; backward
+                         // moves twice that (as its FLOPs)
+  OpKind kind = OpKind::linear;
 };
 
 // Where the replayed GPUs sit and what their collectives span.
@@ -364,17 +366,22 @@ class Replayer {
   Proto delay(double s) const { return sim::delay(pf_, s); }
   void own(StepActs& a, const Proto& p) { a.heads.push_back(dag_.add(p)); }
 
-  // FLOP-equivalents of a compute step: the longer of its FLOPs at peak and its activation bytes
-  // through HBM (LayerNorm, GeLU, residual adds and the embedding are bound by the bytes).
+  // FLOP-equivalents of a compute step: at the rate the profile measured for its operator kind
+  // (gpu.kernels, from `memwall calibrate`) where there is one, else the longer of its FLOPs at
+  // peak and its activation bytes through HBM (LayerNorm, GeLU, residual adds and the embedding
+  // are bound by the bytes).
   double compute_amount(const Step& st) const {
     auto it = costs_.find(st.op);
-    if (it == costs_.end() || p_.gpu_memory_Bps <= 0) return st.flops;
+    if (it == costs_.end()) return st.flops;
     const OpCost& c = it->second;
     const bool bwd = st.phase == Phase::backward;
     const double flops = bwd ? c.bwd_flops : c.fwd_flops;
     // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
     const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
     const double bytes = (bwd ? 2 : 1) * c.act_bytes * share;
+    if (const KernelRate* k = p_.kernel(to_string(c.kind)))
+      return (k->flops_per_s > 0 ? st.flops / k->flops_per_s : bytes / k->bytes_per_s) * peak_;
+    if (p_.gpu_memory_Bps <= 0) return st.flops;
     return std::max(st.flops, bytes / p_.gpu_memory_Bps * peak_);
   }
 
@@ -539,7 +546,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ.
   std::vector<Schedule> schedules;
   for (int r = 0; r < (broadcast ? dp : 1); ++r) {
-    Result<Schedule> s = build_schedule(model, placement, c, profile, r);
+    Result<Schedule> s = build_schedule(model, placement, c, profile, r, options.sizes.value_or(MemorySizes{}));
     if (!s) return make_error(s.error());
     for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s->peak_bytes[size_t(t)]);
     if (s->overflow) {
@@ -568,7 +575,8 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq, c.what_if.attention_density);
   for (size_t v : graph.order) {
     const Operator& op = graph.op(v);
-    costs[op.name] = {op.fwd_flops, op.bwd_flops, op.act_read_bytes + op.act_write_bytes};
+    costs[op.name] = {op.fwd_flops, op.bwd_flops,
+                      (op.act_read_bytes + op.act_write_bytes) * schedules[0].sizes.act_bytes / kGraphActBytes, op.kind};
   }
 
   QuietEngineArgs args;

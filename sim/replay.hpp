@@ -33,6 +33,9 @@ struct SimOptions {
   bool overlap = true;  // false: every step of a rank waits for the one before it
   bool trace = false;   // collect Chrome trace events
   bool full = false;    // replay every GPU even when the ranks are symmetric (the ground truth; slower)
+  // The bytes the schedule counts (model/schedule.hpp): the paper's by default; an executor's
+  // (exec::executor_sizes) to replay exactly the schedule `memwall run` executes.
+  std::optional<MemorySizes> sizes;
 };
 
 // The full replay builds a route between every two GPUs: more than this many GPUs is refused.

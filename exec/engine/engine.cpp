@@ -49,6 +49,15 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   return z;
 }
 
+Result<MemorySizes> schedule_sizes(const HardwareProfile& profile, const ModelSpec& model, const Placement& placement,
+                                   const TrainingConfig& config) {
+  if (profile.executor_backend.empty()) return MemorySizes{};
+  Result<adam::DType> precision = adam::parse_dtype(profile.executor_precision);
+  if (!precision) return make_error(profile.source + ": executor.precision: " + precision.error());
+  const GptConfig g{model.layers, int(model.hidden), model.heads, int(model.seq), int(model.vocab)};
+  return executor_sizes(g, config, *precision, placement.layer_major ? std::max(1, config.micro_batches) : 1);
+}
+
 
 namespace {
 

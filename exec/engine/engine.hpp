@@ -153,4 +153,11 @@ class Engine {
 MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config, adam::DType precision,
                            int micro_batches);
 
+// The sizes a schedule for `profile` counts: executor_sizes at the profile's executor.precision
+// when `memwall run` executes its plans (an `executor:` section), else the paper's (MemorySizes{}).
+// `memwall plan`, `simulate` and `validate` build their schedules with it, so the schedule they
+// check or replay is the one `memwall run` executes.
+Result<MemorySizes> schedule_sizes(const HardwareProfile& profile, const ModelSpec& model, const Placement& placement,
+                                   const TrainingConfig& config);
+
 }  // namespace memwall::exec

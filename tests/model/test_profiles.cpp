@@ -112,6 +112,17 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       {replace(kGood, "pinned_budget: 8 GiB", "pinned_budget: 80 GiB"), "cpu.pinned_budget: expected at most cpu.memory"},
       {replace(kGood, "nodes: 1", "nodes: 2"), "links.inter_node: missing field"},
       {"- just\n- a list\n", "t.yaml:1: expected a YAML mapping"},
+      // gpu.kernels (memwall calibrate): FLOP rates for the attention products and the LM head,
+      // byte rates for the memory-bound kinds, nothing else
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 5 TFLOPS\n"),
+       "t.yaml:7: gpu.kernels.gelu: expected a bandwidth"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    attention_scores: 5 GB/s\n"),
+       "gpu.kernels.attention_scores: expected a compute rate"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    linear: 5 TFLOPS\n"),
+       "gpu.kernels.linear: unknown field (expected one of: embedding, layernorm"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels: 3\n"), "gpu.kernels: expected a mapping"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 0 GB/s\n"),
+       "gpu.kernels.gelu: expected a positive value"},
   };
   for (const auto& c : cases) {
     Result<HardwareProfile> r = parse_profile(c.yaml, "t.yaml");
@@ -119,6 +130,18 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
     EXPECT_NE(r.error().find(c.expect), std::string::npos) << "got: " << r.error() << "\nwanted: " << c.expect;
     EXPECT_EQ(r.error().find('\n'), std::string::npos) << "not one line: " << r.error();
   }
+}
+
+TEST(Profiles, KernelRatesKeepTheirDimension) {
+  const std::string yaml = replace(kGood, "  peak: 10 TFLOPS\n",
+                                   "  peak: 10 TFLOPS\n  kernels:\n    gelu: 2 GB/s\n    lm_head: 3 TFLOPS\n");
+  Result<HardwareProfile> r = parse_profile(yaml, "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_NE(r->kernel("gelu"), nullptr);
+  EXPECT_DOUBLE_EQ(r->kernel("gelu")->bytes_per_s, 2e9);
+  EXPECT_EQ(r->kernel("gelu")->flops_per_s, 0);
+  EXPECT_DOUBLE_EQ(r->kernel("lm_head")->flops_per_s, 3e12);
+  EXPECT_EQ(r->kernel("layernorm"), nullptr);  // not given: the roofline of gpu.peak and memory_bandwidth
 }
 
 TEST(Profiles, UnknownNameListsBuiltins) {

@@ -160,6 +160,35 @@ TEST(Properties, MemoryBoundOperatorsTakeTheirBytesOverHbm) {
   EXPECT_NEAR(took.at("compute block0.fc1"), 2 * tc * 4 * 4096 / peak, 1e-9);
 }
 
+// gpu.kernels (memwall calibrate) replaces the roofline for the kinds it names: a step takes its
+// operator-graph FLOPs or activation bytes (at the schedule's bytes per element) at that rate;
+// the kinds it does not name keep the roofline.
+TEST(Properties, MeasuredKernelRatesCostTheirKinds) {
+  const ModelSpec m = *model_from_shape(2, 1024, 16, 512, 50257);
+  HardwareProfile p = dgx2();
+  p.kernels = {{"gelu", 0, 40e9}, {"attention_scores", 5e12, 0}};
+  TrainingConfig c;
+  c.bsz = 2;
+  c.dp = 1;
+  SimOptions o;
+  o.trace = true;
+  MemorySizes fp32_acts;
+  fp32_acts.act_bytes = 4;  // an executor's: the graph's fp16 bytes count double
+  o.sizes = fp32_acts;
+  const SimReport r = run(m, *preset("data_parallel"), c, p, o);
+  const double peak = p.peak_flops_per_s(m.hidden), tc = 2.0 * 512 * 1024, t = 2.0 * 512;
+  std::map<std::string, double> took;
+  for (const TraceEvent& e : r.trace)
+    if (!took.count(e.name)) took[e.name] = e.end_s - e.start_s;
+  // GeLU: reads and writes (B, T, 4C), fp32
+  EXPECT_NEAR(took.at("compute block0.gelu"), 2 * 4 * tc * 4 / 40e9, 1e-12);
+  // the scores: 2 B NH T T hs FLOPs (QK^T) at the measured rate, whatever their bytes
+  EXPECT_NEAR(took.at("compute block0.attn_scores"), 2 * t * 512 * 1024 / 5e12, 1e-12);
+  // LayerNorm keeps the roofline, over the executor's fp32 bytes
+  EXPECT_NEAR(took.at("compute block0.ln1"), 2 * 4 * tc / p.gpu_memory_Bps, 1e-12);
+  EXPECT_NEAR(took.at("compute block0.fc1"), 2 * tc * 4 * 1024 / peak, 1e-12);
+}
+
 // ZeRO-Offload's broadcast: each rank owns a contiguous range of units and alone reads them over
 // its PCIe link; every other rank's broadcast of a unit starts only once the owner has fetched it.
 TEST(Properties, BroadcastWaitsForTheOwnersFetch) {

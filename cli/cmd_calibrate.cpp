@@ -1,0 +1,120 @@
+// `memwall calibrate`: measures this machine as `memwall run` uses it (exec/engine/calibrate) and
+// writes a hardware profile the simulator and the planner read, each field with how it was
+// measured. Parses and prints.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/engine/calibrate.hpp"
+#include "exec/engine/collectives.hpp"
+#include "model/hardware_profile.hpp"
+#include "model/units.hpp"
+
+namespace memwall::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::string backend = "cpu";
+  std::string nvme_dir;
+  std::string output;
+  std::string name = "calibrated";
+  std::string precision = "bf16";
+  std::vector<int> hiddens = {128, 256, 512, 1024};
+  int kernel_hidden = 256;
+  int bsz = 8, seq = 64, head_size = 64;
+  std::string device_memory = "64 MiB";
+  std::string nvme_size = "1 GiB";
+  bool quick = false;
+};
+
+}  // namespace
+
+Command add_calibrate(CLI::App& app) {
+  auto f = std::make_shared<CalibrateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "calibrate",
+      "Measure this machine as `memwall run` uses it and write a hardware profile: GEMM FLOP/s by hidden\n"
+      "size and the other GPT kernels (the executor's own, at the executor's precision), device memory\n"
+      "bandwidth, host <-> device copies on one and two streams, NVMe through the io engine (io_uring,\n"
+      "O_DIRECT, the engine's block size and queue depth), CPU Adam, DRAM, and the all-reduce between\n"
+      "ranks under mpirun. Each field carries a comment saying how it was measured; what cannot be\n"
+      "measured is left out. About 30 s.\n"
+      "  memwall calibrate --nvme-dir /tmp -o my.yaml\n"
+      "  memwall validate --profile my.yaml --config exec/data/run.yaml --strategy zero_inf_cpu");
+  sub->add_option("--backend", f->backend, "cpu or cuda (default cpu)");
+  sub->add_option("--nvme-dir", f->nvme_dir, "Folder on the disk that holds swap files (memwall run --nvme-dir)")
+      ->required();
+  sub->add_option("-o,--output", f->output, "Profile file to write (default: stdout)");
+  sub->add_option("--name", f->name, "The profile's name (default: calibrated)");
+  sub->add_option("--precision", f->precision, "Parameter precision of the runs it describes: bf16 (default), fp16, fp32");
+  sub->add_option("--hidden", f->hiddens, "Hidden sizes of the GEMM sweep (default 128 256 512 1024)")->delimiter(',');
+  add_int(*sub, "--kernel-hidden", f->kernel_hidden, 1, 65536,
+          "Hidden size at which the other kernels are measured (default 256)");
+  add_int(*sub, "--bsz", f->bsz, 1, 4096, "Micro-batch of the measured blocks (default 8)");
+  add_int(*sub, "--seq", f->seq, 1, 65536, "Sequence length of the measured blocks (default 64)");
+  add_int(*sub, "--head-size", f->head_size, 1, 1024, "Channels per attention head (default 64)");
+  sub->add_option("--device-memory", f->device_memory,
+                  "cpu backend: the device capacity to write as gpu.memory (default 64 MiB; chosen, not measured)");
+  sub->add_option("--nvme-size", f->nvme_size, "Bytes the NVMe measurement writes and reads (default 1 GiB)");
+  sub->add_flag("--quick", f->quick, "Smaller measurements (hidden 128 and 256, 256 MiB of NVMe): for tests");
+  return {sub, [f, sub]() {
+            exec::CalibrateOptions o;
+            if (f->backend != "cpu" && f->backend != "cuda")
+              throw UsageError("--backend: expected cpu or cuda, got \"" + f->backend + "\"");
+            o.backend = f->backend;
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            if (!fs::is_directory(f->nvme_dir, ec))
+              throw UsageError("--nvme-dir: " + f->nvme_dir + ": not a folder");
+            o.nvme_dir = f->nvme_dir;
+            o.precision = take(adam::parse_dtype(f->precision));
+            for (int h : f->hiddens)
+              if (h < 1 || h > 65536) throw UsageError("--hidden: expected sizes from 1 to 65536, got " + std::to_string(h));
+            o.hiddens = f->hiddens;
+            o.kernel_hidden = f->kernel_hidden;
+            o.bsz = f->bsz;
+            o.seq = f->seq;
+            o.head_size = f->head_size;
+            o.device_memory_bytes = parse_quantity_flag("--device-memory", f->device_memory, Dimension::bytes,
+                                                        1 << 20, 1e15);
+            o.nvme_bytes = std::uint64_t(parse_quantity_flag("--nvme-size", f->nvme_size, Dimension::bytes,
+                                                             16 << 20, 1e13)) / (1 << 20) * (1 << 20);
+            if (f->quick) {
+              if (sub->count("--hidden") == 0) o.hiddens = {128, 256};
+              if (sub->count("--nvme-size") == 0) o.nvme_bytes = 256u << 20;
+              o.adam_params = 4'000'000;
+            }
+            const bool lead = exec::MpiWorld::get().rank() == 0;
+            if (lead) o.progress = [](const std::string& s) { std::cerr << "calibrate: " << s << std::endl; };
+            exec::Calibration c = take(exec::calibrate(o));
+            const std::string yaml = exec::calibration_yaml(c, f->name);
+            // what we write must load as a profile: the same reader as every other command
+            Result<HardwareProfile> check = parse_profile(yaml, f->output.empty() ? "<calibrate>" : f->output);
+            if (!check) throw std::runtime_error("calibrate wrote a profile that does not load: " + check.error());
+            if (!lead) return 0;
+            if (f->output.empty()) {
+              write_output("", yaml);
+              return 0;
+            }
+            write_output(f->output, yaml);
+            std::vector<std::vector<std::string>> rows = {{"field", "value", "how"}};
+            for (const PeakPoint& p : check->peak_by_hidden)
+              rows.push_back({"gpu.peak_by_hidden", "hidden " + std::to_string(p.hidden) + ": " +
+                              format_flops_rate(p.flops_per_s), "GEMMs of a block"});
+            for (const KernelRate& k : check->kernels)
+              rows.push_back({"gpu.kernels." + k.kind,
+                              k.flops_per_s > 0 ? format_flops_rate(k.flops_per_s) : format_bandwidth(k.bytes_per_s),
+                              "forward + backward at hidden " + std::to_string(o.kernel_hidden)});
+            for (const exec::Measurement& m : c.fields)
+              rows.push_back({m.field, m.value > 0 ? format_g(m.value) : "-", m.how});
+            std::cout << "memwall calibrate: " << c.backend << " (" << c.device << ") in " << format_sig(c.seconds, 3)
+                      << " s; wrote " << f->output << "\n" << render_table(rows);
+            return 0;
+          }};
+}
+
+}  // namespace memwall::cli

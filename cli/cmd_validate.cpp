@@ -1,0 +1,252 @@
+// `memwall validate`: executes a few iterations of a run (exec/engine, as `memwall run`) and
+// replays the same schedule on the simulator (sim/, as `memwall simulate`), then prints where they
+// agree and where they part: iteration time, time per phase, busy time per resource, and the steps
+// whose start times differ most, by step id. Both timelines go through model/timeline's
+// overlap_report, so measured and simulated are measured the same way. Parses, runs and prints.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "cli/run_setup.hpp"
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/engine/collectives.hpp"
+#include "exec/engine/engine.hpp"
+#include "exec/gpt/gpt.hpp"
+#include "model/timeline.hpp"
+#include "model/units.hpp"
+#include "sim/replay.hpp"
+
+namespace memwall::cli {
+namespace {
+
+struct ValidateFlags {
+  RunInputs in;
+  std::string trace_dir;
+  int top = 10;
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// One time per step from trace events (a simulated step may be several activities): the earliest
+// start and the latest end of its events.
+std::vector<StepTime> step_times(const std::vector<TraceEvent>& events) {
+  std::map<int, StepTime> by;
+  for (const TraceEvent& e : events) {
+    auto [it, fresh] = by.try_emplace(e.step, StepTime{e.step, e.start_s, e.end_s});
+    if (!fresh) {
+      it->second.start_s = std::min(it->second.start_s, e.start_s);
+      it->second.end_s = std::max(it->second.end_s, e.end_s);
+    }
+  }
+  std::vector<StepTime> out;
+  for (const auto& [id, t] : by) out.push_back(t);
+  return out;
+}
+
+double error_pct(double measured, double simulated) {
+  return measured > 0 ? 100.0 * (simulated - measured) / measured : 0;
+}
+
+}  // namespace
+
+Command add_validate(CLI::App& app) {
+  auto f = std::make_shared<ValidateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "validate",
+      "Run a few iterations of a training run (as `memwall run`) and simulate the same schedule on the\n"
+      "same profile (as `memwall simulate`), then compare them step by step: iteration time measured\n"
+      "(median after the first step) against simulated, the same per phase, busy time per resource,\n"
+      "and the steps whose start times differ most. Use a profile of this machine (`memwall calibrate`).\n"
+      "  memwall calibrate --nvme-dir /tmp -o my.yaml\n"
+      "  memwall validate --profile my.yaml --config exec/data/run.yaml --strategy zero_inf_cpu\n"
+      "  memwall validate --profile my.yaml --plan p.yaml --nvme-dir /tmp/swap --trace-dir traces/\n"
+      "Under mpirun -np N it runs N data-parallel ranks, as `memwall run` does (calibrate under the same\n"
+      "mpirun so the profile has the ranks' all-reduce bandwidth).");
+  f->in.add(*sub, "Iterations to execute (default 8): the first is warm-up, the median of the others is compared");
+  sub->add_option("--trace-dir", f->trace_dir,
+                  "Write measured.json and simulated.json (Chrome traces of the last iteration) into this folder");
+  add_int(*sub, "--top", f->top, 0, 1000, "How many of the most-differing steps to list (default 10)");
+  sub->add_flag("--json", f->json, "JSON output");
+  return {sub, [f, sub]() {
+            if (f->in.steps == 0) f->in.steps = 8;
+            if (f->in.steps < 2) throw UsageError("--steps: expected at least 2 (one warm-up, one measured), got " +
+                                                  std::to_string(f->in.steps));
+            if (!f->trace_dir.empty()) {
+              std::error_code ec;
+              if (!std::filesystem::is_directory(f->trace_dir, ec))
+                throw UsageError("--trace-dir: " + f->trace_dir + ": not a folder");
+            }
+            PreparedRun prep = prepare_run(f->in, *sub);
+            exec::EngineOptions& o = prep.options;
+            o.trace = true;
+            if (o.config.optimizer_overlap == OptimizerOverlap::dpu && prep.rc.steps <= o.config.dpu_warmup + 1)
+              throw UsageError("--steps: with --optimizer-overlap dpu, more than the warm-up (" +
+                               std::to_string(o.config.dpu_warmup) + ") + 1 steps, got " + std::to_string(prep.rc.steps));
+            const exec::Corpus corpus = take(exec::Corpus::load(prep.rc.corpus));
+            // Ranks are mpirun's processes, as for `memwall run`; rank 0 simulates and prints. A
+            // rank that fails stops the job: the others would wait in a collective.
+            exec::MpiWorld& world = exec::MpiWorld::get();
+            const bool lead = world.rank() == 0;
+            auto fail = [&world](const std::string& message) {
+              if (world.size() > 1) world.abort("memwall validate: rank " + std::to_string(world.rank()) + ": " + message, 1);
+              throw std::runtime_error(message);
+            };
+            Result<std::unique_ptr<exec::Engine>> created = exec::Engine::create(o);
+            if (!created && world.size() > 1) fail(created.error());
+            std::unique_ptr<exec::Engine> engine = take(std::move(created));
+            const Schedule& executed = engine->schedule();
+
+            // The schedule the simulator replays, from the inputs the engine normalised (dp the
+            // job's ranks, one device each; mp 1; seq the model's) with the executor's sizes: it
+            // must be the executed one, rank by rank.
+            const ModelSpec model = exec::gpt_model_spec(o.model);
+            TrainingConfig c = o.config;
+            c.seq = o.model.max_seq;
+            c.dp = engine->ranks();
+            c.mp = 1;
+            HardwareProfile profile = o.profile;
+            if (profile.total_gpus() < c.dp) profile.gpus_per_node = c.dp;  // as the engine: one device per rank
+            sim::SimOptions so;
+            so.trace = true;
+            so.sizes = take(exec::schedule_sizes(profile, model, o.placement, c));
+            Result<Schedule> mine = build_schedule(model, o.placement, c, profile, engine->rank(), *so.sizes);
+            if (!mine || schedule_text(*mine) != schedule_text(executed))
+              fail("internal error: validate would replay a schedule other than the one the engine executes" +
+                   (mine ? std::string() : ": " + mine.error()));
+
+            const bool show = !f->json && lead;
+            if (show)
+              std::cerr << "validate: executing " << prep.rc.steps << " iterations of " << executed.strategy << " ("
+                        << executed.steps.size() << " steps each) ..." << std::endl;
+            std::uint64_t rng = prep.rc.seed ^ 0x5eedba7c4ull;
+            std::vector<int> tokens, targets;
+            std::vector<double> iter_s;
+            exec::IterationReport last;
+            const int sequences = engine->tokens_per_iteration() / prep.rc.seq;  // this rank's
+            std::vector<int> all_tokens, all_targets;
+            for (int i = 1; i <= prep.rc.steps; ++i) {
+              // every rank draws the same global batch and takes its own sequences of it (as run)
+              corpus.next_batch(sequences * engine->ranks(), prep.rc.seq, rng, all_tokens, all_targets);
+              const long from = long(engine->rank()) * sequences * prep.rc.seq, to = from + long(sequences) * prep.rc.seq;
+              tokens.assign(all_tokens.begin() + from, all_tokens.begin() + to);
+              targets.assign(all_targets.begin() + from, all_targets.begin() + to);
+              Result<exec::IterationReport> r = engine->step(tokens, targets);
+              if (!r) fail("step " + std::to_string(i) + ": " + r.error());
+              last = std::move(r).value();
+              if (i > 1) iter_s.push_back(last.iteration_s);
+            }
+            const double measured_s = median(iter_s);
+            if (!lead) return 0;
+            if (show) std::cerr << "validate: simulating the same schedule ..." << std::endl;
+            sim::SimReport sr = take(sim::simulate(model, o.placement, c, profile, so));
+            if (sr.overflow) throw UsageError("validate: the simulator finds the schedule does not fit: " + sr.overflow->message);
+
+            const OverlapReport mo = last.overlap;
+            const OverlapReport so_rep = overlap_report(executed, step_times(sr.trace));
+            const std::vector<StepTime> sim_times = step_times(sr.trace);
+
+            // steps whose start times differ most (both relative to their iteration's start)
+            std::map<int, StepTime> measured_at;
+            for (const StepTime& t : last.times) measured_at[t.step] = t;
+            struct Diff {
+              int step;
+              double measured, simulated;
+            };
+            std::vector<Diff> diffs;
+            for (const StepTime& t : sim_times)
+              if (auto it = measured_at.find(t.step); it != measured_at.end())
+                diffs.push_back({t.step, it->second.start_s, t.start_s});
+            std::sort(diffs.begin(), diffs.end(), [](const Diff& a, const Diff& b) {
+              return std::abs(a.simulated - a.measured) > std::abs(b.simulated - b.measured);
+            });
+            if (diffs.size() > std::size_t(f->top)) diffs.resize(std::size_t(f->top));
+
+            const char* phase_names[4] = {"forward", "recompute", "backward", "optimizer"};
+            nlohmann::ordered_json j = {{"strategy", executed.strategy},
+                                        {"profile", o.profile.name},
+                                        {"dp", c.dp},
+                                        {"steps", prep.rc.steps},
+                                        {"schedule_steps", executed.steps.size()}};
+            j["iteration_s"] = {{"measured", measured_s},
+                                {"measured_last", last.iteration_s},
+                                {"simulated", sr.iteration_s},
+                                {"error_pct", error_pct(measured_s, sr.iteration_s)}};
+            std::vector<std::vector<std::string>> rows = {{"", "measured", "simulated", "error"}};
+            auto ms = [](double s) { return format_sig(s * 1e3, 3) + " ms"; };
+            auto pct = [](double e) {
+              std::ostringstream s;
+              s << std::showpos << std::fixed << std::setprecision(1) << e << " %";
+              return s.str();
+            };
+            rows.push_back({"iteration (median)", ms(measured_s), ms(sr.iteration_s),
+                            pct(error_pct(measured_s, sr.iteration_s))});
+            nlohmann::ordered_json phases = nlohmann::ordered_json::object();
+            for (int p = 0; p < 4; ++p) {
+              const double a = mo.phase_s[size_t(p)], b = so_rep.phase_s[size_t(p)];
+              if (a == 0 && b == 0) continue;
+              phases[phase_names[p]] = {{"measured", a}, {"simulated", b}};
+              rows.push_back({std::string(phase_names[p]) + " (last step)", ms(a), ms(b), pct(error_pct(a, b))});
+            }
+            j["phase_s"] = phases;
+            nlohmann::ordered_json busy = {{"compute", {{"measured", mo.compute_s}, {"simulated", so_rep.compute_s}}}};
+            rows.push_back({"busy: compute", ms(mo.compute_s), ms(so_rep.compute_s),
+                            pct(error_pct(mo.compute_s, so_rep.compute_s))});
+            for (int l = 1; l < kLinkClasses; ++l) {
+              const double a = mo.transfer_s[size_t(l)], b = so_rep.transfer_s[size_t(l)];
+              if (a == 0 && b == 0) continue;
+              const std::string name = to_string(LinkClass(l));
+              busy[name] = {{"measured", a}, {"simulated", b},
+                            {"exposed_measured", mo.exposed_s[size_t(l)]}, {"exposed_simulated", so_rep.exposed_s[size_t(l)]}};
+              rows.push_back({"busy: " + name, ms(a), ms(b), pct(error_pct(a, b))});
+            }
+            j["busy_s"] = busy;
+            nlohmann::ordered_json dj = nlohmann::ordered_json::array();
+            std::vector<std::vector<std::string>> drows = {{"step", "", "measured start", "simulated start", "difference"}};
+            for (const Diff& d : diffs) {
+              const std::string label = step_label(executed.steps[size_t(d.step)]);
+              dj.push_back({{"step", d.step}, {"label", label}, {"measured_start_s", d.measured},
+                            {"simulated_start_s", d.simulated}});
+              drows.push_back({std::to_string(d.step), label, ms(d.measured), ms(d.simulated), ms(d.simulated - d.measured)});
+            }
+            j["most_different_steps"] = dj;
+            if (!f->trace_dir.empty()) {
+              const std::string a = (std::filesystem::path(f->trace_dir) / "measured.json").string();
+              const std::string b = (std::filesystem::path(f->trace_dir) / "simulated.json").string();
+              write_output(a, chrome_trace_json(engine->trace_events(last), "memwall run (" + executed.strategy + ")"));
+              write_output(b, sim::chrome_trace_json(sr));
+              j["traces"] = {a, b};
+            }
+            if (f->json) {
+              std::cout << j.dump(2) << "\n";
+              return 0;
+            }
+            std::cout << "memwall validate: GPT " << o.model.layers << " layers, hidden " << o.model.hidden << ", "
+                      << o.model.heads << " heads, bsz " << format_g(c.bsz) << " x seq " << c.seq << ", ci " << c.ci
+                      << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
+                      << ", dp " << c.dp << " ("
+                      << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
+                      << render_table(rows);
+            if (!diffs.empty())
+              std::cout << "steps whose start times differ most (from each iteration's start):\n" << render_table(drows);
+            if (!f->trace_dir.empty())
+              std::cout << "traces: " << j["traces"][0].get<std::string>() << ", " << j["traces"][1].get<std::string>()
+                        << " (open both in Perfetto)\n";
+            return 0;
+          }};
+}
+
+}  // namespace memwall::cli

@@ -1,0 +1,116 @@
+#include "cli/run_setup.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/units.hpp"
+#include "planner/plan_file.hpp"
+
+namespace memwall::cli {
+namespace {
+
+// The model of a plan must be the model of the run config, field by field.
+void check_same_model(const exec::RunConfig& rc, const std::string& config, const ModelSpec& m,
+                      const std::string& plan) {
+  auto differ = [&](const char* field, long run, long planned) {
+    if (run != planned)
+      throw UsageError(config + ": " + field + ": " + std::to_string(run) + ", but the plan " + plan + " has " +
+                       std::to_string(planned) + " (give one of them, or make them agree)");
+  };
+  differ("layers", rc.model.layers, m.layers);
+  differ("hidden", rc.model.hidden, m.hidden);
+  differ("heads", rc.model.heads, m.heads);
+  differ("seq", rc.seq, m.seq);
+}
+
+}  // namespace
+
+RunInputs::RunInputs() {
+  run.strategy = "data_parallel";
+  profile.profile = "local-cpu";
+}
+
+void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
+  sub.add_option("--config", config,
+                 "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend (cpu, cuda),\n"
+                 "compute, precision (bf16, fp16, fp32), capacity (device memory, e.g. 48 MiB; default: the\n"
+                 "profile's GPU memory), corpus (default: exec/data/corpus.txt)");
+  sub.add_option("--plan", plan,
+                 "A plan from `memwall plan -o`: model, placement, batch, checkpoint interval, tiling and the\n"
+                 "profile it was made for (instead of --config's model and the strategy flags)");
+  profile.add(sub);
+  profile.add_gpus(sub);
+  run.add(sub);
+  sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
+  sub.add_option("--steps", steps, steps_help);
+}
+
+PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
+  if (in.config.empty() && in.plan.empty()) throw UsageError("--config: missing (or give --plan)");
+  exec::RunConfig rc;
+  if (!in.config.empty()) rc = take(exec::load_run_config(in.config));
+  if (rc.corpus.empty()) rc.corpus = exec::default_corpus_path();
+  if (in.steps < 0) throw UsageError("--steps: expected a number of steps >= 1, got " + std::to_string(in.steps));
+  if (in.steps > 0) rc.steps = in.steps;
+  exec::EngineOptions o;
+  HardwareProfile profile;
+  if (!in.plan.empty()) {
+    Result<planner::Plan> peek = planner::load_plan(in.plan);
+    if (!peek) throw UsageError(peek.error());
+    ProfileFlags pf = in.profile;
+    if (sub.count("--profile") == 0) pf.profile = peek->profile;
+    if (sub.count("--nodes") == 0) pf.nodes = peek->nodes;
+    if (sub.count("--gpus") == 0 && peek->gpus > 0) pf.gpus = peek->gpus / std::max(1, peek->nodes);
+    profile = pf.load();
+    planner::Plan plan = take(planner::load_plan(in.plan, &profile));
+    if (plan.model.vocab < 256)
+      throw UsageError(in.plan + ": model.vocab: the executor trains a byte-level GPT, which needs 256 tokens, "
+                       "got " + std::to_string(plan.model.vocab));
+    if (!in.config.empty()) check_same_model(rc, in.config, plan.model, in.plan);
+    rc.model.layers = plan.model.layers;
+    rc.model.hidden = int(plan.model.hidden);
+    rc.model.heads = plan.model.heads;
+    rc.model.vocab = int(plan.model.vocab);
+    rc.seq = int(plan.model.seq);
+    rc.model.max_seq = rc.seq;
+    o.placement = plan.candidate.placement;
+    o.config = plan.candidate.config;
+    if (o.config.bsz != std::floor(o.config.bsz))
+      throw UsageError(in.plan + ": bsz: the executor needs a whole micro-batch, got " + format_g(o.config.bsz));
+    rc.bsz = int(o.config.bsz);
+  } else {
+    profile = in.profile.load();
+    o.placement = in.run.placement();
+    o.config = in.run.config;
+    o.config.optimizer_overlap = take(parse_optimizer_overlap(in.run.overlap));
+    if (sub.count("--bsz") == 0) o.config.bsz = rc.bsz;
+    if (sub.count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
+    o.config.seq = rc.seq;
+    o.config = take(validate(o.config, rc.model.layers));
+    rc.bsz = int(o.config.bsz);
+  }
+  // Seed 004's what-ifs change the schedule's collective bytes and attention FLOPs; the
+  // executor implements neither, so it refuses them rather than run something else.
+  const std::string whence = in.plan.empty() ? "" : in.plan + ": ";
+  if (o.config.what_if.onebit_adam)
+    throw UsageError(whence + (in.plan.empty() ? "--onebit-adam" : "training.onebit_adam") +
+                     ": 1-bit Adam is a what-if for plan and simulate; the executor does not compress gradients");
+  if (o.config.what_if.attention_density != 1)
+    throw UsageError(whence + (in.plan.empty() ? "--attention-density" : "training.attention_density") +
+                     ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
+                     "attention");
+  o.model = rc.model;
+  o.model.max_seq = rc.seq;
+  o.profile = profile;
+  o.backend = rc.backend;
+  o.compute = rc.compute;
+  o.precision = rc.precision;
+  o.capacity_bytes = rc.capacity_bytes;
+  o.lr = rc.lr;
+  o.weight_decay = rc.weight_decay;
+  o.seed = rc.seed;
+  o.nvme_dir = in.nvme_dir;
+  return PreparedRun{rc, o};
+}
+
+}  // namespace memwall::cli

@@ -1,0 +1,498 @@
+#include "exec/engine/calibrate.hpp"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "exec/adam/adam_bench.hpp"
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/backend/backend.hpp"
+#include "exec/engine/collectives.hpp"
+#include "exec/engine/engine.hpp"
+#include "exec/gpt/gpt.hpp"
+#include "exec/io/io_bench.hpp"
+#include "model/operator_graph.hpp"
+#include "model/units.hpp"
+
+namespace memwall::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Median wall time of `fn` (which ends with the backend synchronized): at least 3 runs, more until
+// about 60 ms were spent, at most 50; one untimed run first.
+template <typename F>
+double time_it(F&& fn) {
+  fn();
+  std::vector<double> t;
+  double total = 0;
+  while (t.size() < 3 || (total < 0.06 && t.size() < 50)) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(since(t0));
+    total += t.back();
+  }
+  return median(t);
+}
+
+struct OpTime {
+  std::string name;  // the operator graph's name ("block0.fc1")
+  double fwd_s = 0, bwd_s = 0;
+};
+
+// Device buffers freed on every path.
+struct DeviceBuffers {
+  Backend& b;
+  std::vector<void*> held;
+  explicit DeviceBuffers(Backend& be) : b(be) {}
+  ~DeviceBuffers() {
+    for (void* p : held) b.ops().free(b.ctx(), p);
+  }
+  // 256-byte aligned (what GptOps and the engine's arena use), zeroed
+  Result<char*> get(std::size_t bytes) {
+    Result<void*> p = b.ops().alloc(b.ctx(), bytes + 256);
+    if (!p) return make_error(p.error());
+    held.push_back(*p);
+    const auto at = (reinterpret_cast<std::uintptr_t>(*p) + 255) / 256 * 256;
+    char* aligned = reinterpret_cast<char*>(at);
+    b.ops().memset_zero(b.ctx(), aligned, bytes);
+    return aligned;
+  }
+};
+
+// Every operator of a one-block GPT at (B, T), forward and backward, as a compute step of the
+// engine runs it: the 16-bit weights widened to fp32 first, the fp32 gradient rounded into its
+// 16-bit buffer after (engine.cpp, compute()).
+Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision) {
+  const auto& k = b.ops();
+  void* cx = b.ctx();
+  DeviceBuffers mem(b);
+  const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, 1);
+  Result<char*> ws = mem.get(ws_bytes);
+  if (!ws) return make_error(ws.error());
+  Result<std::unique_ptr<GptOps>> made = GptOps::create(b, cfg, B, T, 1, 1, 1, *ws, ws_bytes);
+  if (!made) return make_error(made.error());
+  GptOps& gpt = **made;
+  const std::vector<float> init = gpt_init_params(cfg, 1);
+  const std::size_t n = init.size(), psz = adam::dtype_bytes(precision);
+  const bool mixed = precision != adam::DType::fp32;
+  Result<char*> p32 = mem.get(n * 4), p16 = mem.get(n * psz), g32 = mem.get(n * 4), g16 = mem.get(n * psz);
+  if (!p32 || !p16 || !g32 || !g16) return make_error("calibrate: device memory for the parameters: " +
+                                                      (!p32 ? p32.error() : !p16 ? p16.error() : !g32 ? g32.error() : g16.error()));
+  k.copy_h2d_async(cx, 0, *p32, init.data(), n * 4);
+  k.from_fp32(cx, *p16, reinterpret_cast<const float*>(*p32), precision, long(n));
+  std::vector<int> tok(std::size_t(B) * T);
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = int((i * 131 + 7) % std::size_t(cfg.vocab));
+  k.copy_h2d_async(cx, 0, gpt.tokens(0), tok.data(), tok.size() * sizeof(int));
+  k.copy_h2d_async(cx, 0, gpt.targets(0), tok.data(), tok.size() * sizeof(int));
+  k.synchronize(cx);
+
+  std::map<std::string, ParamGroup> groups;
+  for (const ParamGroup& g : gpt_param_groups(cfg)) groups[g.name] = g;
+  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
+  std::vector<OpCall> calls;
+  std::vector<std::string> names;
+  std::vector<std::size_t> elems, offsets;
+  for (size_t v : graph.order) {
+    Result<OpRef> op = parse_op(cfg, graph.op(v).name);
+    if (!op) return make_error("calibrate: " + op.error());
+    OpCall c;
+    c.op = *op;
+    std::size_t off = 0, ne = 0;
+    if (!op->group.empty()) {
+      const ParamGroup& g = groups.at(op->group);
+      off = g.offset;
+      ne = g.elems;
+    }
+    calls.push_back(c);
+    names.push_back(graph.op(v).name);
+    elems.push_back(ne);
+    offsets.push_back(off);
+  }
+  auto forward = [&](std::size_t i) {
+    OpCall c = calls[i];
+    if (elems[i] > 0) {
+      if (mixed) {
+        k.to_fp32(cx, gpt.weight_staging(), *p16 + offsets[i] * psz, precision, long(elems[i]));
+        c.params = gpt.weight_staging();
+      } else {
+        c.params = reinterpret_cast<const float*>(*p32) + offsets[i];
+      }
+    }
+    gpt.forward(c);
+  };
+  auto backward = [&](std::size_t i) {
+    OpCall c = calls[i];
+    if (elems[i] > 0) {
+      if (mixed) {
+        k.to_fp32(cx, gpt.weight_staging(), *p16 + offsets[i] * psz, precision, long(elems[i]));
+        c.params = gpt.weight_staging();
+        k.memset_zero(cx, gpt.grad_staging(), elems[i] * 4);
+        c.grads = gpt.grad_staging();
+      } else {
+        c.params = reinterpret_cast<const float*>(*p32) + offsets[i];
+        c.grads = reinterpret_cast<float*>(*g32) + offsets[i];
+      }
+    }
+    gpt.backward(c);
+    if (elems[i] > 0 && mixed)
+      k.accumulate_to(cx, *g16 + offsets[i] * psz, gpt.grad_staging(), precision, long(elems[i]));
+  };
+  // One whole iteration first, as the engine runs a checkpointed block: forward, then in backward
+  // the block recomputed from its saved input, then its backward. From then on every buffer holds
+  // what it would in training, and the block's operators are timed as recomputes (the same kernels).
+  for (std::size_t i = 0; i < calls.size(); ++i) forward(i);
+  gpt.set_segment_input(0, gpt.block_input(0, 0));
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    calls[i].recompute = calls[i].op.block >= 0;
+    if (calls[i].recompute) forward(i);
+  }
+  for (std::size_t i = calls.size(); i-- > 0;) backward(i);
+  k.synchronize(cx);
+  // Each operator is timed where it runs in training: inside whole iterations of the block
+  // (forward, the checkpointed block recomputed, backward), every call synchronised, so it meets
+  // the caches and the thread pools (OpenBLAS's, OpenMP's) the operator before it left behind,
+  // not a loop of itself. The median over the iterations; forward calls and recomputes together.
+  std::vector<std::vector<double>> fwd(calls.size()), bwd(calls.size());
+  auto timed = [&](std::vector<double>& into, auto&& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    k.synchronize(cx);
+    into.push_back(since(t0));
+  };
+  const auto started = Clock::now();
+  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      calls[i].recompute = false;
+      timed(fwd[i], [&] { forward(i); });
+    }
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      calls[i].recompute = calls[i].op.block >= 0;
+      if (calls[i].recompute) timed(fwd[i], [&] { forward(i); });
+    }
+    for (std::size_t i = calls.size(); i-- > 0;) timed(bwd[i], [&] { backward(i); });
+  }
+  std::vector<OpTime> out;
+  for (std::size_t i = 0; i < calls.size(); ++i) out.push_back({names[i], median(fwd[i]), median(bwd[i])});
+  if (k.sticky_error)
+    if (const char* e = k.sticky_error(cx)) return make_error(std::string("calibrate: the backend failed: ") + e);
+  return out;
+}
+
+struct KindTotals {
+  double flops = 0, bytes = 0, seconds = 0;
+};
+
+// Per operator kind of the graph: FLOPs and activation bytes of forward + backward (backward moves
+// twice the forward's bytes, as the simulator counts), and the measured time of both.
+std::map<memwall::OpKind, KindTotals> by_kind(const std::vector<OpTime>& times, const GptConfig& cfg, int B, int T,
+                                     double act_bytes) {
+  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
+  std::map<std::string, const Operator*> ops;
+  for (size_t v : graph.order) ops[graph.op(v).name] = &graph.op(v);
+  std::map<memwall::OpKind, KindTotals> out;
+  for (const OpTime& t : times) {
+    const Operator& op = *ops.at(t.name);
+    KindTotals& k = out[op.kind];
+    k.flops += op.fwd_flops + op.bwd_flops;
+    k.bytes += 3 * (op.act_read_bytes + op.act_write_bytes) * act_bytes / kGraphActBytes;
+    k.seconds += t.fwd_s + t.bwd_s;
+  }
+  return out;
+}
+
+// gpu.kernels from the totals: every kind but the linear layers (those are gpu.peak_by_hidden).
+std::vector<KernelRate> kernel_rates(const std::map<memwall::OpKind, KindTotals>& kinds) {
+  std::vector<KernelRate> out;
+  for (const auto& [kind, tot] : kinds) {
+    if (kind == memwall::OpKind::linear || tot.seconds <= 0) continue;
+    KernelRate kr{memwall::to_string(kind), 0, 0};
+    if (kernel_kind_is_flop_rated(kr.kind)) kr.flops_per_s = tot.flops / tot.seconds;
+    else kr.bytes_per_s = tot.bytes / tot.seconds;
+    out.push_back(kr);
+  }
+  return out;
+}
+
+}  // namespace
+
+const Measurement* Calibration::find(const std::string& field) const {
+  for (const Measurement& m : fields)
+    if (m.field == field) return &m;
+  return nullptr;
+}
+
+Result<Calibration> calibrate(const CalibrateOptions& o) {
+  const auto t_start = Clock::now();
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  if (o.bsz < 1 || o.seq < 1 || o.head_size < 1) return make_error("calibrate: bsz, seq and head size must be >= 1");
+  for (int h : o.hiddens)
+    if (h < o.head_size || h % o.head_size != 0)
+      return make_error("--hidden: " + std::to_string(h) + " is not a multiple of the head size " +
+                        std::to_string(o.head_size));
+  if (o.kernel_hidden < o.head_size || o.kernel_hidden % o.head_size != 0)
+    return make_error("--kernel-hidden: " + std::to_string(o.kernel_hidden) + " is not a multiple of the head size " +
+                      std::to_string(o.head_size));
+  MpiWorld& world = MpiWorld::get();
+  Calibration c;
+  c.backend = o.backend;
+  c.ranks = world.size();
+  c.precision = o.precision;
+  BackendOptions bo;
+  Result<std::unique_ptr<Backend>> be = create_backend(o.backend, bo);
+  if (!be) return make_error(be.error());
+  Backend& b = **be;
+  c.device = b.caps().device;
+  const auto& k = b.ops();
+  void* cx = b.ctx();
+  const std::string prec(adam::dtype_name(o.precision));
+  const double act_bytes = executor_sizes(GptConfig{}, TrainingConfig{}, o.precision, 1).act_bytes;
+
+  // --- device memory (what the profile calls the GPU's)
+  if (o.backend == "cpu")
+    c.fields.push_back({"gpu.memory", o.device_memory_bytes,
+                        "chosen, not measured: the cpu backend's device capacity (memwall run's `capacity`)"});
+  else
+    c.fields.push_back({"gpu.memory", double(b.caps().capacity_bytes), "measured: free device memory at start"});
+
+  // --- GEMM FLOP/s by hidden size: the linear operators of one block
+  for (int h : o.hiddens) {
+    say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + " ...");
+    const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
+    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+    if (!t) return make_error(t.error());
+    const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
+    const KindTotals& lin = kinds.at(memwall::OpKind::linear);
+    c.peak_by_hidden.push_back({h, lin.flops / lin.seconds});
+    if (h == o.kernel_hidden) c.kernels = kernel_rates(kinds);  // the other kinds, at this shape
+  }
+  if (std::find(o.hiddens.begin(), o.hiddens.end(), o.kernel_hidden) == o.hiddens.end()) {
+    say("kernels at hidden " + std::to_string(o.kernel_hidden) + " ...");
+    const GptConfig cfg{1, o.kernel_hidden, o.kernel_hidden / o.head_size, o.seq, 256};
+    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+    if (!t) return make_error(t.error());
+    c.kernels = kernel_rates(by_kind(*t, cfg, o.bsz, o.seq, act_bytes));
+  }
+  double peak = 0;
+  for (const PeakPoint& p : c.peak_by_hidden) peak = std::max(peak, p.flops_per_s);
+  c.fields.push_back({"gpu.peak", peak,
+                      "measured: the best of gpu.peak_by_hidden (fp32 GEMMs of qkv, proj, fc1, fc2, forward and "
+                      "backward, " + prec + " weights widened as the engine does; B " + std::to_string(o.bsz) +
+                          ", T " + std::to_string(o.seq) + ")"});
+
+  // --- memory-bound kernel bandwidth: the residual add (2 reads, 1 write) over 3 x 64 MiB
+  {
+    say("device memory bandwidth (residual kernel) ...");
+    const long n = 16L << 20;
+    DeviceBuffers mem(b);
+    Result<char*> x = mem.get(std::size_t(n) * 4), y = mem.get(std::size_t(n) * 4), z = mem.get(std::size_t(n) * 4);
+    if (!x || !y || !z) {
+      c.fields.push_back({"gpu.memory_bandwidth", 0, "not measured: 192 MiB of device memory not available"});
+    } else {
+      const double s = time_it([&] {
+        k.residual_forward(cx, reinterpret_cast<float*>(*z), reinterpret_cast<const float*>(*x),
+                           reinterpret_cast<const float*>(*y), n);
+        k.synchronize(cx);
+      });
+      c.fields.push_back({"gpu.memory_bandwidth", 12.0 * double(n) / s,
+                          "measured: the backend's residual kernel, 2 reads + 1 write of 16M fp32"});
+    }
+  }
+
+  // --- host <-> device copies, from page-locked host memory, 1 MiB pieces
+  {
+    say("host <-> device copies ...");
+    const std::size_t bytes = std::size_t(64) << 20, piece = std::size_t(1) << 20;
+    DeviceBuffers mem(b);
+    Result<char*> dev = mem.get(bytes);
+    void* host = nullptr;
+    if (posix_memalign(&host, 4096, bytes) != 0) host = nullptr;
+    std::unique_ptr<void, void (*)(void*)> host_owner(host, std::free);
+    bool registered = false;
+    if (host && k.host_register) {
+      Result<bool> r = k.host_register(cx, host, bytes);
+      registered = r && *r;
+    }
+    Result<Stream> s1 = k.stream_create(cx), s2 = k.stream_create(cx);
+    if (!dev || !host || !s1 || !s2) {
+      const std::string why = !dev ? dev.error() : !host ? "no host memory" : !s1 ? s1.error() : s2.error();
+      c.fields.push_back({"links.pcie_single_gpu", 0, "not measured: " + why});
+      c.fields.push_back({"links.pcie_aggregate", 0, "not measured: " + why});
+    } else {
+      std::memset(host, 1, bytes);
+      auto run = [&](bool h2d, int streams) {
+        return time_it([&] {
+          for (std::size_t off = 0; off < bytes; off += piece) {
+            const Stream s = streams == 1 || (off / piece) % 2 == 0 ? *s1 : *s2;
+            if (h2d) k.copy_h2d_async(cx, s, *dev + off, static_cast<char*>(host) + off, piece);
+            else k.copy_d2h_async(cx, s, static_cast<char*>(host) + off, *dev + off, piece);
+          }
+          k.synchronize(cx);
+        });
+      };
+      const double h1 = double(bytes) / run(true, 1), d1 = double(bytes) / run(false, 1);
+      const double h2 = double(bytes) / run(true, 2), d2 = double(bytes) / run(false, 2);
+      const std::string pin = registered ? "page-locked" : o.backend == "cpu" ? "host (the device is host memory)"
+                                                                              : "pageable (host_register failed)";
+      std::ostringstream one, two;
+      one << "measured: one copy stream, 64 MiB in 1 MiB copies from " << pin << " memory: to device "
+          << format_bandwidth(h1) << ", to host " << format_bandwidth(d1) << " (the mean)";
+      two << "measured: two copy streams at once: to device " << format_bandwidth(h2) << ", to host "
+          << format_bandwidth(d2) << " (the mean; at least pcie_single_gpu)";
+      const double single = 0.5 * (h1 + d1);
+      c.fields.push_back({"links.pcie_single_gpu", single, one.str()});
+      c.fields.push_back({"links.pcie_aggregate", std::max(single, 0.5 * (h2 + d2)), two.str()});
+    }
+    if (registered) k.host_unregister(cx, host);
+  }
+
+  // --- collectives between the job's ranks
+  if (world.size() > 1) {
+    say("all-reduce between " + std::to_string(world.size()) + " ranks ...");
+    Result<std::unique_ptr<Collectives>> coll = make_mpi_collectives();
+    if (!coll) return make_error(coll.error());
+    const std::size_t count = std::size_t(4) << 20;  // 16 MiB of fp32
+    DeviceBuffers mem(b);
+    Result<char*> buf = mem.get(count * 4);
+    if (!buf) return make_error(buf.error());
+    std::string failed;
+    const double s = time_it([&] {
+      if (!failed.empty()) return;
+      Result<std::unique_ptr<CollectiveOp>> op = (*coll)->all_reduce(*buf, count, adam::DType::fp32);
+      if (!op) { failed = op.error(); return; }
+      for (;;) {
+        Result<bool> done = (*op)->test();
+        if (!done) { failed = done.error(); return; }
+        if (*done) break;
+      }
+    });
+    if (!failed.empty()) return make_error("calibrate: all-reduce: " + failed);
+    const double n = world.size();
+    c.fields.push_back({"links.gpu_gpu", 4.0 * double(count) * 2 * (n - 1) / n / s,
+                        "measured: MPI all-reduce of 16 MiB fp32 between " + std::to_string(world.size()) +
+                            " ranks, bus bandwidth (2(n-1)/n x bytes / time)"});
+  } else {
+    c.fields.push_back({"links.gpu_gpu", 0, "not measured: one process (run under mpirun -np 2 to measure it)"});
+  }
+
+  // --- CPU Adam and DRAM
+  {
+    say("CPU Adam and DRAM triad (" + format_count(double(o.adam_params)) + " params) ...");
+    adam::AdamBenchOptions ao;
+    ao.params = o.adam_params;
+    ao.param16_dtype = o.precision == adam::DType::fp32 ? adam::DType::bf16 : o.precision;
+    ao.grad_dtype = o.precision;
+    ao.repeats = 5;
+    Result<adam::AdamBenchReport> r = adam::run_adam_bench(ao);
+    if (!r) return make_error(r.error());
+    c.fields.push_back({"cpu.memory", double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)),
+                        "measured: physical memory (sysconf)"});
+    c.fields.push_back({"cpu.memory_bandwidth", r->triad_Bps,
+                        "measured: STREAM triad over " + format_count(double(o.adam_params)) + " fp32, " +
+                            std::to_string(r->threads) + " threads"});
+    c.fields.push_back({"cpu.adam_throughput", r->params_per_s,
+                        "measured: CpuAdam step, " + std::string(adam::isa_name(r->isa)) + ", " +
+                            std::to_string(r->threads) + " threads, " + prec + " gradients in (memwall adam-bench)"});
+    c.fields.push_back({"cpu.pinned_budget", o.pinned_budget_bytes, "chosen: what memwall run may page-lock"});
+  }
+
+  // --- NVMe through the engine's io engine
+  if (o.nvme_dir.empty()) {
+    c.fields.push_back({"nvme.capacity", 0, "not measured: no --nvme-dir"});
+    c.fields.push_back({"nvme.read", 0, "not measured: no --nvme-dir"});
+    c.fields.push_back({"nvme.write", 0, "not measured: no --nvme-dir"});
+  } else {
+    say("NVMe: io engine on " + o.nvme_dir + " (" + format_bytes(double(o.nvme_bytes)) + ") ...");
+    io::IoBenchOptions io;
+    io.dir = o.nvme_dir;
+    io.size_bytes = o.nvme_bytes;
+    const io::EngineOptions engine_defaults;  // what the engine's swap files use
+    io.block_bytes = engine_defaults.block_bytes;
+    io.queue_depth = engine_defaults.queue_depth;
+    Result<io::IoBenchResult> r = io::run_io_bench(io);
+    if (!r) return make_error(r.error());
+    struct statvfs sv {};
+    const double room = statvfs(o.nvme_dir.c_str(), &sv) == 0 ? double(sv.f_bavail) * double(sv.f_frsize) : 0;
+    const std::string how = "measured: io_uring, " + std::string(r->direct ? "O_DIRECT" : "buffered (no O_DIRECT here)") +
+                            ", " + format_bytes(double(io.block_bytes)) + " blocks, queue depth " +
+                            std::to_string(io.queue_depth) + ", sequential, " + format_bytes(double(io.size_bytes)) +
+                            " in " + o.nvme_dir;
+    c.fields.push_back({"nvme.capacity", room, "measured: free space in " + o.nvme_dir});
+    c.fields.push_back({"nvme.read", r->read_Bps, how});
+    c.fields.push_back({"nvme.write", r->write_Bps, how});
+  }
+  c.seconds = since(t_start);
+  return c;
+}
+
+std::string calibration_yaml(const Calibration& c, const std::string& name) {
+  auto value = [&](const std::string& field) -> const Measurement* {
+    const Measurement* m = c.find(field);
+    return m && m->value > 0 ? m : nullptr;
+  };
+  std::ostringstream y;
+  auto line = [&](const std::string& key, const std::string& text, const std::string& how, int indent) {
+    const std::string head = std::string(std::size_t(indent), ' ') + key + ": " + text;
+    y << head << std::string(head.size() < 34 ? 34 - head.size() : 1, ' ') << "# " << how << "\n";
+  };
+  auto field = [&](const std::string& path, const std::string& key, Dimension d, int indent) {
+    if (const Measurement* m = value(path)) line(key, format_quantity(m->value, d), m->how, indent);
+    else if (const Measurement* n = c.find(path)) y << std::string(std::size_t(indent), ' ') << "# " << key << ": " << n->how << "\n";
+  };
+  y << "# Written by `memwall calibrate` (" << format_sig(c.seconds, 3) << " s) on this machine, backend " << c.backend
+    << " (" << c.device << ")" << (c.ranks > 1 ? ", " + std::to_string(c.ranks) + " ranks" : "") << ".\n"
+    << "# Measured fields say how; chosen ones say so; what could not be measured is left out.\n";
+  y << "name: " << name << "\n";
+  y << "description: " << c.backend << " backend of this machine, calibrated by memwall calibrate\n";
+  y << "nodes: 1\n";
+  y << "gpu:\n";
+  line("count_per_node", "1", "one device per rank (memwall run --gpus N under mpirun -np N: one each)", 2);
+  field("gpu.memory", "memory", Dimension::bytes, 2);
+  field("gpu.memory_bandwidth", "memory_bandwidth", Dimension::bandwidth, 2);
+  field("gpu.peak", "peak", Dimension::flops_rate, 2);
+  y << "  peak_by_hidden:                 # measured: linear layers of one block (see gpu.peak)\n";
+  for (const PeakPoint& p : c.peak_by_hidden)
+    y << "    - {hidden: " << p.hidden << ", peak: " << format_flops_rate(p.flops_per_s) << "}\n";
+  if (!c.kernels.empty()) {
+    y << "  kernels:                        # measured: the block's other operators, forward + backward, per kind\n";
+    for (const KernelRate& kr : c.kernels)
+      line(kr.kind, kr.flops_per_s > 0 ? format_flops_rate(kr.flops_per_s) : format_bandwidth(kr.bytes_per_s),
+           kr.flops_per_s > 0 ? "operator-graph FLOPs / time" : "operator-graph activation bytes (fp32) / time", 4);
+  }
+  y << "links:\n";
+  field("links.gpu_gpu", "gpu_gpu", Dimension::bandwidth, 2);
+  field("links.pcie_single_gpu", "pcie_single_gpu", Dimension::bandwidth, 2);
+  field("links.pcie_aggregate", "pcie_aggregate", Dimension::bandwidth, 2);
+  line("nic_attach", "cpu", "one machine: ranks talk through host memory", 2);
+  y << "cpu:\n";
+  field("cpu.memory", "memory", Dimension::bytes, 2);
+  field("cpu.memory_bandwidth", "memory_bandwidth", Dimension::bandwidth, 2);
+  field("cpu.adam_throughput", "adam_throughput", Dimension::param_rate, 2);
+  field("cpu.pinned_budget", "pinned_budget", Dimension::bytes, 2);
+  y << "nvme:\n";
+  field("nvme.capacity", "capacity", Dimension::bytes, 2);
+  field("nvme.read", "read", Dimension::bandwidth, 2);
+  field("nvme.write", "write", Dimension::bandwidth, 2);
+  y << "executor:\n";
+  line("backend", c.backend, "memwall run executes plans made for this profile", 2);
+  y << "  precision: " << adam::dtype_name(c.precision) << "\n";
+  return y.str();
+}
+
+}  // namespace memwall::exec
