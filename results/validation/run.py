@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # (label, run config, flags): every placement preset of the paper, tiling, offloaded checkpoints,
-# and a model twice as deep and wide.
+# and a model twice as deep and wide; all at dp 1 (one process).
 SMALL = {"layers": 4, "hidden": 256, "heads": 4, "seq": 64, "bsz": 8}
 LARGE = {"layers": 8, "hidden": 512, "heads": 8, "seq": 64, "bsz": 4}
 CONFIGS = [
@@ -37,6 +37,13 @@ CONFIGS = [
     ("8x512 zero3", LARGE, ["--strategy", "zero3"]),
     ("8x512 zero_inf_nvme", LARGE, ["--strategy", "zero_inf_nvme"]),
 ]
+# Two data-parallel ranks (mpirun -np 2), against a profile calibrated under the same mpirun: both
+# ranks share this machine's cores, as they do in training.
+CONFIGS_DP2 = [
+    ("dp 2, zero3", SMALL, ["--strategy", "zero3"]),
+    ("dp 2, zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu"]),
+]
+MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader"]
 
 
 def write_config(path, shape):
@@ -87,24 +94,29 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="iterations per configuration (the first is warm-up)")
     a = ap.parse_args()
     mw = a.memwall
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.TemporaryDirectory(prefix="memwall-validation-") as tmp:
-        profile = os.path.join(a.out, "calibrated.yaml")
-        print("calibrating ...", flush=True)
-        subprocess.run([mw, "calibrate", "--nvme-dir", tmp, "--device-memory", "256MiB", "--name", "this-machine",
-                        "-o", profile], check=True, stdout=subprocess.DEVNULL)
+        profiles = {1: os.path.join(a.out, "calibrated.yaml"), 2: os.path.join(a.out, "calibrated-2-ranks.yaml")}
+        for ranks, profile in profiles.items():
+            print(f"calibrating ({ranks} rank{'s' if ranks > 1 else ''}) ...", flush=True)
+            subprocess.run((MPIRUN if ranks > 1 else []) +
+                           [mw, "calibrate", "--nvme-dir", tmp, "--device-memory", "256MiB", "--name",
+                            f"this-machine-{ranks}", "-o", profile], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=env)
         rows = []
-        for label, shape, flags in CONFIGS:
+        for ranks, label, shape, flags in [(1, *c) for c in CONFIGS] + [(2, *c) for c in CONFIGS_DP2]:
             cfg = os.path.join(tmp, "run.yaml")
             write_config(cfg, shape)
-            cmd = [mw, "validate", "--profile", profile, "--config", cfg, "--steps", str(a.steps), "--json",
-                   "--nvme-dir", tmp] + flags
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            cmd = (MPIRUN if ranks > 1 else []) + [
+                mw, "validate", "--profile", profiles[ranks], "--config", cfg, "--steps", str(a.steps), "--json",
+                "--nvme-dir", tmp] + flags
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 sys.exit(f"{label}: {' '.join(cmd)} failed: {r.stderr.strip()}")
             j = json.loads(r.stdout)
             it = j["iteration_s"]
             ph = j["phase_s"]
-            row = {"config": label,
+            row = {"config": label, "dp": ranks,
                    "model": f'{shape["layers"]}x{shape["hidden"]}, bsz {shape["bsz"]}',
                    "measured_ms": round(1e3 * it["measured"], 2),
                    "simulated_ms": round(1e3 * it["simulated"], 2),
