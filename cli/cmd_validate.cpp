@@ -240,6 +240,9 @@ Command add_validate(CLI::App& app) {
                       << ", dp " << c.dp << " ("
                       << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
                       << render_table(rows);
+            if (engine->backend_caps().name == "cpu")
+              std::cout << "(cpu backend: kernels run on the dispatcher's own thread, so a transfer is seen complete only\n"
+                           " when the kernel beside it ends; measured transfer busy times are upper bounds)\n";
             if (!diffs.empty())
               std::cout << "steps whose start times differ most (from each iteration's start):\n" << render_table(drows);
             if (!f->trace_dir.empty())

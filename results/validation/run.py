@@ -34,7 +34,7 @@ CONFIGS = [
     ("zero_inf_nvme, tiling 4", SMALL, ["--strategy", "zero_inf_nvme", "--tiling", "4"]),
     ("zero_inf_cpu, checkpoints on cpu", SMALL, ["--strategy", "zero_inf_cpu", "--place", "act_ckpt=cpu"]),
     ("zero_inf_cpu, optimizer overlapped", SMALL, ["--strategy", "zero_inf_cpu", "--optimizer-overlap", "backward"]),
-    ("8x512 zero3", LARGE, ["--strategy", "zero3"]),
+    ("8x512 zero_inf_cpu", LARGE, ["--strategy", "zero_inf_cpu"]),
     ("8x512 zero_inf_nvme", LARGE, ["--strategy", "zero_inf_nvme"]),
 ]
 # Two data-parallel ranks (mpirun -np 2), against a profile calibrated under the same mpirun: both
@@ -91,7 +91,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memwall", default=os.path.join(ROOT, "build", "memwall"))
     ap.add_argument("--out", default=HERE)
-    ap.add_argument("--steps", type=int, default=10, help="iterations per configuration (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=12, help="iterations per configuration (the first is warm-up)")
     a = ap.parse_args()
     mw = a.memwall
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
