@@ -1,6 +1,9 @@
 #include "gui/plan_sim_views.hpp"
 
 #include <QAreaSeries>
+#include <QDir>
+#include <QFileInfo>
+#include <QFileDialog>
 #include <QCategoryAxis>
 #include <QChart>
 #include <QChartView>
@@ -224,13 +227,19 @@ std::string track_class(const std::string& track) {
 }
 
 std::vector<std::vector<std::pair<double, double>>> timeline_intervals(const sim::SimReport& r, int max_per_row) {
+  return timeline_intervals(r.trace, r.iteration_s, max_per_row);
+}
+
+std::vector<std::vector<std::pair<double, double>>> timeline_intervals(const std::vector<TraceEvent>& events,
+                                                                       double iteration_s, int max_per_row) {
   const std::vector<std::string>& rows = timeline_rows();
   std::vector<std::vector<std::pair<double, double>>> raw(rows.size()), out(rows.size());
-  for (const sim::TraceEvent& e : r.trace) {
+  for (const TraceEvent& e : events) {
+    // a measured trace names the CPU optimizer's track "cpu" and the link of a copy "pcie", as sim
     auto it = std::find(rows.begin(), rows.end(), track_class(e.track));
     if (it != rows.end()) raw[size_t(it - rows.begin())].push_back({e.start_s, e.end_s});
   }
-  const double min_gap = max_per_row > 0 && r.iteration_s > 0 ? r.iteration_s / max_per_row : 0;
+  const double min_gap = max_per_row > 0 && iteration_s > 0 ? iteration_s / max_per_row : 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     std::sort(raw[i].begin(), raw[i].end());
     for (auto [s, f] : raw[i]) {
@@ -259,6 +268,58 @@ Result<SimInputs> sim_inputs(const Session& s, bool session_model, const std::st
   in.profile = s.profile;
   return in;
 }
+
+namespace {
+
+// One row per resource class of timeline_rows(), busy intervals as filled bars, over [0, iteration).
+void draw_timeline(QChart* chart, const std::vector<std::vector<std::pair<double, double>>>& drawn, double iteration_s) {
+  chart->removeAllSeries();
+  for (QAbstractAxis* a : chart->axes()) {
+    chart->removeAxis(a);
+    delete a;
+  }
+  const std::vector<std::string>& rows = timeline_rows();
+  const double end_ms = std::max(iteration_s * 1e3, 1e-9);
+  auto* x = new QValueAxis;
+  x->setRange(0, end_ms);
+  x->setTitleText("time in the iteration (ms)");
+  auto* y = new QCategoryAxis;
+  const int n = int(rows.size());
+  y->setRange(-0.5, n - 0.5);
+  y->setStartValue(-0.5);
+  y->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
+  for (int i = n - 1; i >= 0; --i) y->append(q(rows[size_t(i)]), (n - 1 - i) + 0.5);  // first row on top
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  static const QColor colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (drawn[i].empty()) continue;
+    // One area per row: a step line that is up while the resource is busy, over a flat base.
+    // Bars are at least 0.1 % of the iteration wide so that every interval stays visible.
+    const double lo = double(n - 1 - int(i)) - 0.35, hi = lo + 0.7, min_ms = end_ms * 1e-3;
+    auto* upper = new QLineSeries;
+    auto* lower = new QLineSeries;
+    QList<QPointF> pts;
+    pts.reserve(int(drawn[i].size()) * 4 + 2);
+    pts << QPointF(0, lo);
+    for (auto [s, f] : drawn[i]) {
+      const double a = s * 1e3, b = std::max(f * 1e3, a + min_ms);
+      pts << QPointF(a, lo) << QPointF(a, hi) << QPointF(b, hi) << QPointF(b, lo);
+    }
+    pts << QPointF(end_ms, lo);
+    upper->replace(pts);
+    lower->replace({QPointF(0, lo), QPointF(end_ms, lo)});
+    auto* area = new QAreaSeries(upper, lower);
+    area->setName(q(rows[i]));
+    area->setColor(colors[i % 6]);
+    area->setPen(Qt::NoPen);
+    chart->addSeries(area);
+    area->attachAxis(x);
+    area->attachAxis(y);
+  }
+}
+
+}  // namespace
 
 SimView::SimView(QWidget* parent) : QWidget(parent) {
   auto* v = new QVBoxLayout(this);
@@ -292,6 +353,22 @@ SimView::SimView(QWidget* parent) : QWidget(parent) {
   chart_->chart()->legend()->hide();
   chart_->setMinimumHeight(300);
   v->addWidget(chart_, 1);
+  measured_chart_ = new QChartView;
+  measured_chart_->setObjectName("measured_timeline");
+  measured_chart_->setRenderHint(QPainter::Antialiasing, false);
+  measured_chart_->chart()->legend()->hide();
+  measured_chart_->setMinimumHeight(300);
+  measured_chart_->setVisible(false);
+  v->addWidget(measured_chart_, 1);
+  open_traces_ = new QPushButton("Open traces...");
+  open_traces_->setObjectName("open_traces_button");
+  open_traces_->setToolTip("A measured trace (memwall validate --trace-dir: measured.json, or memwall run --trace) "
+                           "beside the simulated one (simulated.json in the same folder)");
+  row->addWidget(open_traces_);
+  connect(open_traces_, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, "Measured trace", QString(), "Chrome traces (*.json)");
+    if (!path.isEmpty()) load_traces(path);
+  });
   connect(button_, &QPushButton::clicked, this, &SimView::start);
   connect(placement_, &QComboBox::activated, this, [this] { placement_touched_ = true; });
   connect(&watcher_, &QFutureWatcher<SimOutcome>::finished, this, &SimView::done);
@@ -376,46 +453,44 @@ void SimView::show_report(const sim::SimReport& r, const QString& heading) {
                         .arg(r.activities)
                         .arg(busy));
   drawn_ = timeline_intervals(r);
-  const std::vector<std::string>& rows = timeline_rows();
-  const double end_ms = std::max(r.iteration_s * 1e3, 1e-9);
-  auto* x = new QValueAxis;
-  x->setRange(0, end_ms);
-  x->setTitleText("time in the iteration (ms)");
-  auto* y = new QCategoryAxis;
-  const int n = int(rows.size());
-  y->setRange(-0.5, n - 0.5);
-  y->setStartValue(-0.5);
-  y->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
-  for (int i = n - 1; i >= 0; --i) y->append(q(rows[size_t(i)]), (n - 1 - i) + 0.5);  // first row on top
-  chart->addAxis(x, Qt::AlignBottom);
-  chart->addAxis(y, Qt::AlignLeft);
-  static const QColor colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (drawn_[i].empty()) continue;
-    // One area per row: a step line that is up while the resource is busy, over a flat base.
-    // Bars are at least 0.1 % of the iteration wide so that every interval stays visible.
-    const double lo = double(n - 1 - int(i)) - 0.35, hi = lo + 0.7, min_ms = end_ms * 1e-3;
-    auto* upper = new QLineSeries;
-    auto* lower = new QLineSeries;
-    QList<QPointF> pts;
-    pts.reserve(int(drawn_[i].size()) * 4 + 2);
-    pts << QPointF(0, lo);
-    for (auto [s, f] : drawn_[i]) {
-      const double a = s * 1e3, b = std::max(f * 1e3, a + min_ms);
-      pts << QPointF(a, lo) << QPointF(a, hi) << QPointF(b, hi) << QPointF(b, lo);
-    }
-    pts << QPointF(end_ms, lo);
-    upper->replace(pts);
-    lower->replace({QPointF(0, lo), QPointF(end_ms, lo)});
-    auto* area = new QAreaSeries(upper, lower);
-    area->setName(q(rows[i]));
-    area->setColor(colors[i % 6]);
-    area->setPen(Qt::NoPen);
-    chart->addSeries(area);
-    area->attachAxis(x);
-    area->attachAxis(y);
-  }
+  draw_timeline(chart, drawn_, r.iteration_s);
   chart->setTitle(QString("busy intervals per resource class (node 0, %1)").arg(q(r.strategy)));
+}
+
+bool SimView::load_traces(const QString& measured_path) {
+  auto fail = [this](const std::string& why) {
+    summary_->setText("<span style='color:#d62728'>" + q(why).toHtmlEscaped() + "</span>");
+    return false;
+  };
+  Result<std::vector<TraceEvent>> measured = read_chrome_trace(measured_path.toStdString());
+  if (!measured) return fail(measured.error());
+  const QString sim_path = QFileInfo(measured_path).dir().filePath("simulated.json");
+  std::optional<std::vector<TraceEvent>> simulated;
+  if (sim_path != measured_path && QFileInfo::exists(sim_path)) {
+    Result<std::vector<TraceEvent>> r = read_chrome_trace(sim_path.toStdString());
+    if (!r) return fail(r.error());
+    simulated = std::move(r).value();
+  }
+  auto end_of = [](const std::vector<TraceEvent>& ev) {
+    double e = 0;
+    for (const TraceEvent& t : ev) e = std::max(e, t.end_s);
+    return e;
+  };
+  // both on one time axis: the longer iteration sets it
+  const double span = std::max(end_of(*measured), simulated ? end_of(*simulated) : 0.0);
+  measured_drawn_ = timeline_intervals(*measured, span);
+  draw_timeline(measured_chart_->chart(), measured_drawn_, span);
+  measured_chart_->chart()->setTitle(QString("measured: %1 (%2 ms)").arg(measured_path).arg(end_of(*measured) * 1e3, 0, 'g', 4));
+  measured_chart_->setVisible(true);
+  QString text = QString("measured iteration <b>%1 ms</b> (%2)").arg(end_of(*measured) * 1e3, 0, 'g', 4).arg(measured_path.toHtmlEscaped());
+  if (simulated) {
+    drawn_ = timeline_intervals(*simulated, span);
+    draw_timeline(chart_->chart(), drawn_, span);
+    chart_->chart()->setTitle(QString("simulated: %1 (%2 ms)").arg(sim_path).arg(end_of(*simulated) * 1e3, 0, 'g', 4));
+    text += QString("; simulated <b>%1 ms</b> (%2)").arg(end_of(*simulated) * 1e3, 0, 'g', 4).arg(sim_path.toHtmlEscaped());
+  }
+  summary_->setText(text);
+  return true;
 }
 
 void SimView::wait() {

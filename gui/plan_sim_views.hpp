@@ -77,6 +77,8 @@ const std::vector<std::string>& timeline_rows();
 std::string track_class(const std::string& track);
 // Busy intervals per row (timeline_rows order), overlapping ones merged; gaps shorter than
 // iteration_s / max_per_row are closed as well so that no row has more than ~max_per_row bars.
+std::vector<std::vector<std::pair<double, double>>> timeline_intervals(const std::vector<TraceEvent>& events,
+                                                                       double iteration_s, int max_per_row = 2000);
 std::vector<std::vector<std::pair<double, double>>> timeline_intervals(const sim::SimReport& r, int max_per_row = 2000);
 
 struct SimInputs {
@@ -115,6 +117,12 @@ class SimView : public QWidget {
   const std::vector<std::vector<std::pair<double, double>>>& drawn() const { return drawn_; }
   // Draws a finished report (also used by the export).
   void show_report(const sim::SimReport& r, const QString& heading);
+  // "Open traces...": a measured trace (`memwall validate --trace-dir`'s measured.json, or `memwall
+  // run --trace`) drawn under the simulated one; simulated.json beside it, if there, replaces the
+  // simulated timeline. A file that is not a trace leaves both as they were and says why.
+  bool load_traces(const QString& measured_path);
+  QChartView* measured_timeline() const { return measured_chart_; }
+  const std::vector<std::vector<std::pair<double, double>>>& measured_drawn() const { return measured_drawn_; }
 
  private:
   void done();
@@ -125,6 +133,9 @@ class SimView : public QWidget {
   QProgressBar* progress_;
   QLabel* summary_;
   QChartView* chart_;
+  QChartView* measured_chart_;
+  QPushButton* open_traces_;
+  std::vector<std::vector<std::pair<double, double>>> measured_drawn_;
   QFutureWatcher<SimOutcome> watcher_;
   std::optional<SimOutcome> outcome_;
   std::optional<SimInputs> inputs_;

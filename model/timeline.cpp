@@ -1,6 +1,9 @@
 #include "model/timeline.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <utility>
 
@@ -50,6 +53,35 @@ std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::
     out.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", e.rank}, {"tid", tid[e.track]},
                    {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"step", e.step}}}});
   return nlohmann::ordered_json{{"displayTimeUnit", "ms"}, {"traceEvents", out}}.dump() + "\n";
+}
+
+Result<std::vector<TraceEvent>> read_chrome_trace(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return make_error(path + ": no such trace file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > (std::uintmax_t(256) << 20)) return make_error(path + ": larger than 256 MiB, not read");
+  std::ifstream in(path, std::ios::binary);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return make_error(path + ": not JSON (expected a Chrome trace from memwall)");
+  const nlohmann::json* ev = j.is_object() && j.contains("traceEvents") ? &j["traceEvents"] : j.is_array() ? &j : nullptr;
+  if (!ev || !ev->is_array()) return make_error(path + ": no traceEvents (expected a Chrome trace from memwall)");
+  std::vector<TraceEvent> out;
+  for (const nlohmann::json& e : *ev) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const auto num = [&](const char* k) { return e.contains(k) && e[k].is_number() ? e[k].get<double>() : 0.0; };
+    TraceEvent t;
+    t.name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+    t.track = e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
+    t.start_s = num("ts") * 1e-6;
+    t.end_s = t.start_s + num("dur") * 1e-6;
+    t.rank = e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int>() : 0;
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("step") && e["args"]["step"].is_number_integer())
+      t.step = e["args"]["step"].get<int>();
+    if (!std::isfinite(t.start_s) || !std::isfinite(t.end_s) || t.end_s < t.start_s)
+      return make_error(path + ": event \"" + one_line(t.name) + "\" has no valid ts/dur");
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 namespace {

@@ -31,6 +31,12 @@ struct TraceEvent {
 // `process_name` (with the rank), one thread per track, step ids in each event's args.
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name);
 
+// Reads back a trace chrome_trace_json wrote (`memwall run --trace`, `simulate --trace`, the two of
+// `validate --trace-dir`): its complete events ("ph": "X"), the track from "cat", the step from
+// args, the rank from "pid". Errors (missing file, not JSON, no traceEvents, more than 256 MiB)
+// name the file.
+Result<std::vector<TraceEvent>> read_chrome_trace(const std::string& path);
+
 struct StepTime {
   int step = 0;
   double start_s = 0, end_s = 0;

@@ -17,6 +17,7 @@
 #include <QLabel>
 #include <QAreaSeries>
 #include <QChartView>
+#include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest/QtTest>
 #include <cmath>
@@ -378,6 +379,55 @@ class MainWindowTest : public QObject {
       QVERIFY2(series.contains(QString::fromStdString(klass)), klass.c_str());
     }
     QVERIFY(busy_rows >= 3);  // zero_inf_nvme: compute, PCIe, NVMe at least
+  }
+
+  // Open traces: `memwall validate --trace-dir`'s measured.json drawn under the simulated.json found
+  // beside it, both on the longer iteration's time axis, each row exactly the merged intervals of
+  // its resource class; a file that is not a trace leaves both timelines as they were and says why.
+  void open_traces_draws_measured_beside_simulated() {
+    SimView* sv = w_->sim_view();
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::vector<TraceEvent> measured = {
+        {"compute block0.qkv", "gpu0 gpu_compute", 0.000, 0.004, 3, 0},
+        {"compute block0.attn_scores", "gpu0 gpu_compute", 0.004, 0.007, 4, 0},  // touches: merged
+        {"fetch.cg block0.fc1", "gpu0 pcie", 0.001, 0.002, 5, 0},
+        {"optimizer adam[chunk 0]", "cpu", 0.009, 0.012, 9, 0}};
+    const std::vector<TraceEvent> simulated = {{"compute block0.qkv", "gpu_compute", 0.000, 0.005, 3, 0},
+                                               {"fetch.nc adam[chunk 0]", "nvme", 0.005, 0.010, 8, 0}};
+    auto write = [&](const char* name, const std::vector<TraceEvent>& ev) {
+      QFile f(dir.filePath(name));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(QByteArray::fromStdString(chrome_trace_json(ev, name)));
+    };
+    write("measured.json", measured);
+    write("simulated.json", simulated);
+    QVERIFY(sv->load_traces(dir.filePath("measured.json")));
+    QVERIFY(sv->measured_timeline()->isVisible() || !sv->isVisible());
+    const auto& rows = timeline_rows();
+    auto row = [&](const std::vector<std::vector<std::pair<double, double>>>& d, const char* klass) {
+      return d[size_t(std::find(rows.begin(), rows.end(), klass) - rows.begin())];
+    };
+    using Iv = std::vector<std::pair<double, double>>;
+    QCOMPARE(row(sv->measured_drawn(), "gpu_compute"), (Iv{{0.000, 0.007}}));
+    QCOMPARE(row(sv->measured_drawn(), "pcie"), (Iv{{0.001, 0.002}}));
+    QCOMPARE(row(sv->measured_drawn(), "cpu"), (Iv{{0.009, 0.012}}));
+    QVERIFY(row(sv->measured_drawn(), "nvme").empty());
+    QCOMPARE(row(sv->drawn(), "nvme"), (Iv{{0.005, 0.010}}));
+    QCOMPARE(row(sv->drawn(), "gpu_compute"), (Iv{{0.000, 0.005}}));
+    QStringList measured_series;
+    for (QAbstractSeries* a : sv->measured_timeline()->chart()->series()) measured_series << a->name();
+    QCOMPARE(measured_series, (QStringList{"gpu_compute", "pcie", "cpu"}));
+    const QString text = sv->summary()->text();
+    QVERIFY2(text.contains("measured iteration <b>12 ms</b>") && text.contains("simulated <b>10 ms</b>"), qPrintable(text));
+    // not a trace: both timelines kept, the reason shown
+    QFile bad(dir.filePath("bad.json"));
+    QVERIFY(bad.open(QIODevice::WriteOnly));
+    bad.write("{\"traceEvents\": 3}");
+    bad.close();
+    QVERIFY(!sv->load_traces(dir.filePath("bad.json")));
+    QVERIFY2(sv->summary()->text().contains("no traceEvents"), qPrintable(sv->summary()->text()));
+    QCOMPARE(row(sv->measured_drawn(), "cpu"), (Iv{{0.009, 0.012}}));
   }
 
   // fig2a-100T's schedule takes seconds: the memory tab shows its busy bar while the Fig. 3 panels
