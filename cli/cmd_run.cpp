@@ -40,12 +40,6 @@ std::string progress_bar(int step, int steps) {
          std::to_string(100 * step / steps) + " %";
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 }  // namespace
 
 Command add_run(CLI::App& app) {

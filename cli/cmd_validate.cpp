@@ -35,12 +35,6 @@ struct ValidateFlags {
   bool json = false;
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // One time per step from trace events (a simulated step may be several activities): the earliest
 // start and the latest end of its events.
 std::vector<StepTime> step_times(const std::vector<TraceEvent>& events) {

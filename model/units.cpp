@@ -1,5 +1,6 @@
 #include "model/units.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -242,6 +243,13 @@ std::string format_count(double n) {
   std::string s = scaled(n, 1000.0, names, 6);
   if (s.back() == ' ') s.pop_back();
   return s;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace memwall

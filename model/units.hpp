@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "model/result.hpp"
@@ -54,5 +55,9 @@ std::string format_sig(double value, int significant = 3);
 std::string format_g(double value);  // shortest form: 2, 1.25, 1e+12
 // One CSV field (RFC 4180): quoted, with inner quotes doubled, when it holds a comma, quote or newline.
 std::string csv_field(const std::string& text);
+
+// The median of a sample (the mean of the middle two for an even count); 0 for none. Timings in
+// reports (run, validate, calibrate, adam-bench) use it.
+double median(std::vector<double> v);
 
 }  // namespace memwall

@@ -91,11 +91,6 @@ TriadFn best_triad() {
   return triad_range_portable;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 double adam_bytes_per_param(DType grad_dtype, bool writes_param16) {
