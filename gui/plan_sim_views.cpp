@@ -408,6 +408,8 @@ void SimView::show_report(const sim::SimReport& r, const QString& heading) {
     upper->replace(pts);
     lower->replace({QPointF(0, lo), QPointF(end_ms, lo)});
     auto* area = new QAreaSeries(upper, lower);
+    upper->setParent(area);  // QAreaSeries does not own its lines: they go with it (LeakSanitizer)
+    lower->setParent(area);
     area->setName(q(rows[i]));
     area->setColor(colors[i % 6]);
     area->setPen(Qt::NoPen);
