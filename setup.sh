@@ -2,8 +2,9 @@
 # setup.sh [run|test] [args...]
 #   run  (default): install what is missing, build, run the main job: memwall analyze (args pass
 #                   through), then memwall reproduce (the paper's evaluation, simulated, into results/sim)
-#   test          : install what is missing, build, run every test through CTest, then build the
-#                   libFuzzer targets with clang (build-fuzz/, CUDA off) and run each for 60 s
+#   test          : install what is missing, build, run every test through CTest; then the same
+#                   suite with ASan+UBSan and the libFuzzer targets for 60 s each (clang, build-fuzz/,
+#                   CUDA off), and the threaded parts' tests with TSan (build-tsan/)
 # Idempotent and incremental: packages already installed are not reinstalled, the build folder
 # (build/) is reused, so a second run only rebuilds what changed.
 set -euo pipefail
@@ -19,7 +20,7 @@ packages=(
   libsimgrid-dev liburing-dev libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth
   fio python3-torch python3-numpy
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev e2fsprogs
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -42,14 +43,35 @@ case "$mode" in
   run) ./build/memwall analyze "$@" && exec ./build/memwall reproduce -o results/sim ;;
   test)
     (cd build && ctest --output-on-failure --parallel "$(nproc)" "$@")
-    # The YAML loaders and the unit parser under libFuzzer with ASan and UBSan (tests/fuzz): a
-    # finding fails the test command, its reproducer kept under build-fuzz/tests/fuzz/found/.
+    # Sanitizers (tests/sanitizers/README.md). build-fuzz/ is clang with ASan and UBSan (and
+    # libFuzzer's coverage) in every library and program: the whole suite runs there too, but the
+    # tests tests/sanitizers/asan_exclude.txt names with its reason, and each fuzz target for 60 s.
+    # A finding (leaks included; third-party ones suppressed in lsan.supp) fails its test.
     if [ ! -f build-fuzz/CMakeCache.txt ]; then
       cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
         -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_FUZZ=ON > /dev/null
     fi
-    cmake --build build-fuzz --parallel "$(nproc)" --target fuzz_profile fuzz_model fuzz_placement fuzz_plan \
-      fuzz_run_config fuzz_units
-    cd build-fuzz && exec ctest --output-on-failure --parallel "$(nproc)" -R '^fuzz[.]' ;;
+    cmake --build build-fuzz --parallel "$(nproc)"
+    cc -shared -fPIC -O2 -o build-fuzz/no_dlclose.so tests/sanitizers/no_dlclose.c
+    exclude=$(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' tests/sanitizers/asan_exclude.txt | paste -sd'|')
+    (cd build-fuzz && env ASAN_OPTIONS=detect_leaks=1:exitcode=86 \
+      LSAN_OPTIONS="suppressions=$PWD/../tests/sanitizers/lsan.supp:print_suppressions=0" \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=86 LD_PRELOAD="$PWD/no_dlclose.so" \
+      ctest --output-on-failure --parallel "$(nproc)" -E "$exclude")
+    # ThreadSanitizer on the threaded parts: the io engine's rings and workers, the CPU Adam worker
+    # pool, the engine's dispatcher with its copy streams, io and host-lane threads (build-tsan/,
+    # only these three test programs). OpenMP and OpenBLAS run one thread there: their runtimes are
+    # not instrumented, so TSan would report their own synchronisation.
+    if [ ! -f build-tsan/CMakeCache.txt ]; then
+      cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_SANITIZE=thread > /dev/null
+    fi
+    cmake --build build-tsan --parallel "$(nproc)" --target test_io test_cpu_adam test_engine
+    for t in io/test_io adam/test_cpu_adam engine/test_engine; do
+      echo "ThreadSanitizer: $t"
+      env TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/tests/sanitizers/tsan.supp" \
+        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "build-tsan/tests/exec/$t" --gtest_brief=1 \
+        --gtest_filter="-$(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' tests/sanitizers/tsan_exclude.txt | paste -sd':')"
+    done ;;
   *) echo "setup.sh: unknown mode \"$mode\" (expected run or test)" >&2; exit 2 ;;
 esac

@@ -31,6 +31,7 @@ struct IoBenchFlags {
   int rings = 1;
   std::string engine = "uring";
   bool json = false;
+  bool verify = false;
 };
 
 // The psync engine runs one thread per request in flight.
@@ -69,6 +70,7 @@ io::IoBenchOptions validate(const IoBenchFlags& f) {
                      std::to_string(kMaxPsyncThreads) + ", got " + std::to_string(f.qd));
   o.queue_depth = static_cast<unsigned>(f.qd);
   o.rings = static_cast<unsigned>(f.rings);
+  o.verify = f.verify;
   // Buffers for every request in flight and queued (kWindowPerQueueSlot per slot), locked if allowed.
   const double window = double(io::kWindowPerQueueSlot) * f.qd * double(o.block_bytes);
   const double memory = machine_memory_bytes();
@@ -98,6 +100,9 @@ Command add_io_bench(CLI::App& app) {
   sub->add_option("--engine", f->engine, "uring (liburing) or psync (pread/pwrite threads, one per --qd)")
       ->capture_default_str();
   sub->add_flag("--json", f->json, "JSON output (read_Bps, write_Bps, rand_read_Bps, rand_write_Bps, phases)");
+  sub->add_flag("--verify", f->verify,
+                "Check every block read against a checksum taken when it was written; a mismatch stops with the\n"
+                "file and offset (exit 1)");
   return {sub, [f]() {
             io::IoBenchOptions o = validate(*f);
             const bool tty = ::isatty(STDERR_FILENO);
@@ -131,6 +136,7 @@ Command add_io_bench(CLI::App& app) {
               for (const auto& p : b.phases)
                 phases.push_back({{"name", p.name}, {"bytes", p.bytes}, {"seconds", p.seconds}, {"Bps", p.Bps}});
               j["phases"] = phases;
+              if (o.verify) j["verified_bytes"] = b.verified_bytes;
               if (!b.direct) j["note"] = page_cache_note;
               write_output("", j.dump(2) + "\n");
             } else {
@@ -147,6 +153,9 @@ Command add_io_bench(CLI::App& app) {
                 t.push_back({p.name, format_bandwidth(p.Bps), format_bytes(double(p.bytes)),
                              format_sig(p.seconds) + " s"});
               out << render_table(t);
+              if (o.verify)
+                out << "\nverified: " << format_bytes(double(b.verified_bytes))
+                    << " read, every 4 KiB block as it was written\n";
               if (!b.direct) out << "\nnote: " << page_cache_note << "\n";
               if (!b.notes.empty()) out << "note: " << b.notes << "\n";
               write_output("", out.str());

@@ -32,6 +32,7 @@ struct RunFlags {
   int save_every = 0;
   bool json = false;
   bool serial = false;
+  bool verify = false;
 };
 
 std::string progress_bar(int step, int steps) {
@@ -65,6 +66,9 @@ Command add_run(CLI::App& app) {
                   "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
   sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
   sub->add_flag("--serial", f->serial, "Debug: run one step of the schedule at a time (same results, no overlap)");
+  sub->add_flag("--verify", f->verify,
+                "Check every NVMe read against a checksum taken when the block was written (swap files); a\n"
+                "mismatch stops the run with the file and offset (exit 1)");
   return {sub, [f, sub]() {
             PreparedRun prep = prepare_run(f->in, *sub);
             exec::RunConfig& rc = prep.rc;
@@ -72,6 +76,7 @@ Command add_run(CLI::App& app) {
             const HardwareProfile& profile = o.profile;
             o.trace = !f->trace.empty() || f->json;
             o.serial = f->serial;
+            o.io.verify = f->verify;
             if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests
             if (f->save_every < 0) throw UsageError("--save-every: expected a number of steps >= 1, got " +
                                                     std::to_string(f->save_every));
@@ -228,7 +233,8 @@ Command add_run(CLI::App& app) {
                   << format_bytes(double(st.device_capacity_bytes));
               if (st.swap_file_bytes > 0)
                 out << "; io engine read " << format_bytes(double(st.io.bytes_read)) << ", wrote "
-                    << format_bytes(double(st.io.bytes_written)) << " in all (4 KiB blocks)";
+                    << format_bytes(double(st.io.bytes_written)) << " in all (4 KiB blocks)"
+                    << (f->verify ? ", every block read verified against its write" : "");
               out << "\n";
             }
             if (f->json) {
@@ -252,6 +258,7 @@ Command add_run(CLI::App& app) {
                   {"device_capacity_bytes", st.device_capacity_bytes},
                   {"io_bytes_read", st.io.bytes_read},
                   {"io_bytes_written", st.io.bytes_written},
+                  {"io_bytes_verified", st.io.bytes_verified},
                   {"dp", engine->ranks()},
                   {"ranks", ranks_json}};
               if (lead) std::cout << j.dump(2) << "\n";

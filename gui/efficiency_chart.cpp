@@ -77,7 +77,11 @@ EfficiencyChart::EfficiencyChart(Fig3Panel panel, QWidget* parent) : QChartView(
   y->setTitleText("efficiency (%)");
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
+  // QChartView made a default chart of its own; setChart hands it back to us instead of deleting it
+  // (Qt: "ownership of the previous chart is released"), so it is deleted here (LeakSanitizer).
+  QChart* made_by_view = this->chart();
   setChart(chart);
+  delete made_by_view;
   setRenderHint(QPainter::Antialiasing);
   setMinimumSize(360, 260);
   connect(chart, &QChart::plotAreaChanged, this, [this](const QRectF&) { place_labels(); });

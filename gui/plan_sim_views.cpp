@@ -310,6 +310,8 @@ void draw_timeline(QChart* chart, const std::vector<std::vector<std::pair<double
     upper->replace(pts);
     lower->replace({QPointF(0, lo), QPointF(end_ms, lo)});
     auto* area = new QAreaSeries(upper, lower);
+    upper->setParent(area);  // QAreaSeries does not own its lines: they go with it (LeakSanitizer)
+    lower->setParent(area);
     area->setName(q(rows[i]));
     area->setColor(colors[i % 6]);
     area->setPen(Qt::NoPen);

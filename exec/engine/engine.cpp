@@ -285,6 +285,7 @@ struct Engine::Impl {
   HostRegion host_param, host_grad, host_optim;
   std::unique_ptr<io::IoEngine> ioe;
   std::optional<io::SwapFile> swap_param, swap_grad, swap_optim;
+  std::vector<std::string> swap_paths;  // created by this engine: removed when it ends, however it ends
   std::size_t dev_param = 0, dev_grad = 0, dev_optim = 0;  // arena offsets of device-resident states
   std::size_t dev_workspace = 0;
   std::vector<void*> registered;  // host memory registered with the backend
@@ -301,6 +302,10 @@ struct Engine::Impl {
   ~Impl() {
     if (be) be->ops().synchronize(be->ctx());
     if (ioe) (void)ioe->wait_all();
+    for (const std::string& p : swap_paths) {
+      std::error_code ec;  // a folder gone or read-only by now: nothing left to remove
+      std::filesystem::remove(p, ec);
+    }
     lane.reset();
     coll.reset();
     if (be) {
@@ -562,8 +567,9 @@ struct Engine::Impl {
       auto make = [&](const char* state, const std::vector<std::uint64_t>& shards,
                       std::optional<io::SwapFile>& out) -> Result<bool> {
         Result<io::SwapFile> f = io::SwapFile::create(*ioe, o.nvme_dir, rank, state, shards);
-        if (!f) return make_error("--nvme-dir: " + f.error());
+        if (!f) return make_error("--nvme-dir: " + f.error());  // create removed a file it could not fill
         out = std::move(f).value();
+        swap_paths.push_back(out->file().path());
         return true;
       };
       if (tier(State::param16) == Tier::nvme)

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "exec/io/io_engine.hpp"
 
@@ -24,6 +25,10 @@ struct FileState {
   int fd = -1;
   std::string path;
   bool direct = false;
+  // EngineOptions::verify: a checksum per 4 KiB block of the file, recorded when a write of it
+  // completes (0: never written by this engine), compared when a read of it completes.
+  mutable std::mutex verify_m;
+  mutable std::vector<std::uint64_t> block_sums;
   ~FileState();
 };
 

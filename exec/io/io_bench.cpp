@@ -112,6 +112,7 @@ Result<IoBenchResult> run_io_bench(const IoBenchOptions& o) {
   eo.queue_depth = o.queue_depth;
   eo.block_bytes = o.block_bytes;
   eo.rings = o.rings;
+  eo.verify = o.verify;
   eo.warn = o.warn;
   Result<std::unique_ptr<IoEngine>> engine = make_engine(o.engine, eo);
   if (!engine) return make_error(engine.error());
@@ -175,6 +176,7 @@ Result<IoBenchResult> run_io_bench(const IoBenchOptions& o) {
     r.phases.push_back(*ph);
   }
   remove_quietly(r.file);
+  r.verified_bytes = e.counters().bytes_verified;
   r.write_Bps = r.phases[0].Bps;
   r.read_Bps = r.phases[1].Bps;
   r.rand_write_Bps = r.phases[2].Bps;

@@ -25,6 +25,7 @@ struct IoBenchOptions {
   unsigned queue_depth = 32;                     // requests in flight
   EngineKind engine = EngineKind::uring;
   unsigned rings = 1;
+  bool verify = false;                           // check every block read against its write-time checksum
   std::function<void(const std::string&)> progress;  // about once a second during long phases
   std::function<void(const std::string&)> warn;      // the engine's buffered-fallback warning
 };
@@ -43,6 +44,7 @@ struct IoBenchResult {
   bool registered_buffers = false;  // buffers registered with io_uring
   std::string notes;              // why pinned or registered_buffers is false, if so
   std::vector<IoBenchPhase> phases;
+  std::uint64_t verified_bytes = 0;  // read bytes checked (verify); a mismatch fails the run instead
   double write_Bps = 0, read_Bps = 0, rand_write_Bps = 0, rand_read_Bps = 0;
 };
 

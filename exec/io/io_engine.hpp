@@ -15,7 +15,8 @@
 //
 // Errors: a request that cannot complete (EIO, ENOSPC, EFBIG, reading past the end of a file) fails
 // its handle with "<op> <path>: offset O length L: <strerror>"; short transfers are re-queued for the
-// remaining bytes and -EAGAIN/-EINTR are retried, never reported. Nothing here exits or throws.
+// remaining bytes and -EAGAIN/-EINTR are retried, never reported. With EngineOptions::verify a read
+// whose bytes differ from what the engine wrote there fails the same way. Nothing here exits or throws.
 #pragma once
 
 #include <sys/uio.h>
@@ -58,6 +59,12 @@ struct EngineOptions {
   // the engine does with the replaced result is what it does with a real one. Default: none.
   std::function<long(IoOp op, const std::string& path, std::uint64_t offset, std::size_t length, long result)>
       inject;
+  // Verify what reads return (`--verify`): every completed write records a checksum of each 4 KiB
+  // block it stored, every completed read recomputes them and fails with "<op> <path>: offset O
+  // length 4096: verify: ..." when a block differs from what this engine wrote there, or was never
+  // written by it. Requests must then be whole 4 KiB blocks (offset and length), as O_DIRECT needs
+  // anyway. Costs one pass over the data per transfer on the engine's threads.
+  bool verify = false;
 };
 
 // Bytes this engine moved (blocks that completed without error) and requests that failed.
@@ -65,6 +72,7 @@ struct IoCounters {
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
   std::uint64_t errors = 0;
+  std::uint64_t bytes_verified = 0;  // read bytes checked against their write-time checksums (verify)
 };
 
 struct OpenOptions {
@@ -156,7 +164,8 @@ class IoEngine {
 
  private:
   void warn_once(const std::string& message);
-  void account_done(IoOp op, std::size_t bytes, const std::string* error);
+  void account_done(IoOp op, std::size_t bytes, const std::string* error, std::size_t verified);
+  std::string verify_chunk(const Chunk& c);       // verify: record (write) or check (read) block sums
 
   EngineOptions options_;
   struct Shared;

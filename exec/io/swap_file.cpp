@@ -1,6 +1,7 @@
 #include "exec/io/swap_file.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 namespace memwall::io {
 
@@ -25,8 +26,13 @@ Result<SwapFile> SwapFile::create(IoEngine& engine, const std::string& dir, int 
     s.shards_.push_back({at, b, align_up(b)});
     at += align_up(b);
   }
-  Result<IoFile> f = engine.open(dir + "/" + *name, {.create = true, .truncate = true, .preallocate_bytes = at});
-  if (!f) return make_error(f.error());
+  const std::string path = dir + "/" + *name;
+  Result<IoFile> f = engine.open(path, {.create = true, .truncate = true, .preallocate_bytes = at});
+  if (!f) {
+    std::error_code ec;  // opened (and truncated) but not preallocated, e.g. ENOSPC: nothing worth keeping
+    if (std::filesystem::is_regular_file(path, ec)) std::filesystem::remove(path, ec);
+    return make_error(f.error());
+  }
   s.file_ = *f;
   return s;
 }

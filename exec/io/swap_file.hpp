@@ -31,7 +31,9 @@ Result<std::string> swap_file_name(int rank, std::string_view state);
 
 class SwapFile {
  public:
-  // Lays out shards in order, creates (truncating) and preallocates <dir>/swap_file_name(...).
+  // Lays out shards in order, creates (truncating) and preallocates <dir>/swap_file_name(...); when
+  // it cannot (ENOSPC, EFBIG), the file is removed and the error names path and offset. The file
+  // outlives the SwapFile: its owner (the engine) removes it.
   static Result<SwapFile> create(IoEngine& engine, const std::string& dir, int rank, std::string_view state,
                                  std::span<const std::uint64_t> shard_bytes);
 

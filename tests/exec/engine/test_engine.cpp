@@ -287,6 +287,46 @@ TEST(Engine, IoFaultsStopTheStepWithPathAndOffset) {
   }
 }
 
+// --verify (EngineOptions::io.verify): a swap file changed on the drive between the step that
+// wrote it and the one that reads it stops the reading step with the file and the block's offset;
+// the same run verified end to end trains exactly as unverified; the engine removes its swap files
+// when it ends, however it ends.
+TEST(Engine, VerifyStopsOnASwapFileChangedOnTheDrive) {
+  EngineOptions o = tiny("zero_inf_nvme");
+  o.nvme_dir = temp_dir("verify");
+  o.io.verify = true;
+  EXPECT_EQ(losses(o, 3, "verify_clean"), losses(tiny("zero_inf_nvme"), 3, "verify_plain"));
+  o.nvme_dir = temp_dir("verify");
+  {
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.ok()) << e.error();
+    Batches b;
+    b.next(**e, o.model.max_seq);
+    ASSERT_TRUE((*e)->step(b.tokens, b.targets).ok());
+    EXPECT_GT((*e)->stats().io.bytes_verified, 0u);
+    const std::string swap = o.nvme_dir + "/rank0000.param16.swap";
+    ASSERT_TRUE(std::filesystem::exists(swap));
+    {  // one byte of the first unit's parameters changes on the drive
+      std::FILE* f = std::fopen(swap.c_str(), "r+b");
+      ASSERT_NE(f, nullptr);
+      std::fseek(f, 10, SEEK_SET);
+      const int c = std::fgetc(f);
+      std::fseek(f, 10, SEEK_SET);
+      std::fputc(c ^ 0x20, f);
+      std::fclose(f);
+    }
+    b.next(**e, o.model.max_seq);
+    Result<IterationReport> r = (*e)->step(b.tokens, b.targets);
+    ASSERT_FALSE(r.ok()) << "a changed parameter must not be trained on";
+    EXPECT_NE(r.error().find("read " + swap + ": offset 0 length 4096: verify: the bytes read differ"),
+              std::string::npos)
+        << r.error();
+    EXPECT_NE(r.error().find("fetch.nc"), std::string::npos) << "names the schedule step: " << r.error();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(o.nvme_dir)) << "swap files removed when the engine ends";
+  std::filesystem::remove_all(o.nvme_dir);
+}
+
 TEST(Engine, BadInputIsRefusedBeforeAnythingRuns) {
   auto error = [](EngineOptions o) {
     auto e = Engine::create(o);

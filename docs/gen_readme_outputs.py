@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""The README's example outputs, generated: runs every command whose output README.md shows and
+rewrites (--write) or checks (--check, the default) the fenced block after each
+`<!-- gen: NAME -->` marker.
+
+    docs/gen_readme_outputs.py [--write | --check] [--build DIR] [--readme FILE]
+
+Run from anywhere; commands run in the repository root with ./build/memwall replaced by DIR/memwall
+(default build/), with OPENBLAS_CORETYPE=Haswell (see BLAS_ENV). CTest runs --check
+(`readme.outputs_match`).
+
+What --check normalises, and nothing else: numbers that depend on how fast this machine is at the
+moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): tokens/s, step ms
+and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
+line, and the busy and exposed ms of the link table; with them the spaces that align table
+columns (a wider number shifts a column). Losses, bytes, peaks, schedules and every number of
+analyze, schedule and simulate must match exactly.
+"""
+import argparse
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, build, cwd=ROOT, env_extra=None, expect_rc=0, stream="stdout"):
+    """Runs a README command line (a list; './build/memwall' becomes BUILD/memwall)."""
+    argv = [os.path.join(build, "memwall") if a == "./build/memwall" else a for a in cmd]
+    env = dict(os.environ)
+    env.update(BLAS_ENV)
+    env.update(env_extra or {})
+    p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=900)
+    if p.returncode != expect_rc:
+        sys.exit(f"gen_readme_outputs: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n{p.stderr}")
+    return (p.stdout if stream == "stdout" else p.stderr).rstrip("\n").split("\n")
+
+
+def shown(cmd, continuation=None):
+    """The command as the README prints it after '$ '."""
+    if continuation is None:
+        return "$ " + " ".join(cmd)
+    return "$ " + " ".join(cmd[:continuation]) + " \\\n      " + " ".join(cmd[continuation:])
+
+
+def elide(lines, keep):
+    """Keeps lines by index ranges [(a, b), ...] (Python slices, negative from the end); '  ...'
+    marks every gap."""
+    out, last = [], 0
+    n = len(lines)
+    for a, b in keep:
+        a = a % n if a < 0 else a
+        b = n if b is None else (b % n if b < 0 else b)
+        if a > last:
+            out.append("  ...")
+        out.extend(lines[a:b])
+        last = b
+    if last < n:
+        out.append("  ...")
+    return out
+
+
+def index_of(lines, pattern, start=0):
+    for i in range(start, len(lines)):
+        if re.search(pattern, lines[i]):
+            return i
+    sys.exit(f"gen_readme_outputs: no line matches /{pattern}/ in:\n" + "\n".join(lines))
+
+
+# Each block: a function of the build folder returning the block's lines (without the fences).
+
+SCHEDULE = ["./build/memwall", "schedule", "--layers", "2", "--hidden", "256", "--heads", "4", "--seq", "64",
+            "--vocab", "512", "--strategy", "zero_inf_nvme", "--dp", "4"]
+SIMULATE = ["./build/memwall", "simulate", "--model", "table1-1T", "--bsz", "7", "--place", "act_ckpt=cpu"]
+RUN = ["./build/memwall", "run", "--config", "exec/data/run.yaml", "--steps", "100"]
+PLAN = ["./build/memwall", "plan", "--profile", "local-cpu", "--layers", "8", "--hidden", "512", "--heads", "8",
+        "--seq", "64", "--vocab", "256", "-o", "p.yaml"]
+PLAN_RUN = ["./build/memwall", "run", "--plan", "p.yaml", "--steps", "5"]
+RANKS = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "./build/memwall", "run", "--config",
+         "tests/exec/engine/fixtures/big.yaml", "--strategy", "zero_inf_nvme", "--nvme-dir", "SWAP", "--bsz", "1",
+         "--steps", "3"]
+# OpenBLAS picks its GEMM kernels for the CPU it runs on, and they round differently (the 100-step
+# loss moves in the 4th digit between Cooperlake and Haswell kernels): the README's runs use the
+# Haswell kernels, which every x86-64 CPU with AVX2 runs, so they reproduce across machines.
+BLAS_ENV = {"OPENBLAS_CORETYPE": "Haswell"}
+MPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def run_table(lines):
+    """A run's output: the header and the first step row, '...', the last step row, the summary."""
+    last_row = index_of(lines, r"^$", 4) - 1
+    return elide(lines, [(0, 5), (last_row, None)])
+
+
+def block_analyze(build):
+    return run(["./build/memwall", "analyze"], build)
+
+
+def block_table3(build):
+    return run(["./build/memwall", "analyze", "--table", "table3"], build)
+
+
+def block_schedule(build):
+    out = run(SCHEDULE, build)
+    summary = index_of(out, r"^rank 0 of dp")
+    return [shown(SCHEDULE)] + elide(out, [(0, 20), (summary - 2, None)])
+
+
+def block_simulate(build):
+    return [shown(SIMULATE)] + run(SIMULATE, build)
+
+
+def block_run(build):
+    return [shown(RUN)] + run_table(run(RUN, build))
+
+
+def block_run_nvme(build):
+    with tempfile.TemporaryDirectory(prefix="memwall-readme-") as swap:
+        out = run(RUN + ["--strategy", "zero_inf_nvme", "--nvme-dir", swap], build)
+    return out[index_of(out, r"^loss "):]
+
+
+def block_plan_run(build):
+    with tempfile.TemporaryDirectory(prefix="memwall-readme-") as d:
+        plan = run(PLAN, build, cwd=d)
+        chosen = index_of(plan, r"^chosen:")
+        check = index_of(plan, r"^schedule check")
+        out = [shown(PLAN)] + plan[chosen:chosen + 1] + ["..."] + plan[check:check + 1]
+        out += [shown(PLAN_RUN)] + run_table(run(PLAN_RUN, build, cwd=d))
+    return out
+
+
+def block_ranks(build):
+    with tempfile.TemporaryDirectory(prefix="memwall-readme-") as swap:
+        out = run([swap if a == "SWAP" else a for a in RANKS], build, env_extra=MPI_ENV)
+    links = index_of(out, r"^  link ")
+    per_rank = index_of(out, r"^per rank")
+    end = index_of(out, r"^device high-water")
+    cmd = [("/tmp/swap" if a == "SWAP" else a) for a in RANKS]
+    return [shown(cmd, 9)] + elide(out, [(links, links + 4), (per_rank, per_rank + 5), (end, None)])
+
+
+def block_bad_profile(build):
+    with tempfile.TemporaryDirectory(prefix="memwall-readme-") as d:
+        shutil.copy(os.path.join(ROOT, "tests/cli/fixtures/no_unit.yaml"), os.path.join(d, "broken.yaml"))
+        cmd = ["./build/memwall", "analyze", "--profile", "broken.yaml", "--model", "fig2a-1T"]
+        return [shown(cmd)] + run(cmd, build, cwd=d, expect_rc=2, stream="stderr")
+
+
+BLOCKS = {
+    "analyze": block_analyze,
+    "table3": block_table3,
+    "schedule": block_schedule,
+    "simulate": block_simulate,
+    "run": block_run,
+    "run_nvme": block_run_nvme,
+    "plan_run": block_plan_run,
+    "ranks": block_ranks,
+    "bad_profile": block_bad_profile,
+}
+TIMED = {"run", "run_nvme", "plan_run", "ranks"}
+
+STEP_ROW = re.compile(r"^(\s+\d+\s+[0-9.]+)\s+\d+\s+[0-9.]+\s+(-|\d+ %)(.*)$")
+LOSS_LINE = re.compile(r"iteration [0-9.]+ ms \(median\), compute [0-9.]+ ms, ([0-9.]+ % of transfer)?")
+LINK_ROW = re.compile(r"^(\s+(?:\d+\s+)?[a-z_]+\s+[0-9.]+ ?[KMGT]?i?B\s+[0-9.]+ ?[KMGT]?i?B)\s+[0-9.]+ ms\s+[0-9.]+ ms$")
+
+
+def normalise(name, lines):
+    if name not in TIMED:
+        return lines
+    out = []
+    for line in lines:
+        line = STEP_ROW.sub(r"\1 <tokens/s> <ms> <hidden>\3", line)
+        line = LOSS_LINE.sub(lambda m: "iteration <ms> (median), compute <ms>, " +
+                             ("<hidden> % of transfer" if m.group(1) else ""), line)
+        line = LINK_ROW.sub(r"\1 <busy> <exposed>", line)
+        out.append(re.sub(r" +", " ", line))
+    return out
+
+
+MARKER = re.compile(r"^<!-- gen: ([a-z_0-9]+) -->$")
+
+
+def blocks_in(text):
+    """(name, first line index of the block's body, index of its closing fence) per marker."""
+    lines = text.split("\n")
+    found = []
+    for i, line in enumerate(lines):
+        m = MARKER.match(line)
+        if not m:
+            continue
+        if i + 1 >= len(lines) or not lines[i + 1].startswith("```"):
+            sys.exit(f"gen_readme_outputs: line {i + 1}: marker {m.group(1)} not followed by a fenced block")
+        end = i + 2
+        while end < len(lines) and lines[end] != "```":
+            end += 1
+        found.append((m.group(1), i + 2, end))
+    return lines, found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true", help="rewrite the README's generated blocks")
+    ap.add_argument("--check", action="store_true", help="compare (default)")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--only", help="comma-separated block names")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    with open(a.readme) as f:
+        text = f.read()
+    lines, found = blocks_in(text)
+    names = [n for n, _, _ in found]
+    missing = set(BLOCKS) - set(names)
+    unknown = set(names) - set(BLOCKS)
+    if missing or unknown:
+        sys.exit(f"gen_readme_outputs: README markers missing: {sorted(missing)}, unknown: {sorted(unknown)}")
+    only = set(a.only.split(",")) if a.only else None
+    failed = []
+    for name, body, end in reversed(found):  # from the end, so indices stay valid while rewriting
+        if only and name not in only:
+            continue
+        want = "\n".join(BLOCKS[name](build)).split("\n")  # a shown command may span lines
+        have = lines[body:end]
+        if a.write:
+            lines[body:end] = want
+            print(f"{name}: {len(want)} lines written")
+            continue
+        nw, nh = normalise(name, want), normalise(name, have)
+        if nw == nh:
+            print(f"{name}: ok ({len(have)} lines{', timings normalised' if name in TIMED else ''})")
+        else:
+            failed.append(name)
+            print(f"{name}: README.md differs from the command's output (README -, generated +):")
+            sys.stdout.writelines(l + "\n" for l in difflib.unified_diff(nh, nw, lineterm="", n=1))
+    if a.write:
+        with open(a.readme, "w") as f:
+            f.write("\n".join(lines))
+        return 0
+    if failed:
+        print(f"gen_readme_outputs: {len(failed)} block(s) out of date: {', '.join(reversed(failed))}; "
+              "regenerate with docs/gen_readme_outputs.py --write")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
