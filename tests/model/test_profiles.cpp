@@ -115,7 +115,7 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       // gpu.kernels (memwall calibrate): FLOP rates for the attention products and the LM head,
       // byte rates for the memory-bound kinds, nothing else
       {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 5 TFLOPS\n"),
-       "t.yaml:7: gpu.kernels.gelu: expected a bandwidth"},
+       "t.yaml:8: gpu.kernels.gelu: expected a bandwidth"},
       {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    attention_scores: 5 GB/s\n"),
        "gpu.kernels.attention_scores: expected a compute rate"},
       {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    linear: 5 TFLOPS\n"),
