@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "exec/io/temp_file.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -240,10 +241,8 @@ void write_output(const std::string& path, const std::string& text) {
   // Beside the target (same filesystem, so the rename is atomic), named so no user file is hit.
   fs::path tmp = target;
   tmp += ".memwall-" + std::to_string(::getpid()) + ".tmp";
-  auto give_up = [&](const std::string& why) {
-    fs::remove(tmp, ec);
-    throw UsageError(path + ": " + why);
-  };
+  const io::TempFileGuard guard(tmp.string());  // removed unless renamed, also on SIGINT/SIGTERM/SIGHUP
+  auto give_up = [&](const std::string& why) { throw UsageError(path + ": " + why); };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw UsageError(path + ": cannot open for writing: " + std::strerror(errno));

@@ -32,6 +32,7 @@
 #include "exec/engine/collectives.hpp"
 #include "exec/io/pinned_pool.hpp"
 #include "exec/io/swap_file.hpp"
+#include "exec/io/temp_file.hpp"
 #include "model/units.hpp"
 
 namespace memwall::exec {
@@ -195,6 +196,7 @@ std::uint64_t fnv1a(const char* p, std::size_t n) {
 // file is either the old one or the whole new one.
 Result<bool> write_durably(const std::string& path, const char* data, std::size_t n) {
   const std::string tmp = path + ".tmp";
+  const io::TempFileGuard guard(tmp);  // gone after the rename; removed on an error or a signal before it
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return make_error("write " + tmp + ": " + std::strerror(errno));
   std::size_t done = 0;
@@ -285,7 +287,8 @@ struct Engine::Impl {
   HostRegion host_param, host_grad, host_optim;
   std::unique_ptr<io::IoEngine> ioe;
   std::optional<io::SwapFile> swap_param, swap_grad, swap_optim;
-  std::vector<std::string> swap_paths;  // created by this engine: removed when it ends, however it ends
+  // Swap files this engine made: removed when it ends, however it ends, and on SIGINT/SIGTERM/SIGHUP.
+  std::vector<std::unique_ptr<io::TempFileGuard>> swap_guards;
   std::size_t dev_param = 0, dev_grad = 0, dev_optim = 0;  // arena offsets of device-resident states
   std::size_t dev_workspace = 0;
   std::vector<void*> registered;  // host memory registered with the backend
@@ -302,10 +305,7 @@ struct Engine::Impl {
   ~Impl() {
     if (be) be->ops().synchronize(be->ctx());
     if (ioe) (void)ioe->wait_all();
-    for (const std::string& p : swap_paths) {
-      std::error_code ec;  // a folder gone or read-only by now: nothing left to remove
-      std::filesystem::remove(p, ec);
-    }
+    swap_guards.clear();
     lane.reset();
     coll.reset();
     if (be) {
@@ -566,10 +566,13 @@ struct Engine::Impl {
       ioe = std::move(e).value();
       auto make = [&](const char* state, const std::vector<std::uint64_t>& shards,
                       std::optional<io::SwapFile>& out) -> Result<bool> {
+        Result<std::string> path = io::swap_file_path(o.nvme_dir, rank, state);
+        if (!path) return make_error(path.error());
+        // guarded before it exists: a signal during the preallocation removes it too
+        swap_guards.push_back(std::make_unique<io::TempFileGuard>(*path));
         Result<io::SwapFile> f = io::SwapFile::create(*ioe, o.nvme_dir, rank, state, shards);
         if (!f) return make_error("--nvme-dir: " + f.error());  // create removed a file it could not fill
         out = std::move(f).value();
-        swap_paths.push_back(out->file().path());
         return true;
       };
       if (tier(State::param16) == Tier::nvme)

@@ -1,65 +1,21 @@
 #include "exec/io/io_bench.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <random>
 
 #include "exec/io/pinned_pool.hpp"
+#include "exec/io/temp_file.hpp"
 #include "model/units.hpp"
 
 namespace memwall::io {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// SIGINT, SIGTERM or SIGHUP while the benchmark's file exists: unlink it, then die of the signal as
-// before. A handler can only reach globals; these two are set and cleared by TempFileGuard alone.
-char g_temp_path[4096];
-volatile std::sig_atomic_t g_temp_armed = 0;
-
-extern "C" void remove_temp_and_reraise(int sig) {
-  if (g_temp_armed) ::unlink(g_temp_path);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-class TempFileGuard {
- public:
-  explicit TempFileGuard(const std::string& path) {
-    if (path.size() >= sizeof g_temp_path) return;  // too long to keep: the file is still removed on return
-    std::memcpy(g_temp_path, path.c_str(), path.size() + 1);
-    struct sigaction sa {};
-    sa.sa_handler = remove_temp_and_reraise;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
-    g_temp_armed = 1;
-    armed_ = true;
-  }
-  ~TempFileGuard() {
-    if (!armed_) return;
-    g_temp_armed = 0;
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-
- private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3] {};
-  bool armed_ = false;
-};
-
-void remove_quietly(const std::string& path) {
-  std::error_code ec;  // a read-only or vanished folder: nothing to remove, nothing to report
-  std::filesystem::remove(path, ec);
-}
 
 // One phase: every block of the file once, in `order`, with one request per slot outstanding. The
 // engine keeps queue_depth of them in the kernel; the other slots wait in its queue, so a freed
@@ -144,12 +100,9 @@ Result<IoBenchResult> run_io_bench(const IoBenchOptions& o) {
   }
 
   r.file = (std::filesystem::path(o.dir) / ("memwall-io-bench-" + std::to_string(::getpid()) + ".tmp")).string();
-  TempFileGuard guard(r.file);
+  TempFileGuard guard(r.file);  // removed on return, and on SIGINT, SIGTERM or SIGHUP
   Result<IoFile> file = e.open(r.file, {.create = true, .truncate = true, .preallocate_bytes = o.size_bytes});
-  if (!file) {
-    remove_quietly(r.file);
-    return make_error(file.error());
-  }
+  if (!file) return make_error(file.error());
   r.direct = file->direct();
 
   const std::uint64_t blocks = o.size_bytes / o.block_bytes;
@@ -169,13 +122,9 @@ Result<IoBenchResult> run_io_bench(const IoBenchOptions& o) {
                         {"rand_read", IoOp::read, &shuffled}};
   for (const Plan& p : plans) {
     Result<IoBenchPhase> ph = run_phase(e, *file, p.name, p.op, *p.order, slots, o);
-    if (!ph) {
-      remove_quietly(r.file);
-      return make_error(ph.error());
-    }
+    if (!ph) return make_error(ph.error());
     r.phases.push_back(*ph);
   }
-  remove_quietly(r.file);
   r.verified_bytes = e.counters().bytes_verified;
   r.write_Bps = r.phases[0].Bps;
   r.read_Bps = r.phases[1].Bps;

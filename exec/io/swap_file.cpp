@@ -15,10 +15,17 @@ Result<std::string> swap_file_name(int rank, std::string_view state) {
   return std::string(buf) + std::string(state) + ".swap";
 }
 
+Result<std::string> swap_file_path(const std::string& dir, int rank, std::string_view state) {
+  Result<std::string> name = swap_file_name(rank, state);
+  if (!name) return name;
+  return dir + "/" + *name;
+}
+
 Result<SwapFile> SwapFile::create(IoEngine& engine, const std::string& dir, int rank, std::string_view state,
                                   std::span<const std::uint64_t> shard_bytes) {
-  Result<std::string> name = swap_file_name(rank, state);
-  if (!name) return make_error(name.error());
+  Result<std::string> where = swap_file_path(dir, rank, state);
+  if (!where) return make_error(where.error());
+  const std::string& path = *where;
   SwapFile s;
   s.engine_ = &engine;
   std::uint64_t at = 0;
@@ -26,7 +33,6 @@ Result<SwapFile> SwapFile::create(IoEngine& engine, const std::string& dir, int 
     s.shards_.push_back({at, b, align_up(b)});
     at += align_up(b);
   }
-  const std::string path = dir + "/" + *name;
   Result<IoFile> f = engine.open(path, {.create = true, .truncate = true, .preallocate_bytes = at});
   if (!f) {
     std::error_code ec;  // opened (and truncated) but not preallocated, e.g. ENOSPC: nothing worth keeping

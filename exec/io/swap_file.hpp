@@ -28,6 +28,8 @@ struct SwapShard {
 
 // "rank0003.optim32.swap"; state is one of param16, grad16, optim32, act_ckpt.
 Result<std::string> swap_file_name(int rank, std::string_view state);
+// <dir>/swap_file_name(rank, state): where SwapFile::create puts it.
+Result<std::string> swap_file_path(const std::string& dir, int rank, std::string_view state);
 
 class SwapFile {
  public:

@@ -82,5 +82,22 @@ case "$case_name" in
       [ -z "$(ls "$work/scratch")" ] || { echo "FAIL: SIG$sig left $(ls "$work/scratch")"; exit 1; }
       echo "ok: SIG$sig removed the file (exit $rc)"
     done ;;
+  signal_removes_swap_files)
+    # SIGTERM, SIGINT and SIGHUP while `memwall run` trains from swap files (zero_inf_nvme): every
+    # swap file goes, the process dies of the signal. It used to leave all three behind.
+    cfg=$(cd "$here/../../exec/data" && pwd)/run.yaml
+    for sig in TERM INT HUP; do
+      "$MW" run --config "$cfg" --strategy zero_inf_nvme --nvme-dir "$work/scratch" --steps 100000 >/dev/null 2>&1 &
+      pid=$!
+      for _ in $(seq 600); do [ "$(ls "$work/scratch" | grep -c '\.swap$')" = 3 ] && break; sleep 0.05; done
+      [ "$(ls "$work/scratch" | grep -c '\.swap$')" = 3 ] || { echo "FAIL: run made no swap files: $(ls "$work/scratch")"; kill -9 $pid; exit 1; }
+      sleep 0.5  # well into training
+      kill -$sig $pid
+      wait $pid
+      rc=$?
+      [ $rc -ge 128 ] || { echo "FAIL: SIG$sig: exit $rc, wanted death by signal"; exit 1; }
+      [ -z "$(ls -A "$work/scratch")" ] || { echo "FAIL: SIG$sig left $(ls -A "$work/scratch")"; exit 1; }
+      echo "ok: SIG$sig removed the swap files (exit $rc)"
+    done ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
