@@ -18,6 +18,7 @@
 #include "model/schedule.hpp"
 #include "model/units.hpp"
 #include "planner/plan_file.hpp"
+#include "planner/recommend.hpp"
 #include "planner/search.hpp"
 
 namespace memwall::cli {
@@ -76,7 +77,11 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                                           {"exposed", e.time.exposed_s}}},
                               {"fits", e.fit.fits()}, {"binding", resource_key(e.fit.binding().resource)},
                               {"checks", checks}};
-  if (e.simulated_s) j["simulated_iteration_s"] = *e.simulated_s;
+  j["ranked_by"] = e.ranked_by();
+  if (e.simulated_s) {
+    j["simulated_iteration_s"] = *e.simulated_s;
+    j["simulated_tflops_per_gpu"] = *e.simulated_tflops_per_gpu();
+  }
   return j;
 }
 
@@ -193,68 +198,32 @@ int run_plan(const PlanFlags& f) {
       return r->iteration_s;
     };
   }
-  // The detailed accounting confirms the analytic choice: build_schedule's per-rank peaks, with the
-  // executor's buffer sizes when `memwall run` executes this profile's plans (executor: in the
-  // profile). When the analytic best overflows there, the next-best are tried, then smaller
-  // micro-batches.
-  auto sizes_for = [&](const Candidate& c) { return take(exec::schedule_sizes(p, m, c.placement, c.config)); };
-  std::string sched_line;
-  auto check = [&](const Candidate& c) -> std::string {
-    const MemorySizes z = sizes_for(c);
-    // the executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
-    if (z.workspace_bytes > p.gpu_memory_bytes)
-      return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
-             format_bytes(z.workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
-    if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
-      return "schedule check: " + ok.error();
-    Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
-    if (!sched) return "schedule check: " + sched.error();
-    if (!sched->overflow) return "";
-    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ", ci " + std::to_string(c.config.ci) +
-           ", tiling " + std::to_string(c.config.tiling_factor) + " overflows in the detailed schedule" +
-           (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
-  };
-  if (!p.executor_backend.empty()) so.accept = check;  // small enough to check every candidate
-  CheckedSearch cs = search_checked(m, p, space, so, check, 4 * std::max(1, so.keep));
-  SearchResult& r = cs.result;
+  // The detailed accounting confirms the analytic choice (planner::recommend, as the GUI's Plan
+  // tab): build_schedule's per-rank peaks, with the executor's buffer sizes when `memwall run`
+  // executes this profile's plans (executor: in the profile).
+  const SizesFn sizes = [&](const Candidate& c) { return exec::schedule_sizes(p, m, c.placement, c.config); };
+  const Recommendation rec = recommend(m, p, space, fixes, so, sizes);
+  const SearchResult& r = rec.result();
   const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
                            ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
                            std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))";
 
   if (!r.fits()) {
-    const std::string advice = shortfall_advice(m, p, fixes, r, so);
     if (f.json) {
-      nlohmann::ordered_json j = {{"model", m.name}, {"profile", p.name}, {"fits", false}, {"shortfall", advice},
+      nlohmann::ordered_json j = {{"model", m.name}, {"profile", p.name}, {"fits", false}, {"shortfall", rec.shortfall},
                                   {"candidates", r.space_size}, {"evaluated", r.evaluated}};
       if (r.closest) j["closest"] = evaluated_json(*r.closest);
       write_output("", j.dump(1) + "\n");
     } else {
-      std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << ": " << advice << "\n";
+      std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << ": " << rec.shortfall << "\n";
     }
     return 1;
   }
 
-  const bool sched_fits = cs.chosen.has_value();
-  const Evaluated* chosen = sched_fits ? &*cs.chosen : &r.top.front();
-  {
-    Result<TrainingConfig> small = check_schedule_size(m, chosen->candidate.placement, chosen->candidate.config, p);
-    Result<Schedule> sched = !small ? Result<Schedule>(make_error(small.error()))
-                                    : build_schedule(m, chosen->candidate.placement, chosen->candidate.config, p, 0,
-                                                     sizes_for(chosen->candidate));
-    sched_line = !sched ? "schedule check: " + sched.error()
-                        : std::string("schedule check (build_schedule, rank 0") +
-                              (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
-                              format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) +
-                              ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
-                              format_bytes(sched->capacity_bytes[1]) + " per rank: " +
-                              (sched->overflow ? sched->overflow->message : std::string("fits"));
-  }
-  std::string rejected;
-  for (size_t i = 0; i < cs.rejected.size(); ++i)
-    if (i < 3 || i + 1 == cs.rejected.size()) rejected += "analytic choice rejected: " + cs.rejected[i] + "\n";
-  const Evaluated& best = *chosen;
-  std::vector<std::string> why = explain(m, p, space, best, so);
-  if (!rejected.empty() && sched_fits) why.insert(why.begin(), rejected.substr(0, rejected.size() - 1));
+  const bool sched_fits = rec.fits();
+  const Evaluated& best = sched_fits ? *rec.chosen : r.top.front();
+  const std::string& sched_line = rec.schedule_check;
+  const std::vector<std::string>& why = rec.explanation;
   // Runners-up: the best of every other placement, then other micro-batches and checkpoint
   // intervals of any placement (variants that differ only in tiling or slicing are not shown).
   std::vector<const Evaluated*> runners;
@@ -277,6 +246,9 @@ int run_plan(const PlanFlags& f) {
   plan.candidate.placement.name = placement_label(best.candidate.placement);
   plan.predicted_iteration_s = best.time.iteration_s;
   plan.predicted_tflops_per_gpu = best.time.tflops_per_gpu;
+  plan.simulated_iteration_s = best.simulated_s;
+  plan.simulated_tflops_per_gpu = best.simulated_tflops_per_gpu();
+  plan.ranking = best.ranked_by();
   std::string ds_text;
   if (!f.deepspeed.empty()) ds_text = take(deepspeed_config(m, best.candidate, f.nvme_path)).dump(2) + "\n";
 
@@ -290,7 +262,7 @@ int run_plan(const PlanFlags& f) {
     for (const Evaluated* e : runners) ru.push_back(evaluated_json(*e));
     j["runners_up"] = ru;
     j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"elapsed_s", r.elapsed_s},
-                   {"ranking", "analytic"}};
+                   {"ranking", best.ranked_by()}, {"simulate_top", f.simulate_top}};
     j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
     out = j.dump(1) + "\n";
   } else {
@@ -308,7 +280,16 @@ int run_plan(const PlanFlags& f) {
       o << (ov == OptimizerOverlap::backward ? " beside backward and recompute"
                                              : " beside the next forward and backward, then the refresh");
     if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
-    o << ")\n  memory:";
+    o << ") [analytic]\n";
+    if (best.simulated_s)
+      o << "  " << format_sig(*best.simulated_tflops_per_gpu()) << " TFLOPS per GPU, iteration "
+        << format_sig(*best.simulated_s) << " s [simulated: memwall simulate, one iteration]: the ranking that chose it\n";
+    else if (f.simulate_top > 0)
+      o << "  not simulated (" << (best.candidate.placement.fetch == ParamFetch::broadcast
+                                       ? "broadcast fetch: its replay is too slow for a planning loop"
+                                       : "the simulation failed or overflowed")
+        << "): chosen by the analytic estimate\n";
+    o << "  memory:";
     for (const LimitCheck& lc : best.fit.checks)
       if (lc.needed_bytes > 0) o << " " << lc.sentence() << ";";
     o << "\nwhy it won:\n";
@@ -317,6 +298,7 @@ int run_plan(const PlanFlags& f) {
       o << "runners-up:\n";
       std::vector<std::vector<std::string>> rows = {
           {"strategy", "bsz", "ci", "tiling", "mp", "optimizer", "TFLOPS/GPU", "iteration s", "binding limit"}};
+      if (f.simulate_top > 0) rows[0].insert(rows[0].begin() + 8, "simulated s");
       for (const Evaluated* ep : runners) {
         const Evaluated& e = *ep;
         const TrainingConfig& c = e.candidate.config;
@@ -324,13 +306,16 @@ int run_plan(const PlanFlags& f) {
                         std::to_string(c.tiling_factor), std::to_string(c.mp), to_string(c.optimizer_overlap),
                         format_sig(e.time.tflops_per_gpu),
                         format_sig(e.time.iteration_s), e.fit.binding().sentence()});
+        if (f.simulate_top > 0) rows.back().insert(rows.back().begin() + 8, e.simulated_s ? format_sig(*e.simulated_s) : "-");
       }
       o << render_table(rows, 2);
     }
     o << "search: " << r.space_size << " candidates in the space, " << r.evaluated << " checked (larger bsz pruned once "
       << "one misses), " << format_sig(r.elapsed_s * 1e3) << " ms; "
-      << (f.simulate_top > 0 ? "best " + std::to_string(f.simulate_top) + " re-ranked by simulation (memwall simulate)"
-                             : std::string("ranking analytic (--simulate-top 0)"))
+      << (f.simulate_top > 0
+              ? "the best " + std::to_string(f.simulate_top) + " re-ranked by simulation (memwall simulate); ranking " +
+                    best.ranked_by() + " chose the plan"
+              : std::string("ranking analytic (--simulate-top 0)"))
       << "\n"
       << sched_line << "\n";
     if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1)
@@ -339,8 +324,7 @@ int run_plan(const PlanFlags& f) {
   }
   if (!sched_fits) {
     // the analytic model said yes, the detailed schedule no, at every micro-batch: write nothing
-    std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << " in the detailed schedule"
-              << (p.executor_backend.empty() ? "" : " (the executor's buffers)") << ": " << sched_line << "\n";
+    std::cerr << "memwall plan: " << rec.shortfall << "\n";
     if (f.json) write_output("", out);
     return 1;
   }

@@ -67,13 +67,10 @@ PlanOutcome run_plan(const Session& s, bool refine) {
     out.error = q(space.error());
     return out;
   }
-  const planner::SearchOptions so = plan_options(s, refine);
-  out.result = planner::search(s.model, s.profile, *space, so);
+  // The paper's sizes: the GUI does not link the executor, so for a profile `memwall run` executes
+  // (an executor: section) its schedule check counts the paper's bytes, not the executor's buffers.
+  out.recommendation = planner::recommend(s.model, s.profile, *space, fixes, plan_options(s, refine));
   out.ok = true;
-  if (out.result.fits())
-    out.explanation = planner::explain(s.model, s.profile, *space, out.result.ranked.front(), so);
-  else
-    out.shortfall = planner::shortfall_advice(s.model, s.profile, fixes, out.result, so);
   return out;
 }
 
@@ -138,24 +135,33 @@ void PlanView::done() {
     summary_->setText("<span style='color:#d62728'>" + o.error.toHtmlEscaped() + "</span>");
     return;
   }
-  const planner::SearchResult& r = o.result;
-  const QString searched = QString("%1 candidates, %2 checked, %3 ms; ranking %4")
+  const planner::Recommendation& rec = o.recommendation;
+  const planner::SearchResult& r = rec.result();
+  const char* ranking = rec.fits() ? rec.chosen->ranked_by() : "analytic";
+  const QString searched = QString("%1 candidates, %2 checked, %3 ms; %4")
                                .arg(r.space_size)
                                .arg(r.evaluated)
                                .arg(r.elapsed_s * 1e3, 0, 'f', 1)
-                               .arg(refine_->isChecked() ? "analytic, best 3 re-ranked by simulation" : "analytic");
-  if (!r.fits()) {
+                               .arg(refine_->isChecked()
+                                        ? QString("best 3 re-ranked by simulation; ranking %1 chose the plan").arg(ranking)
+                                        : QString("ranking analytic"));
+  if (!rec.fits()) {
     QString text = "<b>" + q(session_.model.name) + " does not fit on " + q(session_.profile.name) + "</b>: " +
-                   q(o.shortfall).toHtmlEscaped();
+                   q(rec.shortfall).toHtmlEscaped();
     if (r.closest)
       text += "<br>closest: " + q(planner::placement_label(r.closest->candidate.placement)) + ": " +
               q(r.closest->fit.binding().sentence()).toHtmlEscaped();
     summary_->setText(text + "<br>" + searched);
     return;
   }
-  const planner::Evaluated& best = r.ranked.front();
-  summary_->setText(QString("<b>chosen: %1</b>, bsz %2, ci %3, tiling %4, mp %5: %6 TFLOPS per GPU, iteration %7 s"
-                            "<br>binding limit: %8<br>%9")
+  const planner::Evaluated& best = *rec.chosen;
+  const QString simulated =
+      best.simulated_s ? QString("; simulated %1 TFLOPS per GPU, iteration %2 s")
+                             .arg(*best.simulated_tflops_per_gpu(), 0, 'g', 4)
+                             .arg(*best.simulated_s, 0, 'g', 4)
+                       : QString();
+  summary_->setText(QString("<b>chosen: %1</b>, bsz %2, ci %3, tiling %4, mp %5: analytic %6 TFLOPS per GPU, iteration "
+                            "%7 s%10<br>binding limit: %8<br>%9")
                         .arg(q(planner::placement_label(best.candidate.placement)))
                         .arg(best.candidate.config.bsz)
                         .arg(best.candidate.config.ci)
@@ -163,23 +169,27 @@ void PlanView::done() {
                         .arg(best.candidate.config.mp)
                         .arg(best.time.tflops_per_gpu, 0, 'g', 4)
                         .arg(best.time.iteration_s, 0, 'g', 4)
-                        .arg(q(best.fit.binding().sentence()).toHtmlEscaped())
-                        .arg(searched));
-  // Rows: SearchResult::ranked (the chosen plan, then the best of every other placement), then
-  // other micro-batches and checkpoint intervals from SearchResult::top, as `memwall plan` lists
-  // its runners-up (variants differing only in tiling or slicing are not shown).
-  std::vector<const planner::Evaluated*> rows;
-  std::set<std::string> shown;
+                        .arg(q(best.fit.binding().sentence()).toHtmlEscaped() + "<br>" +
+                             q(rec.schedule_check).toHtmlEscaped())
+                        .arg(searched)
+                        .arg(simulated));
+  // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), the best of
+  // every other placement (SearchResult::ranked), then other micro-batches and checkpoint intervals
+  // from SearchResult::top, as `memwall plan` lists its runners-up (variants differing only in
+  // tiling or slicing are not shown).
+  std::vector<const planner::Evaluated*> rows = {&best};
   auto key = [](const planner::Evaluated& e) {
     return planner::placement_label(e.candidate.placement) + "/" + std::to_string(e.candidate.config.bsz) + "/" +
            std::to_string(e.candidate.config.ci);
   };
-  for (const planner::Evaluated& e : r.ranked) {
-    shown.insert(key(e));
-    rows.push_back(&e);
-  }
+  std::set<std::string> shown = {key(best)};
+  for (const planner::Evaluated& e : r.ranked)
+    if (planner::placement_label(e.candidate.placement) != planner::placement_label(best.candidate.placement) &&
+        shown.insert(key(e)).second)
+      rows.push_back(&e);
+  const size_t placements = rows.size();
   for (const planner::Evaluated& e : r.top)
-    if (rows.size() < r.ranked.size() + 6 && shown.insert(key(e)).second) rows.push_back(&e);
+    if (rows.size() < placements + 6 && shown.insert(key(e)).second) rows.push_back(&e);
   for (size_t i = 0; i < rows.size(); ++i) {
     const planner::Evaluated& e = *rows[i];
     const TrainingConfig& c = e.candidate.config;
@@ -206,7 +216,7 @@ void PlanView::done() {
     }
   }
   QString why = "<b>why it won</b> (planner::explain):<ul>";
-  for (const std::string& w : o.explanation) why += "<li>" + q(w).toHtmlEscaped() + "</li>";
+  for (const std::string& w : rec.explanation) why += "<li>" + q(w).toHtmlEscaped() + "</li>";
   why_->setText(why + "</ul>");
 }
 

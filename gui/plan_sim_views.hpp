@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gui/session.hpp"
-#include "planner/search.hpp"
+#include "planner/recommend.hpp"
 #include "sim/replay.hpp"
 
 class QCheckBox;
@@ -29,10 +29,9 @@ namespace memwall::gui {
 
 struct PlanOutcome {
   bool ok = false;
-  QString error;                       // make_space's message
-  planner::SearchResult result;
-  std::vector<std::string> explanation;  // planner::explain for the best, when something fits
-  std::string shortfall;                 // planner::shortfall_advice, when nothing fits
+  QString error;                          // make_space's message
+  planner::Recommendation recommendation; // planner::recommend: the plan `memwall plan` gives
+  const planner::SearchResult& result() const { return recommendation.result(); }
 };
 
 // The planner's inputs for a session: no fixes, analytic ranking unless `refine` (best 3 re-ranked

@@ -96,7 +96,8 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
 
   if (YAML::Node pr = root["predicted"]; pr.IsDefined() && !pr.IsNull()) {
     if (!pr.IsMap()) r.fail(pr, "predicted", "expected a mapping of fields");
-    r.only_keys(pr, "predicted", {"iteration_s", "tflops_per_gpu", "samples_per_s", "fits"});
+    r.only_keys(pr, "predicted", {"ranking", "iteration_s", "tflops_per_gpu", "simulated_iteration_s",
+                                  "simulated_tflops_per_gpu", "samples_per_s", "fits"});
     // 0.000 is what plan_yaml prints for a tiny model's iteration: allowed
     auto estimate = [&](const char* key) {
       YAML::Node n = pr[key];
@@ -109,6 +110,15 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
     };
     plan.predicted_iteration_s = estimate("iteration_s");
     plan.predicted_tflops_per_gpu = estimate("tflops_per_gpu");
+    if (pr["simulated_iteration_s"].IsDefined()) plan.simulated_iteration_s = estimate("simulated_iteration_s");
+    if (pr["simulated_tflops_per_gpu"].IsDefined()) plan.simulated_tflops_per_gpu = estimate("simulated_tflops_per_gpu");
+    if (YAML::Node rk = pr["ranking"]; rk.IsDefined()) {
+      if (!rk.IsScalar() || (rk.Scalar() != "analytic" && rk.Scalar() != "simulated"))
+        r.fail(rk, "predicted.ranking", "expected analytic or simulated");
+      plan.ranking = rk.Scalar();
+      if (plan.ranking == "simulated" && !plan.simulated_iteration_s)
+        r.fail(rk, "predicted.ranking", "simulated, but no predicted.simulated_iteration_s");
+    }
   }
 
   if (profile) {
@@ -172,9 +182,16 @@ std::string plan_yaml(const Plan& plan) {
   if (c.what_if.attention_density < 1)
     o << "  attention_density: " << format_g(c.what_if.attention_density)
       << "   # what-if (seed 004): block-sparse attention; plan and simulate only\n";
-  o << "predicted:            # the planner's analytic estimate\n"
-    << "  iteration_s: " << fixed(plan.predicted_iteration_s, 3) << "\n"
+  o << "predicted:\n"
+    << "  ranking: " << plan.ranking
+    << (plan.ranking == "simulated" ? "   # chosen by simulated time (memwall plan --simulate-top)\n"
+                                    : "    # chosen by the analytic estimate\n")
+    << "  iteration_s: " << fixed(plan.predicted_iteration_s, 3) << "   # analytic (Sec. 4-6)\n"
     << "  tflops_per_gpu: " << fixed(plan.predicted_tflops_per_gpu, 2) << "\n";
+  if (plan.simulated_iteration_s)
+    o << "  simulated_iteration_s: " << fixed(*plan.simulated_iteration_s, 3) << "   # memwall simulate\n";
+  if (plan.simulated_tflops_per_gpu)
+    o << "  simulated_tflops_per_gpu: " << fixed(*plan.simulated_tflops_per_gpu, 2) << "\n";
   return o.str();
 }
 

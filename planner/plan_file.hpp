@@ -5,6 +5,7 @@
 // Pure functions over value types: thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,8 +23,13 @@ struct Plan {
   std::string objective = "throughput";
   ModelSpec model;
   Candidate candidate;  // placement + training config
-  double predicted_iteration_s = 0;
-  double predicted_tflops_per_gpu = 0;
+  double predicted_iteration_s = 0;     // analytic (Sec. 4-6)
+  double predicted_tflops_per_gpu = 0;  // analytic
+  // `memwall plan --simulate-top N`: the simulated iteration of the chosen plan, when it was
+  // simulated, and which of the two ranked it first ("analytic" or "simulated").
+  std::optional<double> simulated_iteration_s;
+  std::optional<double> simulated_tflops_per_gpu;
+  std::string ranking = "analytic";
 };
 
 std::string plan_yaml(const Plan& plan);

@@ -256,6 +256,13 @@ double Evaluated::score() const {
   return t / (candidate.config.bsz * candidate.config.dp);
 }
 
+double Evaluated::analytic_score() const { return time.iteration_s / (candidate.config.bsz * candidate.config.dp); }
+
+std::optional<double> Evaluated::simulated_tflops_per_gpu() const {
+  if (!simulated_s || *simulated_s <= 0) return std::nullopt;
+  return time.tflops_per_gpu * time.iteration_s / *simulated_s;
+}
+
 Evaluated evaluate(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o) {
   return Evaluated{c, check_fit(m, c, p, o), estimate_time(m, c, p), std::nullopt};
 }
@@ -267,6 +274,10 @@ bool better(const Evaluated& a, const Evaluated& b, Objective obj) {
     double ua = a.fit.worst_use(), ub = b.fit.worst_use();
     if (std::abs(ua - ub) > 1e-9 * std::max(ua, ub)) return ua < ub;
   }
+  // Simulated and analytic times are never compared with each other: the simulated candidates (the
+  // analytic best few, re-ranked) come first, ordered by simulated time; the rest follow in
+  // analytic order, as the analytic ranking already put them behind.
+  if (a.simulated_s.has_value() != b.simulated_s.has_value()) return a.simulated_s.has_value();
   double sa = a.score(), sb = b.score();
   if (std::abs(sa - sb) > 1e-9 * std::max(sa, sb)) return sa < sb;
   // Ties (e.g. every transfer hidden behind compute): less traffic, less tiling and slicing (their
@@ -448,9 +459,10 @@ namespace {
 // "does not fit (CPU memory 1.50 TB < 2.05 TB needed per node)" or "fits but gives 30.1 TFLOPS".
 std::string outcome(const Evaluated& v, const Evaluated& best) {
   if (!v.fit.fits()) return "does not fit (" + v.fit.binding().sentence() + ")";
-  if (v.score() > best.score() * (1 + 1e-9))
+  // alternatives are estimated analytically: compare them with the chosen plan's analytic time
+  if (v.analytic_score() > best.analytic_score() * (1 + 1e-9))
     return "fits but gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU < " + fmt_tflops(best.time.tflops_per_gpu);
-  if (v.score() < best.score() * (1 - 1e-9))  // only outside the searched space
+  if (v.analytic_score() < best.analytic_score() * (1 - 1e-9))  // only outside the searched space
     return "fits and gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU > " + fmt_tflops(best.time.tflops_per_gpu);
   return "fits and gives the same " + fmt_tflops(v.time.tflops_per_gpu) +
          " per GPU (ties go to less traffic, less tiling, less GPU memory)";

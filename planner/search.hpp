@@ -84,6 +84,10 @@ struct Evaluated {
   TimeBreakdown time;
   std::optional<double> simulated_s;  // from the refiner
   double score() const;  // iteration time per sample (lower is better), simulated when available
+  double analytic_score() const;  // the same from the analytic estimate alone
+  // The same FLOPs over the simulated iteration; nothing when it was not simulated.
+  std::optional<double> simulated_tflops_per_gpu() const;
+  const char* ranked_by() const { return simulated_s ? "simulated" : "analytic"; }
 };
 
 struct SearchResult {

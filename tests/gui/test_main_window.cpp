@@ -17,6 +17,9 @@
 #include <QLabel>
 #include <QAreaSeries>
 #include <QChartView>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest/QtTest>
@@ -248,13 +251,15 @@ class MainWindowTest : public QObject {
              qPrintable(w_->memory_view()->status_text()));
   }
 
-  // Plan: the button runs planner::search on a worker; the table's first row is search's best
-  // and the other rows its ranking, one per placement, with FitReport::binding()'s sentence.
-  void plan_button_fills_the_table_with_planner_search() {
+  // Plan: the button runs planner::recommend on a worker; the table's first row is its chosen plan
+  // (checked against the detailed schedule) and the other rows come from the search's ranking,
+  // with FitReport::binding()'s sentence.
+  void plan_button_fills_the_table_with_planner_recommend() {
     const Session& s = w_->session();
     Result<planner::SearchSpace> space = planner::make_space(s.model, s.profile, planner::Fixes{});
     QVERIFY(space.ok());
-    const planner::SearchResult want = planner::search(s.model, s.profile, *space, planner::SearchOptions{});
+    const planner::Recommendation want =
+        planner::recommend(s.model, s.profile, *space, planner::Fixes{}, plan_options(s, false));
     QVERIFY(want.fits());
     PlanView* pv = w_->plan_view();
     QVERIFY(w_->tabs()->isTabEnabled(w_->tabs()->indexOf(pv)));
@@ -262,29 +267,60 @@ class MainWindowTest : public QObject {
     QVERIFY(pv->busy() || pv->outcome().has_value());
     pv->wait();
     QTableWidget* t = pv->table();
-    QVERIFY(size_t(t->rowCount()) > want.ranked.size());  // then runners-up from SearchResult::top
-    for (int r = int(want.ranked.size()); r < t->rowCount(); ++r) {
-      bool found = false;
-      for (const planner::Evaluated& e : want.top)
-        found = found || (t->item(r, 1)->text() == QString::fromStdString(planner::placement_label(e.candidate.placement)) &&
-                          t->item(r, 2)->text() == QString::number(e.candidate.config.bsz) &&
-                          t->item(r, 3)->text() == QString::number(e.candidate.config.ci) &&
-                          t->item(r, 8)->text() == QString::fromStdString(e.fit.binding().sentence()));
-      QVERIFY2(found, qPrintable(QString("row %1 is not in SearchResult::top").arg(r)));
-    }
-    for (int r = 0; r < int(want.ranked.size()); ++r) {
-      const planner::Evaluated& e = want.ranked[size_t(r)];
-      QCOMPARE(t->item(r, 1)->text(), QString::fromStdString(planner::placement_label(e.candidate.placement)));
-      QCOMPARE(t->item(r, 2)->text(), QString::number(e.candidate.config.bsz));
-      QCOMPARE(t->item(r, 3)->text(), QString::number(e.candidate.config.ci));
-      QCOMPARE(t->item(r, 4)->text(), QString::number(e.candidate.config.tiling_factor));
-      QCOMPARE(t->item(r, 8)->text(), QString::fromStdString(e.fit.binding().sentence()));
-    }
+    QVERIFY(t->rowCount() > 2);
+    const planner::Evaluated& chosen = *want.chosen;
     QCOMPARE(t->item(0, 0)->text(), QString("chosen"));
-    const QString best = QString::fromStdString(planner::placement_label(want.ranked.front().candidate.placement));
+    QCOMPARE(t->item(0, 1)->text(), QString::fromStdString(planner::placement_label(chosen.candidate.placement)));
+    QCOMPARE(t->item(0, 2)->text(), QString::number(chosen.candidate.config.bsz));
+    QCOMPARE(t->item(0, 3)->text(), QString::number(chosen.candidate.config.ci));
+    QCOMPARE(t->item(0, 4)->text(), QString::number(chosen.candidate.config.tiling_factor));
+    QCOMPARE(t->item(0, 8)->text(), QString::fromStdString(chosen.fit.binding().sentence()));
+    for (int r = 1; r < t->rowCount(); ++r) {
+      bool found = false;
+      for (const auto* list : {&want.result().ranked, &want.result().top})
+        for (const planner::Evaluated& e : *list)
+          found = found || (t->item(r, 1)->text() == QString::fromStdString(planner::placement_label(e.candidate.placement)) &&
+                            t->item(r, 2)->text() == QString::number(e.candidate.config.bsz) &&
+                            t->item(r, 3)->text() == QString::number(e.candidate.config.ci) &&
+                            t->item(r, 8)->text() == QString::fromStdString(e.fit.binding().sentence()));
+      QVERIFY2(found, qPrintable(QString("row %1 is not in the search's ranking").arg(r)));
+    }
+    const QString best = QString::fromStdString(planner::placement_label(chosen.candidate.placement));
     QVERIFY2(pv->summary()->text().contains("chosen: " + best), qPrintable(pv->summary()->text()));
-    QVERIFY(pv->summary()->text().contains(
-        QString::fromStdString(want.ranked.front().fit.binding().sentence()).toHtmlEscaped()));
+    QVERIFY(pv->summary()->text().contains(QString::fromStdString(chosen.fit.binding().sentence()).toHtmlEscaped()));
+    QVERIFY(pv->summary()->text().contains("schedule check (build_schedule"));
+  }
+
+  // The GUI and `memwall plan` give the same plan for the same input: the real CLI binary, asked as
+  // a user would, against what the Plan tab chose.
+  // table1-0.5T is the case that used to differ: the analytic best (tiling 2) overflows GPU memory in
+  // the detailed schedule, which the CLI checked and the GUI did not.
+  void plan_tab_and_cli_choose_the_same_plan() {
+    for (const char* model : {"table1-0.5T", "table1-10B"}) {
+      auto* models = w_->findChild<QComboBox*>("model_combo");
+      const int i = models->findText(model);
+      QVERIFY2(i >= 0, model);
+      models->setCurrentIndex(i);
+      emit models->activated(i);
+      PlanView* pv = w_->plan_view();
+      QTest::mouseClick(pv->button(), Qt::LeftButton);
+      pv->wait();
+      QVERIFY(pv->outcome().has_value() && pv->outcome()->recommendation.fits());
+      const planner::Evaluated& gui = *pv->outcome()->recommendation.chosen;
+      if (std::string(model) == "table1-0.5T") QVERIFY(!pv->outcome()->recommendation.checked.rejected.empty());
+      QProcess cli;
+      cli.start(MEMWALL_CLI, {"plan", "--profile", "dgx2", "--model", model, "--json"});
+      QVERIFY(cli.waitForFinished(120000));
+      QCOMPARE(cli.exitCode(), 0);
+      const QJsonObject j = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
+      QCOMPARE(j["strategy"].toString(), QString::fromStdString(planner::placement_label(gui.candidate.placement)));
+      QCOMPARE(j["bsz"].toDouble(), gui.candidate.config.bsz);
+      QCOMPARE(j["ci"].toInt(), gui.candidate.config.ci);
+      QCOMPARE(j["tiling_factor"].toInt(), gui.candidate.config.tiling_factor);
+      QCOMPARE(j["mp"].toInt(), gui.candidate.config.mp);
+      QCOMPARE(j["optimizer_overlap"].toString(), QString(to_string(gui.candidate.config.optimizer_overlap)));
+      QVERIFY(j["schedule_check"].toObject()["fits"].toBool());
+    }
   }
 
   // "re-rank best 3 by simulation" sets SearchOptions::refine: the chosen plan carries a simulated
@@ -297,12 +333,16 @@ class MainWindowTest : public QObject {
     QTest::mouseClick(pv->button(), Qt::LeftButton);
     pv->wait();
     QVERIFY(pv->outcome().has_value() && pv->outcome()->ok);
-    const planner::SearchResult& r = pv->outcome()->result;
-    QVERIFY(r.fits());
+    const planner::Recommendation& rec = pv->outcome()->recommendation;
+    QVERIFY(rec.fits());
     int simulated = 0;
-    for (const planner::Evaluated& e : r.top) simulated += e.simulated_s.has_value();
+    for (const planner::Evaluated& e : rec.result().top) simulated += e.simulated_s.has_value();
     QVERIFY(simulated > 0);
     QVERIFY(pv->summary()->text().contains("re-ranked by simulation"));
+    // the summary says which ranking chose the plan, and shows the simulated time beside the analytic
+    const QString ranking = QString("ranking %1 chose the plan").arg(rec.chosen->ranked_by());
+    QVERIFY2(pv->summary()->text().contains(ranking), qPrintable(pv->summary()->text()));
+    if (rec.chosen->simulated_s) QVERIFY(pv->summary()->text().contains("simulated"));
   }
 
   // A model that fits nowhere: the table stays empty and the summary shows shortfall_advice.

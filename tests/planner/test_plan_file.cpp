@@ -91,6 +91,31 @@ TEST(PlanFile, BadFilesNameFileLineAndField) {
   EXPECT_NE(error_of("version: [1\n").find("malformed YAML"), std::string::npos);
 }
 
+// Issue 17: with --simulate-top the plan file says which ranking chose the plan and keeps the
+// simulated time beside the analytic one; both survive a round trip, and a claim of a simulated
+// ranking without a simulated time is refused.
+TEST(PlanFile, RankingAndSimulatedTimeRoundTrip) {
+  Plan a = one_tb_plan();
+  EXPECT_NE(plan_yaml(a).find("ranking: analytic"), std::string::npos);
+  EXPECT_EQ(plan_yaml(a).find("simulated_iteration_s"), std::string::npos);
+  a.ranking = "simulated";
+  a.simulated_iteration_s = 12.5;
+  a.simulated_tflops_per_gpu = 31.25;
+  HardwareProfile p = *load_profile("dgx2");
+  Result<Plan> b = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b->ranking, "simulated");
+  ASSERT_TRUE(b->simulated_iteration_s.has_value());
+  EXPECT_DOUBLE_EQ(*b->simulated_iteration_s, 12.5);
+  EXPECT_DOUBLE_EQ(*b->simulated_tflops_per_gpu, 31.25);
+  EXPECT_NEAR(b->predicted_iteration_s, a.predicted_iteration_s, 1e-3);
+  EXPECT_NE(error_of(edited("ranking: analytic", "ranking: simulated")).find(
+                "predicted.ranking: simulated, but no predicted.simulated_iteration_s"),
+            std::string::npos);
+  EXPECT_NE(error_of(edited("ranking: analytic", "ranking: fastest")).find("predicted.ranking: expected analytic or simulated"),
+            std::string::npos);
+}
+
 TEST(PlanFile, TensorSlicingDividesTheNode) {
   std::string y = edited("gpus: 16", "gpus: 15");
   y = y.replace(y.find("  dp: 16"), 8, "  dp: 5");

@@ -1,0 +1,81 @@
+#include "planner/recommend.hpp"
+
+#include <algorithm>
+
+#include "model/units.hpp"
+
+namespace memwall::planner {
+namespace {
+
+Result<MemorySizes> sizes_of(const SizesFn& sizes, const Candidate& c) {
+  return sizes ? sizes(c) : Result<MemorySizes>(MemorySizes{});
+}
+
+std::string words(const Candidate& c) {
+  return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ", ci " + std::to_string(c.config.ci) +
+         ", tiling " + std::to_string(c.config.tiling_factor);
+}
+
+}  // namespace
+
+std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes) {
+  const Result<MemorySizes> z = sizes_of(sizes, c);
+  if (!z) return "schedule check: " + z.error();
+  // an executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
+  if (z->workspace_bytes > p.gpu_memory_bytes)
+    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
+           format_bytes(z->workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+  if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
+    return "schedule check: " + ok.error();
+  Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, *z);
+  if (!sched) return "schedule check: " + sched.error();
+  if (!sched->overflow) return "";
+  return words(c) + " overflows in the detailed schedule" +
+         (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
+}
+
+Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space, const Fixes& fixes,
+                         SearchOptions options, const SizesFn& sizes) {
+  Recommendation out;
+  auto check = [&](const Candidate& c) { return detailed_check(m, p, c, sizes); };
+  // For profiles an executor runs, the schedule is small enough to check every candidate the
+  // analytic fit accepts; for paper-sized ones the best few are checked after the search.
+  if (!p.executor_backend.empty()) options.accept = check;
+  out.checked = search_checked(m, p, space, options, check, 4 * std::max(1, options.keep));
+  const SearchResult& r = out.checked.result;
+  if (!r.fits()) {
+    out.shortfall = shortfall_advice(m, p, fixes, r, options);
+    return out;
+  }
+  out.chosen = out.checked.chosen;
+  const Evaluated& shown = out.chosen ? *out.chosen : r.top.front();
+  {
+    const Result<MemorySizes> z = sizes_of(sizes, shown.candidate);
+    Result<TrainingConfig> small = check_schedule_size(m, shown.candidate.placement, shown.candidate.config, p);
+    Result<Schedule> sched = !z       ? Result<Schedule>(make_error(z.error()))
+                             : !small ? Result<Schedule>(make_error(small.error()))
+                                      : build_schedule(m, shown.candidate.placement, shown.candidate.config, p, 0, *z);
+    out.schedule_check = !sched ? "schedule check: " + sched.error()
+                                : std::string("schedule check (build_schedule, rank 0") +
+                                      (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
+                                      format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) +
+                                      ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
+                                      format_bytes(sched->capacity_bytes[1]) + " per rank: " +
+                                      (sched->overflow ? sched->overflow->message : std::string("fits"));
+  }
+  if (!out.chosen) {
+    // the analytic model said yes, the detailed schedule no, at every micro-batch
+    out.shortfall = m.name + " fits nowhere on " + p.name + " in the detailed schedule" +
+                    (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + out.schedule_check;
+    return out;
+  }
+  out.explanation = explain(m, p, space, *out.chosen, options);
+  const std::vector<std::string>& rejected = out.checked.rejected;
+  std::string lines;
+  for (size_t i = 0; i < rejected.size(); ++i)
+    if (i < 3 || i + 1 == rejected.size()) lines += (lines.empty() ? "" : "\n") + ("analytic choice rejected: " + rejected[i]);
+  if (!lines.empty()) out.explanation.insert(out.explanation.begin(), lines);
+  return out;
+}
+
+}  // namespace memwall::planner
