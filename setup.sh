@@ -35,7 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  # Unity builds (8 sources per compiler run): CLI11, nlohmann/json and gtest are compiled once per
+  # batch instead of once per file, which halves a clean build on 2 cores. Plain `cmake -S . -B b`
+  # builds file by file, so both must compile (a name two files define twice fails the unity one).
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8
 fi
 cmake --build build --parallel "$(nproc)"
 
@@ -49,7 +52,7 @@ case "$mode" in
     # A finding (leaks included; third-party ones suppressed in lsan.supp) fails its test.
     if [ ! -f build-fuzz/CMakeCache.txt ]; then
       cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_FUZZ=ON > /dev/null
+        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_FUZZ=ON -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > /dev/null
     fi
     cmake --build build-fuzz --parallel "$(nproc)"
     cc -shared -fPIC -O2 -o build-fuzz/no_dlclose.so tests/sanitizers/no_dlclose.c
@@ -64,7 +67,7 @@ case "$mode" in
     # not instrumented, so TSan would report their own synchronisation.
     if [ ! -f build-tsan/CMakeCache.txt ]; then
       cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_SANITIZE=thread > /dev/null
+        -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_SANITIZE=thread -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > /dev/null
     fi
     cmake --build build-tsan --parallel "$(nproc)" --target test_io test_cpu_adam test_engine
     for t in io/test_io adam/test_cpu_adam engine/test_engine; do

@@ -19,6 +19,8 @@
 #include "model/units.hpp"
 #include "planner/plan_file.hpp"
 #include "planner/recommend.hpp"
+#include "planner/reproduce.hpp"
+#include "cli/fix_flags.hpp"
 #include "planner/search.hpp"
 
 namespace memwall::cli {

@@ -1,4 +1,5 @@
 #include "gui/main_window.hpp"
+#include "gui/qt_text.hpp"
 
 #include <QComboBox>
 #include <QCoreApplication>
@@ -33,7 +34,6 @@
 namespace memwall::gui {
 namespace {
 
-QString q(const std::string& s) { return QString::fromStdString(s); }
 constexpr double kTera = 1e12;
 const char* kCustom = "custom (layers / hidden / heads)";
 

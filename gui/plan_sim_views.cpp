@@ -1,4 +1,5 @@
 #include "gui/plan_sim_views.hpp"
+#include "gui/qt_text.hpp"
 
 #include <QAreaSeries>
 #include <QDir>
@@ -29,7 +30,6 @@
 namespace memwall::gui {
 namespace {
 
-QString q(const std::string& s) { return QString::fromStdString(s); }
 
 QProgressBar* busy_bar() {
   auto* p = new QProgressBar;

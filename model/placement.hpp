@@ -17,6 +17,7 @@ const char* to_string(Tier t);
 Result<Tier> parse_tier(std::string_view text);  // "gpu", "cpu", "nvme"
 
 enum class State { param16, grad16, optim32, act_ckpt };
+inline constexpr State kAllStates[] = {State::param16, State::grad16, State::optim32, State::act_ckpt};
 const char* to_string(State s);
 
 struct StatePlacement {

@@ -15,7 +15,7 @@ namespace memwall {
 namespace {
 
 constexpr int kMaxDepth = 32;
-constexpr long kMaxNodes = 100000;
+constexpr long kMaxYamlNodes = 100000;
 
 std::string open_failure(const std::string& path, std::string_view what, int err) {
   const std::string w(what);
@@ -82,7 +82,7 @@ YamlReader::YamlReader(std::string source, std::string_view text) : source_(std:
 }
 
 void YamlReader::check_tree(const YAML::Node& node, const std::string& path, int depth, long& nodes) const {
-  if (++nodes > kMaxNodes) fail(node, path, "more than " + std::to_string(kMaxNodes) + " YAML nodes (aliases?)");
+  if (++nodes > kMaxYamlNodes) fail(node, path, "more than " + std::to_string(kMaxYamlNodes) + " YAML nodes (aliases?)");
   if (depth > kMaxDepth) fail(node, path, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
   if (node.IsSequence()) {
     for (std::size_t i = 0; i < node.size(); ++i)

@@ -10,8 +10,6 @@
 namespace memwall::planner {
 namespace {
 
-constexpr State kStates[] = {State::param16, State::grad16, State::optim32, State::act_ckpt};
-
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -50,7 +48,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   if (fetch != "allgather" && fetch != "broadcast")
     r.fail(pn["fetch"], "placement.fetch", "expected allgather or broadcast, got \"" + fetch + "\"");
   pl.fetch = fetch == "broadcast" ? ParamFetch::broadcast : ParamFetch::allgather;
-  for (State s : kStates) {
+  for (State s : kAllStates) {
     const std::string path = std::string("placement.") + to_string(s);
     YAML::Node sn = r.section(pn, "placement", to_string(s));
     r.only_keys(sn, path, {"tier", "partitioned"});
@@ -162,7 +160,7 @@ std::string plan_yaml(const Plan& plan) {
     << "placement:\n"
     << "  name: " << pl.name << "\n"
     << "  fetch: " << (pl.fetch == ParamFetch::broadcast ? "broadcast" : "allgather") << "\n";
-  for (State s : kStates)
+  for (State s : kAllStates)
     o << "  " << to_string(s) << ": {tier: " << to_string(pl.of(s).tier)
       << ", partitioned: " << (pl.of(s).partitioned ? "true" : "false") << "}\n";
   o << "training:\n"

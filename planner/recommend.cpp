@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/units.hpp"
+#include "planner/explain.hpp"
 
 namespace memwall::planner {
 namespace {

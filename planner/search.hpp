@@ -1,4 +1,5 @@
-// The planner's search: every placement the paper's Table 2 allows plus per-state tier choices
+// The planner's search (the explanation is planner/explain.hpp, Fig. 6/7 planner/reproduce.hpp,
+// the checked recommendation planner/recommend.hpp): every placement the paper's Table 2 allows plus per-state tier choices
 // (placement validate() rejects meaningless ones) x micro-batch x checkpoint interval x tiling
 // factor x tensor-slicing degree, filtered by memory fit and ranked by analytic iteration time
 // (planner/fit.hpp). The placement order of the paper's evaluation (seed 001) is not coded here:
@@ -18,8 +19,8 @@
 
 namespace memwall::planner {
 
-// --fix key=value: pins one dimension of the space. Keys: strategy (a preset), param16, grad16,
-// optim32, act_ckpt (a tier), fetch (allgather|broadcast), bsz, ci, tiling, mp, prefetch_depth.
+// Pins on dimensions of the space (the CLI's --fix key=value, parsed in cli/fix_flags): a preset,
+// a tier per state, the fetch, bsz, ci, tiling, mp, prefetch depth, optimizer overlap.
 struct Fixes {
   std::optional<std::string> strategy;
   std::map<State, Tier> tiers;
@@ -28,8 +29,6 @@ struct Fixes {
   std::optional<int> ci, tiling, mp, prefetch_depth;
   std::optional<OptimizerOverlap> overlap;  // optimizer_overlap=none|backward|dpu
 };
-// Errors (one line, for exit code 2): unknown key, bad value, the same key twice with different values.
-Result<Fixes> parse_fixes(const std::vector<std::string>& key_values);
 
 struct SearchSpace {
   std::vector<Placement> placements;
@@ -118,50 +117,5 @@ CheckedSearch search_checked(const ModelSpec& m, const HardwareProfile& p, Searc
 
 SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
                     const SearchOptions& options = {});
-
-// Why the plan won, in sentences a user can check against the profile: per state why it is on its
-// tier (what a faster tier would need), then bsz, ci, tiling and mp, then the placement-order rule.
-std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
-                                 const Evaluated& best, const SearchOptions& options = {});
-
-// Nothing fits: the smallest shortfall and what to add, e.g. "needs 3.10 TB more NVMe per node
-// (28.0 TB < 31.1 TB needed per node) or 2 more nodes".
-std::string shortfall_advice(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes,
-                             const SearchResult& result, const SearchOptions& options = {});
-
-// ---- Model scale (paper Sec. 8.5) ----
-
-// Fig. 6: the largest model one strategy trains on a profile, grown as in Table 4: along Table 4's
-// rows, layers grow at a row's hidden size (and heads) until the next row's parameter count, then
-// that row takes over. bsz 1, mp 1 (4 for three_d, as in Table 4), act_ckpt gpu or cpu, ci and
-// tiling free. Parameters are Eq. 1's.
-struct MaxModel {
-  std::string strategy;
-  double max_params = 0;  // Eq. 1
-  int layers = 0;
-  long hidden = 0;
-  int heads = 0;
-  Evaluated plan;         // the configuration that fits it
-  std::string stops_because;  // the binding limit of the next model on the path
-};
-Result<MaxModel> max_model_size(const std::string& strategy, const HardwareProfile& p, const FitOptions& o = {});
-
-// Fig. 7: the largest hidden size (multiple of 1024, 16 heads) of a one-layer model that fits with
-// a given tiling factor, parameters partitioned (ZeRO-3 family), bsz 1.
-struct MaxHidden {
-  int tiling = 1;
-  long hidden = 0;           // on a 1K grid
-  long hidden_pow2 = 0;      // on the paper's grid (Table 5: 8K, 16K, 32K, 64K)
-  Evaluated plan;
-};
-MaxHidden max_hidden_size(int tiling, const HardwareProfile& p, const FitOptions& o);
-
-// The reproduction tables: CSV and Markdown, the paper's numbers beside memwall's.
-struct Reproduction {
-  std::string csv;
-  std::string markdown;
-};
-Result<Reproduction> reproduce_fig6(const HardwareProfile& p);
-Result<Reproduction> reproduce_fig7(const HardwareProfile& p, double max_alloc_bytes);
 
 }  // namespace memwall::planner

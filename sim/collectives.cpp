@@ -118,7 +118,7 @@ Algorithm pick_algorithm(const CollectiveOp& op, const PathRates& r) {
 namespace {
 
 // Members of node `a`: [a * k, a * k + size(a)).
-struct Layout {
+struct NodeGroups {
   const Shape& s;
   int size(int a) const { return std::min(s.k, s.n - a * s.k); }
   int member(int a, int j) const { return a * s.k + j; }
@@ -143,7 +143,7 @@ class Round {
 // One ring step: every member passes `chunk` bytes on, split over the channels as ring_split says.
 // `skip_into` (>= 0): no flow enters that member (a pipeline's root).
 void ring_step(const Shape& s, double chunk, int skip_into, Round& r) {
-  const Layout L{s};
+  const NodeGroups L{s};
   for (int a = 0; a < s.N; ++a) {
     const int ka = L.size(a);
     for (int j = 0; j < ka; ++j) {
@@ -190,7 +190,7 @@ FlowPlan member_flows(const CollectiveOp& op, Algorithm a) {
       return plan;
     }
     case Algorithm::tree: {
-      const Layout L{s};
+      const NodeGroups L{s};
       Round r;
       // The chain inside each node, one channel per member as head: reduce toward the head
       // (member j to j - 1), broadcast away from it (j to j + 1), (k - 1) / k of B each way.

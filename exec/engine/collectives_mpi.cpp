@@ -9,6 +9,7 @@
 
 #include "exec/backend/half.hpp"
 #include "exec/engine/collectives.hpp"
+#include "exec/adam/cpu_adam.hpp"
 
 namespace memwall::exec {
 namespace {
@@ -39,7 +40,6 @@ struct Types {
 };
 
 MPI_Datatype mpi_type(adam::DType t) { return t == adam::DType::fp32 ? MPI_FLOAT : MPI_UINT16_T; }
-std::size_t elem_bytes(adam::DType t) { return t == adam::DType::fp32 ? 4 : 2; }
 
 class MpiOp : public CollectiveOp {
  public:
@@ -97,7 +97,7 @@ class MpiCollectives : public Collectives {
     // the stride, gathered in place
     MPI_Datatype block = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
     MPI_CHECK(MPI_Type_contiguous(int(count), mpi_type(t), &block));
-    MPI_CHECK(MPI_Type_create_resized(block, 0, MPI_Aint(stride * elem_bytes(t)), &strided));
+    MPI_CHECK(MPI_Type_create_resized(block, 0, MPI_Aint(stride * adam::dtype_bytes(t)), &strided));
     MPI_Type_free(&block);
     MPI_CHECK(MPI_Type_commit(&strided));
     op->own_type(strided);
@@ -111,7 +111,7 @@ class MpiCollectives : public Collectives {
     // in place: the sum of this rank's slice lands at the start of buf, then moves to `out`
     MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD,
                                         op->request()));
-    op->then_copy(buf, out, count * elem_bytes(t));
+    op->then_copy(buf, out, count * adam::dtype_bytes(t));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 

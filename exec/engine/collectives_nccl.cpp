@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "exec/engine/collectives.hpp"
+#include "exec/adam/cpu_adam.hpp"
 
 namespace memwall::exec {
 namespace {
@@ -30,7 +31,6 @@ namespace {
 ncclDataType_t nccl_type(adam::DType t) {
   return t == adam::DType::fp32 ? ncclFloat32 : t == adam::DType::bf16 ? ncclBfloat16 : ncclFloat16;
 }
-std::size_t elem_bytes(adam::DType t) { return t == adam::DType::fp32 ? 4 : 2; }
 
 class NcclOp : public CollectiveOp {
  public:
@@ -70,7 +70,7 @@ class NcclCollectives : public Collectives {
                                                    adam::DType t) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
     char* b = static_cast<char*>(base);
-    const std::size_t eb = elem_bytes(t);
+    const std::size_t eb = adam::dtype_bytes(t);
     if (stride == count) {  // in place: sendbuff == recvbuff + rank * count
       NCCL_CHECK(ncclAllGather(b + std::size_t(rank()) * count * eb, b, count, nccl_type(t), comm_, stream_));
     } else {  // NCCL has no strided all-gather: one broadcast per rank, grouped
@@ -85,9 +85,9 @@ class NcclCollectives : public Collectives {
   Result<std::unique_ptr<CollectiveOp>> reduce_scatter(void* buf, void* out, std::size_t count,
                                                        adam::DType t) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
-    char* slice = static_cast<char*>(buf) + std::size_t(rank()) * count * elem_bytes(t);
+    char* slice = static_cast<char*>(buf) + std::size_t(rank()) * count * adam::dtype_bytes(t);
     NCCL_CHECK(ncclReduceScatter(buf, slice, count, nccl_type(t), ncclSum, comm_, stream_));
-    if (out != slice) CUDA_CHECK(cudaMemcpyAsync(out, slice, count * elem_bytes(t), cudaMemcpyDeviceToDevice, stream_));
+    if (out != slice) CUDA_CHECK(cudaMemcpyAsync(out, slice, count * adam::dtype_bytes(t), cudaMemcpyDeviceToDevice, stream_));
     return done_op();
   }
   Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {

@@ -31,6 +31,7 @@
 #include "gui/plan_sim_views.hpp"
 #include "gui/profile_form.hpp"
 #include "model/units.hpp"
+#include "planner/explain.hpp"
 
 using namespace memwall;
 using namespace memwall::gui;

@@ -87,7 +87,9 @@ TEST(Fig3, SweepsFollowEq6AndRiseWithBandwidth) {
     ASSERT_FALSE(pts.empty());
     for (size_t i = 0; i < pts.size(); ++i) {
       EXPECT_DOUBLE_EQ(pts[i].efficiency, efficiency_eq6(pts[i].ait, pts[i].bw_Bps, V100));
-      if (i > 0 && pts[i].series == pts[i - 1].series) EXPECT_GT(pts[i].efficiency, pts[i - 1].efficiency);
+      if (i > 0 && pts[i].series == pts[i - 1].series) {
+        EXPECT_GT(pts[i].efficiency, pts[i - 1].efficiency);
+      }
     }
     EXPECT_NEAR(pts.front().bw_Bps, 1e8, 1);
     EXPECT_NEAR(pts.back().bw_Bps, 1e13, 1e3);
@@ -124,7 +126,9 @@ TEST(Analyze, Dgx2TierBandwidths) {
   EXPECT_DOUBLE_EQ(opt.efficiency, efficiency_eq6(2.0 * 1024 / 4, 25e9, p.peak_flops_per_s(m.hidden)));
   // 1T: 18.3 TiB of model states fit in 28 TB of NVMe but not in 1.5 TB of DRAM or 512 GiB of HBM.
   for (const auto& f : a.fits)
-    if (f.what == "model states") EXPECT_EQ(f.fits(), f.tier == "nvme") << f.tier;
+    if (f.what == "model states") {
+      EXPECT_EQ(f.fits(), f.tier == "nvme") << f.tier;
+    }
   EXPECT_DOUBLE_EQ(a.act_ckpt_bytes_total, act_ckpt_bytes_eq3(32, 1024, m.hidden, m.layers, 1));
 }
 
@@ -134,7 +138,9 @@ TEST(Analyze, SingleGpuNeedsNoAllGather) {
   Analysis a = analyze(m, TrainingConfig{}, p, 0);
   for (const auto& e : a.efficiencies) {
     EXPECT_NE(e.tier, "gpu") << "no GPU peers to partition over";
-    if (e.state == AitState::param_grad && e.tier == "cpu") EXPECT_DOUBLE_EQ(e.bw_Bps, 25e9);
+    if (e.state == AitState::param_grad && e.tier == "cpu") {
+      EXPECT_DOUBLE_EQ(e.bw_Bps, 25e9);
+    }
   }
 }
 

@@ -6,10 +6,13 @@
 #include "model/schedule.hpp"
 #include "planner/plan_file.hpp"
 #include "planner/search.hpp"
+#include "cli/fix_flags.hpp"
 #include "planner_test_util.hpp"
 
 namespace memwall::planner {
 namespace {
+
+using cli::parse_fixes;  // --fix words, parsed in cli/
 
 using testing::make_candidate;
 using testing::make_model;

@@ -4,11 +4,16 @@
 
 #include "model/analysis.hpp"
 #include "model/schedule.hpp"
+#include "planner/explain.hpp"
+#include "planner/reproduce.hpp"
 #include "planner/search.hpp"
+#include "cli/fix_flags.hpp"
 #include "planner_test_util.hpp"
 
 namespace memwall::planner {
 namespace {
+
+using cli::parse_fixes;  // --fix words, parsed in cli/
 
 using testing::make_model;
 using testing::make_profile;

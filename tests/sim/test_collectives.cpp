@@ -10,6 +10,7 @@
 
 #include "sim/platform.hpp"
 #include "sim/replay.hpp"
+#include "tests/sim/sim_test_support.hpp"
 
 namespace memwall::sim {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 constexpr double W = 70e9;                  // dgx2: links.gpu_gpu
 constexpr double kAlpha = 2 * kLinkLatency_s;  // nvlink up, nvlink down
 
-HardwareProfile dgx2(int nodes = 1) { return *scale_to_nodes(*load_profile("dgx2"), nodes); }
+using testing::dgx2;
 
 CollectiveOp op(Collective kind, double bytes, int members, int per_node, int root = 0) {
   return {kind, bytes, {members, per_node}, root};

@@ -29,7 +29,7 @@ HardwareProfile two_small_nodes() {
   return p;
 }
 
-ModelSpec model() { return *model_from_shape(4, 2048, 16, 512, 1024); }
+ModelSpec ground_truth_model() { return *model_from_shape(4, 2048, 16, 512, 1024); }
 
 struct Case {
   std::string placement;
@@ -50,7 +50,7 @@ class GroundTruth : public ::testing::TestWithParam<Case> {};
 TEST_P(GroundTruth, SymmetricShortcutMatchesEveryGpuReplayed) {
   const Case& k = GetParam();
   const HardwareProfile p = two_small_nodes();
-  const ModelSpec m = model();
+  const ModelSpec m = ground_truth_model();
   const Placement pl = *preset(k.placement);
   TrainingConfig c;
   c.seq = m.seq;

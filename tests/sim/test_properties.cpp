@@ -16,11 +16,12 @@
 #include <ostream>
 
 #include "sim/replay.hpp"
+#include "tests/sim/sim_test_support.hpp"
 
 namespace memwall::sim {
 namespace {
 
-HardwareProfile dgx2(int nodes = 1) { return *scale_to_nodes(*load_profile("dgx2"), nodes); }
+using testing::dgx2;
 
 SimReport run(const ModelSpec& m, const Placement& pl, TrainingConfig c, const HardwareProfile& p,
               SimOptions o = {}) {
