@@ -24,6 +24,26 @@ few_threads() {
   else prlimit --nproc=4:4 -- "$@"; fi
 }
 need_root() { [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null || { echo "skipped: needs root and mount namespaces"; exit 77; }; }
+# killed_leaves_nothing N PATTERN -- CMD...: for SIGTERM, SIGINT and SIGHUP, starts CMD, waits until
+# N files matching PATTERN are in $work/scratch (and half a second more), sends the signal, and
+# checks that the process died of it and left the folder empty.
+killed_leaves_nothing() {
+  local n=$1 pattern=$2
+  shift 3
+  for sig in TERM INT HUP; do
+    "$@" >/dev/null 2>&1 &
+    local pid=$!
+    for _ in $(seq 600); do [ "$(ls "$work/scratch" | grep -c -- "$pattern")" -ge "$n" ] && break; sleep 0.05; done
+    [ "$(ls "$work/scratch" | grep -c -- "$pattern")" -ge "$n" ] || { echo "FAIL: $1 made no file: $(ls "$work/scratch")"; kill -9 $pid; exit 1; }
+    sleep 0.5
+    kill -$sig $pid
+    wait $pid
+    local rc=$?
+    [ $rc -ge 128 ] || { echo "FAIL: SIG$sig: exit $rc, wanted death by signal"; exit 1; }
+    [ -z "$(ls -A "$work/scratch")" ] || { echo "FAIL: SIG$sig left $(ls -A "$work/scratch")"; exit 1; }
+    echo "ok: SIG$sig removed every file (exit $rc)"
+  done
+}
 # Nothing but what the case created itself may remain in the work folder.
 no_leftovers() {
   left=$(find "$work" -name 'memwall-io-bench-*' -o -name '*.memwall-*.tmp' | head -5)
@@ -69,35 +89,12 @@ case "$case_name" in
     unshare -m -- sh -c 'mount --bind -o ro "$1" "$1" && exec "$2" 2 "^memwall analyze: $1/out.txt: cannot open for writing: Read-only file system$" "" --no-file "$1/out.txt" -- "$3" analyze -o "$1/out.txt"' \
       sh "$work/scratch" "$EXPECT" "$MW" ;;
   signal_removes_temp_file)
-    # SIGTERM and SIGINT while io-bench's file exists: the file goes, the process dies of the signal.
-    for sig in TERM INT HUP; do
-      "$MW" io-bench --dir "$work/scratch" --size 2GiB --block 4KiB --qd 1 >/dev/null 2>&1 &
-      pid=$!
-      for _ in $(seq 200); do [ -n "$(ls "$work/scratch")" ] && break; sleep 0.05; done
-      [ -n "$(ls "$work/scratch")" ] || { echo "FAIL: io-bench made no file"; kill -9 $pid; exit 1; }
-      kill -$sig $pid
-      wait $pid
-      rc=$?
-      [ $rc -ge 128 ] || { echo "FAIL: SIG$sig: exit $rc, wanted death by signal"; exit 1; }
-      [ -z "$(ls "$work/scratch")" ] || { echo "FAIL: SIG$sig left $(ls "$work/scratch")"; exit 1; }
-      echo "ok: SIG$sig removed the file (exit $rc)"
-    done ;;
+    # SIGTERM, SIGINT and SIGHUP while io-bench's file exists: the file goes, the process dies of the signal.
+    killed_leaves_nothing 1 '' -- "$MW" io-bench --dir "$work/scratch" --size 2GiB --block 4KiB --qd 1 ;;
   signal_removes_swap_files)
-    # SIGTERM, SIGINT and SIGHUP while `memwall run` trains from swap files (zero_inf_nvme): every
-    # swap file goes, the process dies of the signal. It used to leave all three behind.
-    cfg=$(cd "$here/../../exec/data" && pwd)/run.yaml
-    for sig in TERM INT HUP; do
-      "$MW" run --config "$cfg" --strategy zero_inf_nvme --nvme-dir "$work/scratch" --steps 100000 >/dev/null 2>&1 &
-      pid=$!
-      for _ in $(seq 600); do [ "$(ls "$work/scratch" | grep -c '\.swap$')" = 3 ] && break; sleep 0.05; done
-      [ "$(ls "$work/scratch" | grep -c '\.swap$')" = 3 ] || { echo "FAIL: run made no swap files: $(ls "$work/scratch")"; kill -9 $pid; exit 1; }
-      sleep 0.5  # well into training
-      kill -$sig $pid
-      wait $pid
-      rc=$?
-      [ $rc -ge 128 ] || { echo "FAIL: SIG$sig: exit $rc, wanted death by signal"; exit 1; }
-      [ -z "$(ls -A "$work/scratch")" ] || { echo "FAIL: SIG$sig left $(ls -A "$work/scratch")"; exit 1; }
-      echo "ok: SIG$sig removed the swap files (exit $rc)"
-    done ;;
+    # The same while `memwall run` trains from its three swap files (zero_inf_nvme), half a second
+    # into training. It used to leave all three behind.
+    killed_leaves_nothing 3 '\.swap$' -- "$MW" run --config "$(cd "$here/../../exec/data" && pwd)/run.yaml" \
+      --strategy zero_inf_nvme --nvme-dir "$work/scratch" --steps 100000 ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -54,7 +54,11 @@ if what == "fill":
         except OSError as e:
             if e.errno != errno.ENOSPC:
                 raise
-            os.unlink(os.path.join(d, str(n)))
+            # ENOSPC at open (no room for the directory entry or inode) leaves no file to remove
+            try:
+                os.unlink(os.path.join(d, str(n)))
+            except FileNotFoundError:
+                pass
             break
         n += 1
     print(n)
