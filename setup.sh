@@ -70,11 +70,22 @@ case "$mode" in
         -DCMAKE_CXX_COMPILER=clang++ -DMEMWALL_SANITIZE=thread -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > /dev/null
     fi
     cmake --build build-tsan --parallel "$(nproc)" --target test_io test_cpu_adam test_engine
-    for t in io/test_io adam/test_cpu_adam engine/test_engine; do
-      echo "ThreadSanitizer: $t"
+    tsan() {  # tsan PROGRAM: one test program under TSan, its output to build-tsan/PROGRAM.log
       env TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/tests/sanitizers/tsan.supp" \
-        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "build-tsan/tests/exec/$t" --gtest_brief=1 \
-        --gtest_filter="-$(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' tests/sanitizers/tsan_exclude.txt | paste -sd':')"
-    done ;;
+        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "build-tsan/tests/exec/$1" --gtest_brief=1 \
+        --gtest_filter="-$(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' tests/sanitizers/tsan_exclude.txt | paste -sd':')" \
+        > "build-tsan/$(basename "$1").log" 2>&1
+    }
+    # Two at a time on 2 cores: the engine's tests (the longest) beside the io engine's and CPU Adam's.
+    tsan engine/test_engine & engine=$!
+    status=0
+    tsan io/test_io || status=1
+    tsan adam/test_cpu_adam || status=1
+    wait $engine || status=1
+    for t in test_io test_cpu_adam test_engine; do
+      echo "ThreadSanitizer: $t"
+      cat "build-tsan/$t.log"
+    done
+    exit $status ;;
   *) echo "setup.sh: unknown mode \"$mode\" (expected run or test)" >&2; exit 2 ;;
 esac

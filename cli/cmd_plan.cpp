@@ -17,6 +17,7 @@
 #include "sim/replay.hpp"
 #include "model/schedule.hpp"
 #include "model/units.hpp"
+#include "planner/deepspeed.hpp"
 #include "planner/plan_file.hpp"
 #include "planner/recommend.hpp"
 #include "planner/reproduce.hpp"
@@ -251,8 +252,10 @@ int run_plan(const PlanFlags& f) {
   plan.simulated_iteration_s = best.simulated_s;
   plan.simulated_tflops_per_gpu = best.simulated_tflops_per_gpu();
   plan.ranking = best.ranked_by();
-  std::string ds_text;
-  if (!f.deepspeed.empty()) ds_text = take(deepspeed_config(m, best.candidate, f.nvme_path)).dump(2) + "\n";
+  std::optional<DeepSpeedExport> ds;
+  // the companion note beside the config (none when the config goes to stdout: the output has it)
+  const std::string ds_notes_path = f.deepspeed == "-" ? std::string() : f.deepspeed + ".notes.txt";
+  if (!f.deepspeed.empty()) ds = take(deepspeed_export(m, best.candidate, f.nvme_path));
 
   std::string out;
   if (f.json) {
@@ -266,6 +269,10 @@ int run_plan(const PlanFlags& f) {
     j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"elapsed_s", r.elapsed_s},
                    {"ranking", best.ranked_by()}, {"simulate_top", f.simulate_top}};
     j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
+    if (ds)
+      j["deepspeed"] = {{"config", f.deepspeed}, {"notes", ds_notes_path}, {"stage", ds->stage},
+                        {"planned_stage", ds->planned_stage}, {"differences", ds->differences},
+                        {"code_changes", ds->code_changes}};
     out = j.dump(1) + "\n";
   } else {
     std::ostringstream o;
@@ -320,8 +327,14 @@ int run_plan(const PlanFlags& f) {
               : std::string("ranking analytic (--simulate-top 0)"))
       << "\n"
       << sched_line << "\n";
-    if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1)
+    if (ds) {
+      o << "deepspeed: " << f.deepspeed << " (ZeRO stage " << ds->stage << ")"
+        << (ds_notes_path.empty() ? std::string() : " and its note " + ds_notes_path) << ":\n";
+      for (const std::string& d : ds->differences) o << "  differs from the plan: " << d << "\n";
+      for (const std::string& c : ds->code_changes) o << "  your script must: " << c << "\n";
+    } else if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1) {
       o << "note: tiling and tensor slicing are model code in DeepSpeed (TiledLinear, Megatron), not config keys\n";
+    }
     out = o.str();
   }
   if (!sched_fits) {
@@ -332,7 +345,10 @@ int run_plan(const PlanFlags& f) {
   }
   // Everything computed: now write, plan and config first so stdout comes last.
   if (!f.output.empty()) write_output(f.output, plan_yaml(plan));
-  if (!f.deepspeed.empty()) write_output(f.deepspeed, ds_text);
+  if (ds) {
+    write_output(f.deepspeed, ds->config.dump(2) + "\n");
+    if (!ds_notes_path.empty()) write_output(ds_notes_path, ds->notes());
+  }
   write_output("", out);
   return 0;
 }
@@ -364,7 +380,9 @@ Command add_plan(CLI::App& app) {
   add_what_if_flags(*sub, f->what_if);
   sub->add_option("-o,--output", f->output,
                   "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
-  sub->add_option("--deepspeed", f->deepspeed, "Write the equivalent DeepSpeed JSON config here");
+  sub->add_option("--deepspeed", f->deepspeed,
+                  "Write the DeepSpeed JSON config of the plan here, and beside it FILE.notes.txt: where DeepSpeed "
+                  "runs it differently (stage 3 for NVMe) and the code changes it needs (checkpointing, TiledLinear, mpu)");
   sub->add_option("--nvme-path", f->nvme_path, "nvme_path in the DeepSpeed config")->capture_default_str();
   sub->add_option("--max-alloc", f->max_alloc,
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "

@@ -1,15 +1,13 @@
 // Plan files: the YAML that `memwall plan -o` writes and `memwall simulate --plan` / `memwall run
 // --plan` read: profile, model shape, placement, training config and the predicted time. Loading
 // validates every field with file:line:field errors and cross-checks the plan against a profile
-// (GPU count, nodes, tensor slicing inside a node). Also the DeepSpeed JSON export of a plan.
+// (GPU count, nodes, tensor slicing inside a node). The DeepSpeed export is planner/deepspeed.hpp.
 // Pure functions over value types: thread-safe.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "model/result.hpp"
 #include "planner/fit.hpp"
@@ -38,13 +36,5 @@ std::string plan_yaml(const Plan& plan);
 // or tensor slicing across its nodes, is an error at the offending line.
 Result<Plan> parse_plan(std::string_view yaml_text, const std::string& source, const HardwareProfile* profile = nullptr);
 Result<Plan> load_plan(const std::string& path, const HardwareProfile* profile = nullptr);
-
-// The equivalent DeepSpeed configuration: ZeRO stage from the partitioning, offload_param /
-// offload_optimizer with device and nvme_path, swap buffers as large as the largest parameter
-// partition (so DeepSpeed's "more elements than buffer size" cannot happen), activation
-// checkpointing, micro-batch. Memory-centric tiling and tensor slicing are code, not config
-// (TiledLinear, Megatron): the caller says so. Fails on a fractional micro-batch.
-Result<nlohmann::ordered_json> deepspeed_config(const ModelSpec& m, const Candidate& c,
-                                                const std::string& nvme_path = "/local_nvme");
 
 }  // namespace memwall::planner

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "model/training_config.hpp"
+#include "planner/deepspeed.hpp"
 #include "planner/plan_file.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
@@ -17,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     Result<planner::Plan> r = planner::parse_plan(text, "fuzz.yaml", p);
     if (fuzz::refused_in_one_line(r)) continue;
     if (!validate(r->candidate.config, r->model.layers)) fuzz::fail("accepted a config validate() refuses", "");
-    fuzz::refused_in_one_line(planner::deepspeed_config(r->model, r->candidate));
+    fuzz::refused_in_one_line(planner::deepspeed_export(r->model, r->candidate));
     if (p) fuzz::refused_in_one_line(fit_to_profile(r->candidate.config, *p));
   }
   return 0;

@@ -1,5 +1,5 @@
-// Plan files (write, load, file:line:field errors, cross-checks against a profile) and the
-// DeepSpeed export.
+// Plan files (write, load, file:line:field errors, cross-checks against a profile). The DeepSpeed
+// export's tests are test_deepspeed.cpp.
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
@@ -133,48 +133,6 @@ TEST(PlanFile, CrossChecksAgainstTheProfile) {
             std::string::npos);
   EXPECT_NE(error_of(edited("profile: dgx2", "profile: dgx-a100")).find("bad.yaml:3: profile: plan was made for"),
             std::string::npos);
-}
-
-TEST(DeepSpeed, OneTbPlanOnNvme) {
-  Plan plan = one_tb_plan();
-  Result<nlohmann::ordered_json> ds = deepspeed_config(plan.model, plan.candidate, "/local_nvme");
-  ASSERT_TRUE(ds.ok()) << ds.error();
-  const auto& z = (*ds)["zero_optimization"];
-  EXPECT_EQ(z["stage"], 3);
-  EXPECT_EQ(z["offload_param"]["device"], "nvme");
-  EXPECT_EQ(z["offload_param"]["nvme_path"], "/local_nvme");
-  EXPECT_EQ(z["offload_optimizer"]["device"], "nvme");
-  EXPECT_EQ(z["offload_optimizer"]["nvme_path"], "/local_nvme");
-  // "More elements than buffer size" cannot happen: the buffer holds every parameter partition:
-  // the embedding (50257 x 25600) and fc1 (25600 x 102400 / tiling) over 16 ranks.
-  const double buffer = z["offload_param"]["buffer_size"].get<double>();
-  const int t = plan.candidate.config.tiling_factor;
-  EXPECT_GE(buffer, 50257.0 * 25600 / 16);
-  EXPECT_GE(buffer, 25600.0 * 102400 / t / 16);
-  EXPECT_GE(z["sub_group_size"].get<double>(), buffer);
-  EXPECT_EQ((*ds)["train_micro_batch_size_per_gpu"], long(plan.candidate.config.bsz));
-  EXPECT_EQ((*ds)["activation_checkpointing"]["cpu_checkpointing"], plan.candidate.placement.act_ckpt.tier == Tier::cpu);
-  EXPECT_TRUE(ds->contains("aio"));
-}
-
-TEST(DeepSpeed, StagesFromPartitioning) {
-  ModelSpec m = *load_model("table1-10B");
-  Candidate c;
-  c.config.bsz = 2;
-  c.config.dp = 16;
-  c.placement = *preset("zero2");
-  EXPECT_EQ((*deepspeed_config(m, c))["zero_optimization"]["stage"], 2);
-  EXPECT_FALSE((*deepspeed_config(m, c))["zero_optimization"].contains("offload_param"));
-  c.placement = *preset("zero_offload");
-  auto off = *deepspeed_config(m, c);
-  EXPECT_EQ(off["zero_optimization"]["stage"], 2);
-  EXPECT_EQ(off["zero_optimization"]["offload_optimizer"]["device"], "cpu");
-  EXPECT_FALSE(off["zero_optimization"]["offload_optimizer"].contains("nvme_path"));
-  EXPECT_FALSE(off.contains("aio"));
-  c.placement = *preset("data_parallel");
-  EXPECT_EQ((*deepspeed_config(m, c))["zero_optimization"]["stage"], 0);
-  c.config.bsz = 1.25;
-  EXPECT_FALSE(deepspeed_config(m, c).ok());
 }
 
 }  // namespace
