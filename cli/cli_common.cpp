@@ -177,6 +177,9 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
   add_int(app, "--micro-batches", config.micro_batches, 1, kMaxMicroBatches,
           "l2l: micro-batches looped inside each layer (default 4)");
+  add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
+          "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
+          "bsz x grad-accum x dp); plan and simulate only, the executor runs 1");
   app.add_option("--optimizer-overlap", overlap,
                  "When CPU Adam runs: none (after backward, Sec. 5.2.2), backward (each chunk as soon as its\n"
                  "gradients are final, beside the rest of backward: exact), dpu (ZeRO-Offload's delayed parameter\n"

@@ -46,6 +46,7 @@ struct PlanFlags {
   int runners = 5;
   int simulate_top = 0;  // simulations of tiled paper-sized schedules take seconds to minutes each
   bool allow_dpu = false;
+  long global_batch = 0;  // 0: unconstrained
   WhatIf what_if;
 };
 
@@ -68,7 +69,8 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
   nlohmann::ordered_json j = {{"strategy", placement_label(e.candidate.placement)},
                               {"placement", placement_json(e.candidate.placement)},
                               {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
-                              {"dp", c.dp}, {"prefetch_depth", c.prefetch_depth},
+                              {"dp", c.dp}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
+                              {"prefetch_depth", c.prefetch_depth},
                               {"optimizer_overlap", to_string(c.optimizer_overlap)},
                               {"onebit_adam", c.what_if.onebit_adam},
                               {"attention_density", c.what_if.attention_density},
@@ -92,6 +94,7 @@ std::string config_words(const Evaluated& e) {
   const TrainingConfig& c = e.candidate.config;
   return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
          ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp) +
+         (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) : std::string()) +
          (c.optimizer_overlap == OptimizerOverlap::none ? std::string()
           : c.optimizer_overlap == OptimizerOverlap::backward
               ? std::string(", optimizer overlapped with backward")
@@ -183,6 +186,7 @@ int run_plan(const PlanFlags& f) {
   SearchSpace space = take(make_space(m, p, fixes));
   if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
   space.what_if = f.what_if;
+  if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
   SearchOptions so;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
   so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
@@ -243,6 +247,7 @@ int run_plan(const PlanFlags& f) {
   plan.profile = p.name;
   plan.nodes = p.nodes;
   plan.gpus = best.candidate.config.dp * best.candidate.config.mp;
+  if (f.global_batch > 0) plan.global_batch = f.global_batch;
   plan.objective = f.objective;
   plan.model = m;
   plan.candidate = best.candidate;
@@ -269,6 +274,7 @@ int run_plan(const PlanFlags& f) {
     j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"elapsed_s", r.elapsed_s},
                    {"ranking", best.ranked_by()}, {"simulate_top", f.simulate_top}};
     j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
+    j["global_batch_fixed"] = f.global_batch > 0;
     if (ds)
       j["deepspeed"] = {{"config", f.deepspeed}, {"notes", ds_notes_path}, {"stage", ds->stage},
                         {"planned_stage", ds->planned_stage}, {"differences", ds->differences},
@@ -298,6 +304,7 @@ int run_plan(const PlanFlags& f) {
                                        ? "broadcast fetch: its replay is too slow for a planning loop"
                                        : "the simulation failed or overflowed")
         << "): chosen by the analytic estimate\n";
+    o << "  " << global_batch_words(best.candidate.config, f.global_batch > 0, p) << "\n";
     o << "  memory:";
     for (const LimitCheck& lc : best.fit.checks)
       if (lc.needed_bytes > 0) o << " " << lc.sentence() << ";";
@@ -308,6 +315,7 @@ int run_plan(const PlanFlags& f) {
       std::vector<std::vector<std::string>> rows = {
           {"strategy", "bsz", "ci", "tiling", "mp", "optimizer", "TFLOPS/GPU", "iteration s", "binding limit"}};
       if (f.simulate_top > 0) rows[0].insert(rows[0].begin() + 8, "simulated s");
+      if (f.global_batch > 0) rows[0].insert(rows[0].begin() + 5, {"dp", "accum"});
       for (const Evaluated* ep : runners) {
         const Evaluated& e = *ep;
         const TrainingConfig& c = e.candidate.config;
@@ -316,11 +324,14 @@ int run_plan(const PlanFlags& f) {
                         format_sig(e.time.tflops_per_gpu),
                         format_sig(e.time.iteration_s), e.fit.binding().sentence()});
         if (f.simulate_top > 0) rows.back().insert(rows.back().begin() + 8, e.simulated_s ? format_sig(*e.simulated_s) : "-");
+        if (f.global_batch > 0)
+          rows.back().insert(rows.back().begin() + 5, {std::to_string(c.dp), std::to_string(c.grad_accum)});
       }
       o << render_table(rows, 2);
     }
-    o << "search: " << r.space_size << " candidates in the space, " << r.evaluated << " checked (larger bsz pruned once "
-      << "one misses), " << format_sig(r.elapsed_s * 1e3) << " ms; "
+    o << "search: " << r.space_size << " candidates in the space, " << r.evaluated << " checked"
+      << (f.global_batch > 0 ? " (micro-batches that divide the global batch)" : " (larger bsz pruned once one misses)")
+      << ", " << format_sig(r.elapsed_s * 1e3) << " ms; "
       << (f.simulate_top > 0
               ? "the best " + std::to_string(f.simulate_top) + " re-ranked by simulation (memwall simulate); ranking " +
                     best.ranked_by() + " chose the plan"
@@ -388,6 +399,11 @@ Command add_plan(CLI::App& app) {
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
                   "for --reproduce fig7)");
   add_int(*sub, "--runners", f->runners, 0, 100, "Runners-up to show");
+  add_int(*sub, "--global-batch", f->global_batch, 1, long(kMaxBsz) * kMaxGradAccum,
+                  "Samples per optimizer step, fixed: every candidate trains bsz x grad-accum x dp = N, with the\n"
+                  "largest dp (at most every GPU / mp) that divides N / bsz and gradient accumulation for the rest.\n"
+                  "Default: unconstrained (dp = every GPU / mp, no accumulation; the global batch follows bsz)")
+      ->default_str("");
   add_int(*sub, "--simulate-top", f->simulate_top, 0, 64,
           "Re-rank the best N analytic candidates by simulating one iteration each (memwall simulate; seconds to "
           "minutes per candidate on paper-sized models). 0: analytic only");

@@ -51,7 +51,7 @@ Command add_simulate(CLI::App& app) {
             if (!f->plan.empty()) {
               if (f->model.given()) throw UsageError("--plan: give --plan or --model, not both");
               for (const char* flag : {"--strategy", "--place", "--bsz", "--ci", "--tiling", "--prefetch-depth", "--dp",
-                                       "--mp", "--micro-batches", "--seq", "--vocab"})
+                                       "--mp", "--micro-batches", "--grad-accum", "--seq", "--vocab"})
                 if (sub->count(flag) > 0)
                   throw UsageError(std::string(flag) + ": not used with --plan (the plan fixes the model and training)");
               // The plan names its profile and nodes; --profile/--nodes override them.
@@ -100,7 +100,11 @@ Command add_simulate(CLI::App& app) {
                                                  " GPUs on " + std::to_string(p.nodes) + " node(s)";
               o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << gpus << ": dp " << r.dp
                      << " x mp " << r.mp << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
-                     << c.ci << (o.overlap ? "" : ", no overlap")
+                     << c.ci
+                     << (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) + " (global batch " +
+                                                format_g(c.bsz * c.grad_accum * r.dp) + ")"
+                                          : std::string())
+                     << (o.overlap ? "" : ", no overlap")
                      << (r.full ? ", every GPU replayed" : "") << "\n";
               o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)
                      << " TFLOPS per GPU, " << format_sig(100 * r.efficiency, 3) << " % of the achievable "

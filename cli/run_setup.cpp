@@ -99,6 +99,11 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     throw UsageError(whence + (in.plan.empty() ? "--attention-density" : "training.attention_density") +
                      ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
                      "attention");
+  if (o.config.grad_accum > 1)
+    throw UsageError(whence + (in.plan.empty() ? "--grad-accum" : "training.grad_accum") + ": " +
+                     std::to_string(o.config.grad_accum) +
+                     " micro-steps per optimizer step is planned and simulated; the executor runs one (plan with "
+                     "--global-batch equal to bsz x ranks, or run with a larger micro-batch)");
   o.model = rc.model;
   o.model.max_seq = rc.seq;
   o.profile = profile;

@@ -18,6 +18,7 @@
 #include <QLineSeries>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <QValueAxis>
@@ -59,10 +60,12 @@ planner::SearchOptions plan_options(const Session& s, bool refine) {
   return so;
 }
 
-PlanOutcome run_plan(const Session& s, bool refine) {
+PlanOutcome run_plan(const Session& s, bool refine, long global_batch) {
   PlanOutcome out;
   const planner::Fixes fixes;
   Result<planner::SearchSpace> space = planner::make_space(s.model, s.profile, fixes);
+  if (space && global_batch > 0) space = planner::with_global_batch(std::move(*space), global_batch);
+  out.global_batch_fixed = global_batch > 0;
   if (!space) {
     out.error = q(space.error());
     return out;
@@ -83,8 +86,16 @@ PlanView::PlanView(QWidget* parent) : QWidget(parent) {
   refine_ = new QCheckBox("re-rank best 3 by simulation");
   refine_->setObjectName("plan_refine");
   refine_->setToolTip("memwall plan --simulate-top 3: seconds to minutes per candidate on paper-sized models");
+  global_batch_ = new QSpinBox;
+  global_batch_->setObjectName("plan_global_batch");
+  global_batch_->setRange(0, 1 << 30);
+  global_batch_->setSpecialValueText("unconstrained");
+  global_batch_->setPrefix("global batch ");
+  global_batch_->setToolTip("memwall plan --global-batch N: samples per optimizer step, bsz x grad-accum x dp; "
+                            "0: unconstrained (dp = every GPU / mp, no accumulation)");
   row->addWidget(button_);
   row->addWidget(refine_);
+  row->addWidget(global_batch_);
   row->addStretch(1);
   v->addLayout(row);
   progress_ = busy_bar();
@@ -94,10 +105,10 @@ PlanView::PlanView(QWidget* parent) : QWidget(parent) {
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   v->addWidget(summary_);
-  table_ = new QTableWidget(0, 9);
+  table_ = new QTableWidget(0, 11);
   table_->setObjectName("plan_table");
   table_->setHorizontalHeaderLabels(
-      {"", "strategy", "bsz", "ci", "tiling", "mp", "TFLOPS/GPU", "iteration s", "binding limit"});
+      {"", "strategy", "bsz", "ci", "tiling", "mp", "dp", "accum", "TFLOPS/GPU", "iteration s", "binding limit"});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->verticalHeader()->setVisible(false);
@@ -120,7 +131,9 @@ void PlanView::start() {
   button_->setEnabled(false);
   progress_->setVisible(true);
   summary_->setText("planning " + q(session_.model.name) + " on " + q(session_.profile.name) + " ...");
-  watcher_.setFuture(QtConcurrent::run([s = session_, refine = refine_->isChecked()] { return run_plan(s, refine); }));
+  watcher_.setFuture(QtConcurrent::run([s = session_, refine = refine_->isChecked(), n = long(global_batch_->value())] {
+    return run_plan(s, refine, n);
+  }));
 }
 
 void PlanView::done() {
@@ -170,7 +183,9 @@ void PlanView::done() {
                         .arg(best.time.tflops_per_gpu, 0, 'g', 4)
                         .arg(best.time.iteration_s, 0, 'g', 4)
                         .arg(q(best.fit.binding().sentence()).toHtmlEscaped() + "<br>" +
-                             q(rec.schedule_check).toHtmlEscaped())
+                             q(planner::global_batch_words(best.candidate.config, o.global_batch_fixed, session_.profile))
+                                 .toHtmlEscaped() +
+                             "<br>" + q(rec.schedule_check).toHtmlEscaped())
                         .arg(searched)
                         .arg(simulated));
   // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), the best of
@@ -200,6 +215,8 @@ void PlanView::done() {
                                QString::number(c.ci),
                                QString::number(c.tiling_factor),
                                QString::number(c.mp),
+                               QString::number(c.dp),
+                               QString::number(c.grad_accum),
                                QString::number(e.time.tflops_per_gpu, 'g', 4),
                                QString::number(iter, 'g', 4) + (e.simulated_s ? " (sim)" : ""),
                                q(e.fit.binding().sentence())};

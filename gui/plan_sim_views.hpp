@@ -20,6 +20,7 @@ class QComboBox;
 class QLabel;
 class QProgressBar;
 class QPushButton;
+class QSpinBox;
 class QTableWidget;
 class QChartView;
 
@@ -31,13 +32,15 @@ struct PlanOutcome {
   bool ok = false;
   QString error;                          // make_space's message
   planner::Recommendation recommendation; // planner::recommend: the plan `memwall plan` gives
+  bool global_batch_fixed = false;        // searched with a global batch (--global-batch)
   const planner::SearchResult& result() const { return recommendation.result(); }
 };
 
 // The planner's inputs for a session: no fixes, analytic ranking unless `refine` (best 3 re-ranked
-// by sim::simulate_isolated, as `memwall plan --simulate-top 3`).
+// by sim::simulate_isolated, as `memwall plan --simulate-top 3`), the global batch unconstrained
+// unless `global_batch` > 0 (as `memwall plan --global-batch N`).
 planner::SearchOptions plan_options(const Session& s, bool refine);
-PlanOutcome run_plan(const Session& s, bool refine);
+PlanOutcome run_plan(const Session& s, bool refine, long global_batch = 0);
 
 class PlanView : public QWidget {
   Q_OBJECT
@@ -50,6 +53,7 @@ class PlanView : public QWidget {
   bool busy() const { return busy_; }
   QPushButton* button() const { return button_; }
   QCheckBox* refine_box() const { return refine_; }
+  QSpinBox* global_batch_box() const { return global_batch_; }
   QTableWidget* table() const { return table_; }
   QLabel* summary() const { return summary_; }
   const std::optional<PlanOutcome>& outcome() const { return outcome_; }
@@ -59,6 +63,7 @@ class PlanView : public QWidget {
   Session session_;
   QPushButton* button_;
   QCheckBox* refine_;
+  QSpinBox* global_batch_;
   QProgressBar* progress_;
   QLabel* summary_;
   QTableWidget* table_;

@@ -61,8 +61,9 @@ class Generator {
             int dp, const MemorySizes& sizes)
       : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes),
         g_(build_gpt_graph(m, c.bsz, c.seq, c.what_if.attention_density)),
-        micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1) {
+        micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1), grad_accum_(std::max(1, c.grad_accum)) {
     s_.strategy = pl.name;
+    s_.grad_accum = grad_accum_;
     s_.rank = rank;
     s_.dp = dp;
     s_.mp = c.mp;
@@ -86,8 +87,12 @@ class Generator {
     place_persistent_states();
     plan_optimizer();
     delayed_update();
-    forward();
-    backward();
+    // Gradient accumulation: forward and backward once per micro-step, the optimizer once.
+    for (accum_ = 0; accum_ < grad_accum_; ++accum_) {
+      forward();
+      backward();
+    }
+    accum_ = -1;
     optimizer();
     if (workspace() && !s_.steps.empty()) {
       s_.steps.front().allocs.push_back({"workspace", Tier::gpu, z_.workspace_bytes});
@@ -206,6 +211,7 @@ class Generator {
   // ---- step emission -----------------------------------------------------------------------
   int emit(Step st) {
     st.id = int(s_.steps.size());
+    if (grad_accum_ > 1 && accum_ >= 0 && st.phase != Phase::optimizer) st.accum_step = accum_;
     for (int d : st.deps) assert_dep(d, st.id);
     if (st.link != LinkClass::none) s_.traffic_bytes[int(st.link)] += st.bytes;
     s_.compute_flops += st.flops;
@@ -445,7 +451,8 @@ class Generator {
                            gp.tier == Tier::gpu ? "" : buf));
       if (bcast) s_.steps[size_t(prev)].root = unit_rank(key);
       keep = bcast ? (unit_rank(key) == rank_ ? whole : 0) : whole / dp_;
-    } else if (dp_ > 1) {
+    } else if (dp_ > 1 && last_micro_step()) {
+      // whole gradients on every rank accumulate locally; one all-reduce at the last micro-step
       prev = emit(transfer(StepKind::allreduce, Phase::backward, key, "ar", State::grad16,
                            grad_collective_bytes(2.0 * whole * (dp_ - 1) / dp_, 2.0 * (dp_ - 1)), Tier::gpu, Tier::gpu, collective_link_, deps({prev}), buf,
                            buf));
@@ -477,8 +484,11 @@ class Generator {
       offloads_.push_back(cn);
       prev = cn;
     }
-    gradient_final(key, prev);
+    if (last_micro_step()) gradient_final(key, prev);
   }
+  // Gradients are final (and the optimizer may read them) only in the last micro-step; partitioned
+  // or offloaded ones are reduced and moved in every micro-step and accumulate where they land.
+  bool last_micro_step() const { return accum_ < 0 || accum_ == grad_accum_ - 1; }
 
   // ---- phases ------------------------------------------------------------------------------
   std::vector<size_t> block_ops(int b) const {
@@ -517,8 +527,9 @@ class Generator {
   // block waits for the checkpoint saved from that block's input.
   void forward() {
     awm_per_block_ = awm_bytes_eq5(c_.bsz, c_.seq, 1, m_.hidden, m_.heads, c_.what_if.attention_density) / c_.mp;
-    for (size_t v : g_.order)
-      if (g_.op(v).block < 0) (g_.op(v).name == "embed" ? head_ops_ : tail_ops_).push_back(v);
+    if (head_ops_.empty() && tail_ops_.empty())
+      for (size_t v : g_.order)
+        if (g_.op(v).block < 0) (g_.op(v).name == "embed" ? head_ops_ : tail_ops_).push_back(v);
     std::vector<Item> items = items_of(head_ops_, Phase::forward);
     for (int b = 0; b < m_.layers; ++b) {
       std::vector<Item> bi = items_of(block_ops(b), Phase::forward);
@@ -935,6 +946,8 @@ class Generator {
   OptimizerPlan opt_;
   std::vector<int> grad_done_;  // per gradient group in backward order: the step that frees its buffer
   double awm_per_block_ = 0;
+  const int grad_accum_;
+  int accum_ = -1;  // the micro-step being emitted; -1 before and after them
 };
 
 }  // namespace
@@ -1081,6 +1094,7 @@ std::string schedule_text(const Schedule& s) {
     std::string op = st.op;
     if (st.tile >= 0 && st.kind == StepKind::compute) op += "[tile " + std::to_string(st.tile) + "]";
     if (st.micro_batch >= 0) op += " mb" + std::to_string(st.micro_batch);
+    if (st.accum_step >= 0) op += " acc" + std::to_string(st.accum_step);
     std::string amount;
     if (st.flops > 0) amount = format_sig(st.flops / 1e9, 3) + " GFLOP";
     else if (st.params > 0) amount = format_count(st.params) + " params";

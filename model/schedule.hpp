@@ -1,4 +1,5 @@
-// Schedule: the ordered steps of one training iteration for one data-parallel rank, with explicit
+// Schedule: the ordered steps of one training iteration (one optimizer step: TrainingConfig::grad_accum
+// forward/backward micro-steps, then the update) for one data-parallel rank, with explicit
 // dependencies, generated from an operator graph, a placement, a training config and a profile
 // (paper Sec. 5-7). It is the contract between sim/ and exec/: both run these steps unchanged and
 // need not know which strategy produced them. Also the invariant checker every schedule passes.
@@ -57,6 +58,7 @@ struct Step {
   std::string param;        // the parameters (tile) a compute needs, or a fetch/release moves
   int tile = -1;            // memory-centric tiling: which tile of the operator, -1 if untiled
   int micro_batch = -1;     // l2l inner loop index, -1 otherwise
+  int accum_step = -1;      // gradient accumulation: the forward/backward micro-step, -1 without it
   double bytes = 0;         // bytes this rank moves (received for collectives) or frees
   double flops = 0;         // compute on the GPU
   double params = 0;        // optimizer: parameters updated
@@ -97,6 +99,7 @@ struct Overflow {
 struct Schedule {
   std::string strategy;
   int rank = 0, dp = 1, mp = 1, micro_batches = 1;
+  int grad_accum = 1;  // forward/backward micro-steps before the one optimizer step
   std::vector<Step> steps;
   std::array<double, kTiers> capacity_bytes{};  // per rank: one GPU; its share of CPU memory / NVMe
   std::array<double, kTiers> peak_bytes{};      // per rank, indexed by Tier

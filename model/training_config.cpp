@@ -40,7 +40,8 @@ double machine_memory_bytes() {
 }
 
 double estimated_schedule_steps(const TrainingConfig& c, int layers, double optimizer_chunks) {
-  return kStepsBase + double(layers) * (kStepsPerLayer + kStepsPerTilePerLayer * (c.tiling_factor - 1)) * c.micro_batches +
+  return kStepsBase + double(layers) * (kStepsPerLayer + kStepsPerTilePerLayer * (c.tiling_factor - 1)) *
+                          c.micro_batches * std::max(1, c.grad_accum) +
          kStepsPerChunk * optimizer_chunks;
 }
 
@@ -79,8 +80,13 @@ Result<TrainingConfig> schedule_size_check(const TrainingConfig& c, int layers, 
     TrainingConfig one = c;
     one.tiling_factor = 1;
     const double base = estimated_schedule_bytes(one, layers);
-    const double per_tile = double(layers) * kStepsPerTilePerLayer * c.micro_batches * kBytesPerStep;
+    const double per_tile =
+        double(layers) * kStepsPerTilePerLayer * c.micro_batches * std::max(1, c.grad_accum) * kBytesPerStep;
     most = budget > base ? 1 + long((budget - base) / per_tile) : 0;
+  } else if (c.grad_accum > 1) {
+    flag = "--grad-accum";
+    now = c.grad_accum;
+    most = long(double(c.grad_accum) * budget / need);
   } else if (c.micro_batches > 1) {
     flag = "--micro-batches";
     now = c.micro_batches;
@@ -134,6 +140,8 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
                       std::to_string(c.prefetch_depth));
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches)
     return make_error(range_error("--micro-batches", "a count", 1, kMaxMicroBatches, c.micro_batches));
+  if (c.grad_accum < 1 || c.grad_accum > kMaxGradAccum)
+    return make_error(range_error("--grad-accum", "a number of micro-steps", 1, kMaxGradAccum, c.grad_accum));
   if (c.dpu_warmup < 0 || c.dpu_warmup > kMaxDpuWarmup)
     return make_error(range_error("--dpu-warmup", "a number of steps", 0, kMaxDpuWarmup, c.dpu_warmup));
   if (c.optimizer_chunks < 0 || c.optimizer_chunks > kMaxOptimizerChunks)

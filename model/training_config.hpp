@@ -47,12 +47,17 @@ struct TrainingConfig {
   int mp = 1;              // tensor-slicing degree inside a node
   int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
+  int grad_accum = 1;      // gradient accumulation: forward/backward micro-steps per optimizer step
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;
   int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
   int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that
                              // reads, updates and writes overlap, within the pinned budget
   WhatIf what_if;
 };
+
+// Samples per optimizer step over all ranks: micro-batch x gradient-accumulation steps x dp
+// (dp resolved, as fit_to_profile leaves it).
+inline double global_batch(const TrainingConfig& c) { return c.bsz * c.grad_accum * c.dp; }
 
 // Physical memory of this machine (sysconf), for limits that bound work.
 double machine_memory_bytes();
@@ -65,6 +70,7 @@ inline constexpr int kMaxMp = 1024;              // kMaxGpusPerNode
 inline constexpr long kMaxGpus = 1L << 26;        // kMaxNodes x kMaxGpusPerNode: dp x mp stays below it
 inline constexpr int kMaxPrefetchDepth = 64;
 inline constexpr int kMaxMicroBatches = 4096;
+inline constexpr int kMaxGradAccum = 65536;
 inline constexpr int kMaxDpuWarmup = 1000000;
 inline constexpr int kMaxOptimizerChunks = 100000;
 

@@ -100,8 +100,8 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
   const bool cpu_ckpt = pl.act_ckpt.tier != Tier::gpu;
   out.config = {
       {"train_micro_batch_size_per_gpu", long(k.bsz)},
-      {"gradient_accumulation_steps", 1},
-      {"train_batch_size", long(k.bsz) * k.dp},
+      {"gradient_accumulation_steps", k.grad_accum},
+      {"train_batch_size", long(k.bsz) * k.grad_accum * k.dp},
       // CPU Adam (DeepSpeedCPUAdam) where the optimizer states are offloaded, fused Adam otherwise;
       // DeepSpeed's own default learning rate: set yours
       {"optimizer",
@@ -134,7 +134,8 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
     out.code_changes.push_back("tensor slicing " + std::to_string(k.mp) + ": build the model with Megatron-LM's tensor "
                                "parallelism and pass its mpu to deepspeed.initialize(mpu=...); without it DeepSpeed counts "
                                "all " + std::to_string(k.dp * k.mp) + " ranks as data-parallel and train_batch_size (" +
-                               std::to_string(long(k.bsz) * k.dp) + " = micro-batch x dp " + std::to_string(k.dp) +
+                               std::to_string(long(k.bsz) * k.grad_accum * k.dp) +
+                               " = micro-batch x gradient accumulation x dp " + std::to_string(k.dp) +
                                ") fails its check");
   if (pl.optim32.tier != Tier::gpu)
     out.code_changes.push_back("let DeepSpeed build the optimizer from the config's \"optimizer\" section (it becomes "

@@ -31,8 +31,17 @@ const char* tier_words(Tier t) {
 std::string fmt_tflops(double t) { return format_sig(t, 3) + " TFLOPS"; }
 
 // "does not fit (CPU memory 1.50 TB < 2.05 TB needed per node)" or "fits but gives 30.1 TFLOPS".
+// With a global batch an alternative may use another number of GPUs: then TFLOPS per GPU do not
+// rank them, samples per second do ("fits but gives 11.4 samples/s on 12 GPUs < 15.2 on 16").
 std::string outcome(const Evaluated& v, const Evaluated& best) {
   if (!v.fit.fits()) return "does not fit (" + v.fit.binding().sentence() + ")";
+  const long gv = long(v.candidate.config.dp) * v.candidate.config.mp;
+  const long gb = long(best.candidate.config.dp) * best.candidate.config.mp;
+  if (gv != gb) {
+    const std::string a = format_sig(v.time.samples_per_s, 3) + " samples/s on " + std::to_string(gv) + " GPUs";
+    const std::string b = format_sig(best.time.samples_per_s, 3) + " on " + std::to_string(gb);
+    return v.analytic_score() > best.analytic_score() ? "fits but gives " + a + " < " + b : "fits and gives " + a + " >= " + b;
+  }
   // alternatives are estimated analytically: compare them with the chosen plan's analytic time
   if (v.analytic_score() > best.analytic_score() * (1 + 1e-9))
     return "fits but gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU < " + fmt_tflops(best.time.tflops_per_gpu);
@@ -42,10 +51,15 @@ std::string outcome(const Evaluated& v, const Evaluated& best) {
          " per GPU (ties go to less traffic, less tiling, less GPU memory)";
 }
 
-Evaluated with_config(const ModelSpec& m, const HardwareProfile& p, const Evaluated& base, const FitOptions& o,
-                      const std::function<void(Candidate&)>& change) {
+// `base` with one thing changed; with a global batch, dp and the accumulation are split again for
+// the changed micro-batch or slicing, so the alternative trains the same samples per step.
+Evaluated with_config(const ModelSpec& m, const HardwareProfile& p, std::optional<long> global, const Evaluated& base,
+                      const FitOptions& o, const std::function<void(Candidate&)>& change) {
   Candidate c = base.candidate;
   change(c);
+  if (global)
+    if (auto split = split_global_batch(*global, c.config.bsz, p.total_gpus() / c.config.mp))
+      std::tie(c.config.dp, c.config.grad_accum) = *split;
   return evaluate(m, c, p, o);
 }
 
@@ -72,7 +86,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     for (Tier f : {Tier::gpu, Tier::cpu}) {
       if (int(f) >= int(t)) continue;  // only the faster tiers
       bool moved_along = false;
-      Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) {
+      Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) {
         Placement& q = x.placement;
         q.of(s).tier = f;
         q.name = "variant";
@@ -112,8 +126,11 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
       if (x < value) r = x;
     return r;
   };
-  if (auto nb = next_in(space.bsz, k.bsz)) {
-    Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.bsz = *nb; });
+  std::vector<double> bsz_list = space.bsz;  // with a global batch: the micro-batches that divide it
+  if (space.global_batch)
+    std::erase_if(bsz_list, [&](double b) { return !split_global_batch(*space.global_batch, b, 1); });
+  if (auto nb = next_in(bsz_list, k.bsz)) {
+    Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.bsz = *nb; });
     out.push_back("bsz " + format_g(k.bsz) + ": bsz " + format_g(*nb) + " " + outcome(v, best));
   } else {
     out.push_back("bsz " + format_g(k.bsz) + ": the largest the search tries");
@@ -121,11 +138,11 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
   {
     std::string line = "ci " + std::to_string(k.ci) + ":";
     if (auto pc = prev_in(space.ci, k.ci)) {
-      Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.ci = *pc; });
+      Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.ci = *pc; });
       line += " ci " + std::to_string(*pc) + " " + outcome(v, best) + ";";
     }
     if (auto nc = next_in(space.ci, k.ci)) {
-      Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.ci = *nc; });
+      Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.ci = *nc; });
       line += " ci " + std::to_string(*nc) + " " + outcome(v, best);
     }
     if (line.back() == ';') line.pop_back();
@@ -133,14 +150,14 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
   }
   if (k.tiling_factor > 1) {
     auto pt = prev_in(space.tiling, k.tiling_factor);
-    Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.tiling_factor = pt ? *pt : 1; });
+    Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.tiling_factor = pt ? *pt : 1; });
     out.push_back("tiling factor " + std::to_string(k.tiling_factor) + ": tiling " + std::to_string(pt ? *pt : 1) + " " +
                   outcome(v, best));
   } else {
     out.push_back("tiling factor 1: the largest operator's working memory (MSWM, Eq. 4) fits untiled");
   }
   if (k.mp > 1) {
-    Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) {
+    Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) {
       x.config.mp = k.mp / 2;
       x.config.dp = p.total_gpus() / x.config.mp;
     });
@@ -153,7 +170,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu}) {
       if (ov == k.optimizer_overlap) continue;
       if (!check_optimizer_overlap(c.placement, ov)) continue;  // not with this placement
-      Evaluated v = with_config(m, p, best, o.fit, [&](Candidate& x) { x.config.optimizer_overlap = ov; });
+      Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.optimizer_overlap = ov; });
       const bool searched = std::find(space.overlaps.begin(), space.overlaps.end(), ov) != space.overlaps.end();
       line += std::string(" ") + to_string(ov) + " " + outcome(v, best) +
               (searched ? "" : " (not searched: one step stale, it changes the training dynamics; --allow-dpu)") + ";";
@@ -170,7 +187,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     out.push_back("placement order: nothing offloaded, every state fits on the GPUs");
     return out;
   }
-  Evaluated all_gpu = with_config(m, p, best, o.fit, [&](Candidate& x) {
+  Evaluated all_gpu = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) {
     x.placement = *preset("zero3");
     x.config.tiling_factor = space.tiling.back();
   });
@@ -186,7 +203,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
                   tier_words(pl.act_ckpt.tier) + ", parameters on " + tier_words(pl.param16.tier) +
                   " (the fastest tier with room, see above)");
   } else if (params_off || ckpt_off) {
-    Evaluated swap = with_config(m, p, best, o.fit, [&](Candidate& x) {
+    Evaluated swap = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) {
       x.placement.name = "variant";
       if (params_off) {
         x.placement.param16 = {Tier::gpu, true};

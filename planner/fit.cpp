@@ -217,7 +217,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const Placement& pl = c.placement;
   std::vector<StateTierEfficiency> own;
   const std::vector<StateTierEfficiency>& eff = eff_in.empty() ? (own = tier_efficiencies(p, m, k, k.dp)) : eff_in;
-  const double dp = k.dp, mp = k.mp;
+  const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum);
   const double peak = p.peak_flops_per_s(m.hidden);
   const double flops_model = computation_flops_eq7(k.bsz, k.seq, params_eq1(m.layers, m.hidden));  // one GPU, no mp
   const double flops_gpu = flops_model / mp;
@@ -240,7 +240,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     case Tier::gpu:
       if (k.dp > 1) {
         // 1-bit Adam: 1 bit per fp16 element; the scales (4 B per tensor and peer) are left out here.
-        const double bytes = (pl.grad16.partitioned ? 1.0 : 2.0) * 0.25 * pg_bytes * share_rest;
+        // Whole gradients (all-reduce) accumulate locally and cross once per optimizer step: a
+        // share of each micro-step's; partitioned ones are reduce-scattered in every micro-step.
+        const double bytes = (pl.grad16.partitioned ? 1.0 : 2.0 / ga) * 0.25 * pg_bytes * share_rest;
         t_grad = transfer_s(k.what_if.onebit_adam ? onebit_bytes(bytes, 2.0, 0) : bytes, gg);
       }
       // The optimizer runs elsewhere: each rank's gradient share still crosses PCIe to it.
@@ -281,10 +283,21 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       optimizer_exposed = std::max(0.0, tb.optimizer_s - tb.compute_s) + tb.refresh_s;
       break;
   }
-  tb.exposed_s = exposed_fb + optimizer_exposed + tb.mp_allreduce_s;
+  // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
+  // overlap hides it behind the last micro-step's backward only (the gradients are final there),
+  // dpu behind all of them.
+  if (ga > 1) {
+    if (k.optimizer_overlap == OptimizerOverlap::dpu)
+      optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
+    tb.compute_s *= ga;
+    tb.param_grad_s *= ga;
+    tb.act_ckpt_s *= ga;
+    tb.mp_allreduce_s *= ga;
+  }
+  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
-  tb.tflops_per_gpu = flops_gpu / tb.iteration_s / 1e12;
-  tb.samples_per_s = k.bsz * dp / tb.iteration_s;
+  tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
+  tb.samples_per_s = global_batch(k) / tb.iteration_s;
   return tb;
 }
 

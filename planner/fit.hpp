@@ -85,6 +85,9 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 //     (onebit_bytes); attention density changes only memory here (AWM, the score allocation),
 //     since Eq. 7 leaves attention FLOPs out (the schedule and the simulator count them).
 //   check_fit counts 1-bit Adam's error feedback beside optim32 on its tier.
+//   gradient accumulation (config.grad_accum): forward and backward with their traffic that many
+//     times, the optimizer once; whole-gradient all-reduces only in the last micro-step. The fields
+//     below are per optimizer step (all micro-steps together).
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap

@@ -61,7 +61,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks", "onebit_adam", "attention_density"});
+               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -70,6 +70,14 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.dp = int(r.integer(tn, "training", "dp", 1, kMaxGpus));
   c.mp = int(r.integer_or(tn, "training", "mp", 1, kMaxMp, 1));
   c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
+  c.grad_accum = int(r.integer_or(tn, "training", "grad_accum", 1, kMaxGradAccum, 1));
+  if (YAML::Node gb = tn["global_batch"]; gb.IsDefined() && !gb.IsNull()) {
+    plan.global_batch = r.integer(tn, "training", "global_batch", 1, long(kMaxBsz) * kMaxGradAccum * kMaxGpus);
+    if (double(*plan.global_batch) != global_batch(c))
+      r.fail(gb, "training.global_batch",
+             "expected bsz x grad_accum x dp = " + format_g(c.bsz) + " x " + std::to_string(c.grad_accum) + " x " +
+                 std::to_string(c.dp) + " = " + format_g(global_batch(c)) + ", got " + std::to_string(*plan.global_batch));
+  }
   const std::string overlap = r.text_or(tn, "training", "optimizer_overlap", "none");
   Result<OptimizerOverlap> ov = parse_optimizer_overlap(overlap);
   if (!ov) r.fail(tn["optimizer_overlap"], "training.optimizer_overlap", "expected none, backward or dpu, got \"" + overlap + "\"");
@@ -87,9 +95,14 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   // look no further ahead than a pass: blame the field the message's flag stands for.
   if (Result<TrainingConfig> ok = validate(c, m.layers); !ok) {
     const std::string& e = ok.error();
-    const bool depth = e.starts_with("--prefetch-depth"), tiling = e.starts_with("--tiling");
-    const std::string field = depth ? "training.prefetch_depth" : tiling ? "training.tiling_factor" : "model.layers";
-    r.fail(depth ? tn["prefetch_depth"] : tiling ? tn["tiling_factor"] : mn["layers"], field, e.substr(e.find(": ") + 2));
+    const bool depth = e.starts_with("--prefetch-depth"), tiling = e.starts_with("--tiling"),
+               accum = e.starts_with("--grad-accum");
+    const std::string field = depth    ? "training.prefetch_depth"
+                              : tiling ? "training.tiling_factor"
+                              : accum  ? "training.grad_accum"
+                                       : "model.layers";
+    r.fail(depth ? tn["prefetch_depth"] : tiling ? tn["tiling_factor"] : accum ? tn["grad_accum"] : mn["layers"], field,
+           e.substr(e.find(": ") + 2));
   }
 
   if (YAML::Node pr = root["predicted"]; pr.IsDefined() && !pr.IsNull()) {
@@ -170,7 +183,10 @@ std::string plan_yaml(const Plan& plan) {
     << "  dp: " << c.dp << "\n"
     << "  mp: " << c.mp << "\n"
     << "  prefetch_depth: " << c.prefetch_depth << "\n"
-    << "  optimizer_overlap: " << to_string(c.optimizer_overlap)
+    << "  grad_accum: " << c.grad_accum << "        # forward/backward micro-steps per optimizer step\n";
+  if (plan.global_batch)
+    o << "  global_batch: " << *plan.global_batch << "   # bsz x grad_accum x dp, fixed by --global-batch\n";
+  o << "  optimizer_overlap: " << to_string(c.optimizer_overlap)
     << (c.optimizer_overlap == OptimizerOverlap::dpu ? "   # one step stale after warm-up: changes the training dynamics\n"
                                                       : "\n");
   if (c.optimizer_overlap == OptimizerOverlap::dpu) o << "  dpu_warmup: " << c.dpu_warmup << "\n";

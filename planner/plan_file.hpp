@@ -21,6 +21,9 @@ struct Plan {
   std::string objective = "throughput";
   ModelSpec model;
   Candidate candidate;  // placement + training config
+  // The global batch the plan was made for (`memwall plan --global-batch`): bsz x grad_accum x dp.
+  // Nothing: the planner left it free (then it is whatever the chosen bsz x dp gives).
+  std::optional<long> global_batch;
   double predicted_iteration_s = 0;     // analytic (Sec. 4-6)
   double predicted_tflops_per_gpu = 0;  // analytic
   // `memwall plan --simulate-top N`: the simulated iteration of the chosen plan, when it was

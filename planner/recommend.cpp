@@ -12,6 +12,14 @@ Result<MemorySizes> sizes_of(const SizesFn& sizes, const Candidate& c) {
   return sizes ? sizes(c) : Result<MemorySizes>(MemorySizes{});
 }
 
+// The memory check builds two micro-steps at most: every later one repeats the second's buffers
+// from the same state (tests/model/test_grad_accum.cpp holds the peaks equal), and a schedule of
+// hundreds of micro-steps would be refused for its size rather than for its memory.
+Candidate memory_checked(Candidate c) {
+  c.config.grad_accum = std::min(c.config.grad_accum, 2);
+  return c;
+}
+
 std::string words(const Candidate& c) {
   return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ", ci " + std::to_string(c.config.ci) +
          ", tiling " + std::to_string(c.config.tiling_factor);
@@ -19,7 +27,8 @@ std::string words(const Candidate& c) {
 
 }  // namespace
 
-std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes) {
+std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
+  const Candidate c = memory_checked(given);
   const Result<MemorySizes> z = sizes_of(sizes, c);
   if (!z) return "schedule check: " + z.error();
   // an executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
@@ -51,11 +60,12 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
   out.chosen = out.checked.chosen;
   const Evaluated& shown = out.chosen ? *out.chosen : r.top.front();
   {
-    const Result<MemorySizes> z = sizes_of(sizes, shown.candidate);
-    Result<TrainingConfig> small = check_schedule_size(m, shown.candidate.placement, shown.candidate.config, p);
+    const Candidate c = memory_checked(shown.candidate);
+    const Result<MemorySizes> z = sizes_of(sizes, c);
+    Result<TrainingConfig> small = check_schedule_size(m, c.placement, c.config, p);
     Result<Schedule> sched = !z       ? Result<Schedule>(make_error(z.error()))
                              : !small ? Result<Schedule>(make_error(small.error()))
-                                      : build_schedule(m, shown.candidate.placement, shown.candidate.config, p, 0, *z);
+                                      : build_schedule(m, c.placement, c.config, p, 0, *z);
     out.schedule_check = !sched ? "schedule check: " + sched.error()
                                 : std::string("schedule check (build_schedule, rank 0") +
                                       (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +

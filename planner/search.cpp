@@ -162,10 +162,10 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
 // ---------------------------------------------------------------------------------------------
 double Evaluated::score() const {
   const double t = simulated_s ? *simulated_s : time.iteration_s;
-  return t / (candidate.config.bsz * candidate.config.dp);
+  return t / global_batch(candidate.config);
 }
 
-double Evaluated::analytic_score() const { return time.iteration_s / (candidate.config.bsz * candidate.config.dp); }
+double Evaluated::analytic_score() const { return time.iteration_s / global_batch(candidate.config); }
 
 std::optional<double> Evaluated::simulated_tflops_per_gpu() const {
   if (!simulated_s || *simulated_s <= 0) return std::nullopt;
@@ -223,8 +223,48 @@ bool closer(const FitReport& a, const FitReport& b) {
   return over(a) < over(b);
 }
 
-TrainingConfig config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling, int mp,
-                          int depth, const WhatIf& what_if) {
+}  // namespace
+
+std::optional<std::pair<int, int>> split_global_batch(long global, double bsz, int max_dp) {
+  if (global < 1 || !(bsz >= 1) || bsz != std::floor(bsz) || max_dp < 1) return std::nullopt;
+  const long b = long(bsz);
+  if (global % b != 0) return std::nullopt;
+  const long rest = global / b;  // dp x grad_accum
+  for (long dp = std::min<long>(rest, max_dp); dp >= 1; --dp)
+    if (rest % dp == 0) {
+      if (rest / dp > kMaxGradAccum) return std::nullopt;
+      return std::make_pair(int(dp), int(rest / dp));
+    }
+  return std::nullopt;
+}
+
+Result<SearchSpace> with_global_batch(SearchSpace space, long global) {
+  if (global < 1 || global > long(kMaxBsz) * kMaxGradAccum)
+    return make_error("--global-batch: expected a number of samples from 1 to " +
+                      std::to_string(long(kMaxBsz) * kMaxGradAccum) + ", got " + std::to_string(global));
+  const std::vector<double> given = space.bsz;
+  std::erase_if(space.bsz, [&](double b) { return !split_global_batch(global, b, 1); });
+  if (space.bsz.empty())
+    return make_error("--global-batch " + std::to_string(global) + ": not a multiple of the micro-batch " +
+                      (given.size() == 1 ? format_g(given.front()) + " fixed by --fix bsz" : "any searched"));
+  space.global_batch = global;
+  return space;
+}
+
+std::string global_batch_words(const TrainingConfig& c, bool fixed, const HardwareProfile& p) {
+  const std::string used = std::to_string(long(c.dp) * c.mp) + " of " + std::to_string(p.total_gpus()) + " GPUs";
+  if (fixed)
+    return "global batch " + format_g(global_batch(c)) + " = bsz " + format_g(c.bsz) + " x grad-accum " +
+           std::to_string(c.grad_accum) + " x dp " + std::to_string(c.dp) + " (--global-batch); " + used;
+  return "global batch unconstrained: bsz " + format_g(c.bsz) + " x dp " + std::to_string(c.dp) + " = " +
+         format_g(global_batch(c)) + " samples per step, which changes with the plan (fix it with --global-batch N); " +
+         used;
+}
+
+namespace {
+
+std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling,
+                                         int mp, int depth, const WhatIf& what_if, std::optional<long> global) {
   TrainingConfig c;
   c.what_if = what_if;
   c.bsz = bsz;
@@ -234,6 +274,11 @@ TrainingConfig config_for(const ModelSpec& m, const HardwareProfile& p, double b
   c.mp = mp;
   c.dp = p.total_gpus() / mp;
   c.prefetch_depth = depth;
+  if (global) {
+    auto split = split_global_batch(*global, bsz, c.dp);
+    if (!split) return std::nullopt;
+    std::tie(c.dp, c.grad_accum) = *split;
+  }
   return c;
 }
 
@@ -291,29 +336,36 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {
             if (!check_optimizer_overlap(pl, ov)) continue;
-            // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit
+            // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
+            // Not with a global batch: dp then changes with bsz, and with it each rank's share.
             std::vector<std::pair<Candidate, FitReport>> row;
             for (double bsz : space.bsz) {
-              Candidate c{pl, config_for(m, p, bsz, ci, t, mp, space.prefetch_depth, space.what_if)};
+              std::optional<TrainingConfig> k =
+                  config_for(m, p, bsz, ci, t, mp, space.prefetch_depth, space.what_if, space.global_batch);
+              if (!k) continue;  // bsz does not divide the global batch
+              Candidate c{pl, *k};
               c.config.optimizer_overlap = ov;
               FitReport fit = check_fit(m, c, p, o.fit);
               ++r.evaluated;
               if (!fit.fits()) {
                 if (!r.closest || closer(fit, r.closest->fit))
                   r.closest = Evaluated{c, fit, estimate_time(m, c, p), std::nullopt};
+                if (space.global_batch) continue;
                 break;
               }
               row.emplace_back(std::move(c), std::move(fit));
             }
             // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
             // rows whose best (the largest micro-batch: the least time per sample) would be kept.
-            if (o.accept && !row.empty()) {
+            if (o.accept && space.global_batch) {  // not monotone in bsz (dp changes with it): each one
+              std::erase_if(row, [&](const auto& cf) { return !o.accept(cf.first).empty(); });
+            } else if (o.accept && !row.empty()) {
               Evaluated last{row.back().first, row.back().second, estimate_time(m, row.back().first, p), std::nullopt};
               const bool kept = r.top.size() < top_n || cmp(last, r.top.back()) || !best[pi] ||
                                 better(last, *best[pi], o.objective);
               if (!kept) row.clear();
             }
-            if (o.accept && !row.empty()) {
+            if (o.accept && !space.global_batch && !row.empty()) {
               size_t lo = 0, hi = row.size();  // accepted: [0, lo); rejected: [hi, size)
               while (lo < hi) {
                 const size_t mid = (lo + hi) / 2;

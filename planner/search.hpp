@@ -39,6 +39,10 @@ struct SearchSpace {
   std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
   WhatIf what_if;             // seed 004's what-ifs: the user's, copied into every candidate, never searched
+  // `--global-batch N`: every candidate trains N samples per optimizer step, bsz x grad_accum x dp
+  // (split_global_batch); micro-batches that do not divide N are skipped. Nothing: dp is every GPU
+  // not used by mp, no accumulation, and the global batch is whatever bsz x dp gives.
+  std::optional<long> global_batch;
   size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp)
 };
 
@@ -46,6 +50,21 @@ struct SearchSpace {
 // when a fix contradicts the model or profile (mp larger than a node, ci above the layers, ...)
 // or leaves no valid placement.
 Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes);
+
+// dp and gradient-accumulation steps for a global batch of `global` samples at micro-batch `bsz`
+// (a whole number) with at most `max_dp` data-parallel ranks: the largest dp that divides
+// global / bsz, the accumulation making up the rest. Nothing when bsz does not divide `global`
+// (or the accumulation would pass kMaxGradAccum). More ranks share the same work: the fastest.
+std::optional<std::pair<int, int>> split_global_batch(long global, double bsz, int max_dp);
+
+// `space` with every candidate training `global` samples per optimizer step (`--global-batch`):
+// sets SearchSpace::global_batch and keeps the micro-batches that divide it; an error naming the
+// flag when none does (a micro-batch fixed with --fix bsz).
+Result<SearchSpace> with_global_batch(SearchSpace space, long global);
+
+// "global batch 512 = bsz 4 x grad-accum 8 x dp 16 (--global-batch); 16 of 64 GPUs", or, when the
+// search left it free, that it is unconstrained and what the plan's bsz x dp gives.
+std::string global_batch_words(const TrainingConfig& c, bool fixed, const HardwareProfile& p);
 
 // Name of a placement: the Table 2 preset it equals (act_ckpt=cpu appended), else "custom".
 std::string placement_label(const Placement& pl);

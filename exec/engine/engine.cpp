@@ -1536,6 +1536,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   o.config.dp = e.dp;
   if (o.config.bsz != std::floor(o.config.bsz) || o.config.bsz < 1)
     return make_error("--bsz: the executor needs a whole micro-batch >= 1, got " + format_g(o.config.bsz));
+  if (o.config.grad_accum > 1)  // its gradient offloads would overwrite, not add to, the earlier micro-steps'
+    return make_error("--grad-accum: " + std::to_string(o.config.grad_accum) +
+                      " micro-steps per optimizer step is planned and simulated; the executor runs one (use "
+                      "--grad-accum 1, or a larger --bsz)");
   e.micro_batches = o.placement.layer_major ? std::max(1, o.config.micro_batches) : 1;
   e.psz = adam::dtype_bytes(o.precision);
   if (o.backend == "cpu" && o.precision == adam::DType::fp16)

@@ -19,13 +19,13 @@ assert j["search"]["ranking"] == "simulated", j["search"]
 assert j["ranked_by"] == "simulated" and j["simulated_iteration_s"] > 0 and j["iteration_s"] > 0, j
 # simulated runners-up come before analytic ones, and among themselves in simulated time per sample
 seen_analytic = False
-prev = j["simulated_iteration_s"] / (j["bsz"] * j["dp"])
+prev = j["simulated_iteration_s"] / j["global_batch"]
 for r in j["runners_up"]:
     if r["ranked_by"] == "analytic":
         seen_analytic = True
         continue
     assert not seen_analytic, "a simulated runner-up after an analytic one"
-    per = r["simulated_iteration_s"] / (r["bsz"] * r["dp"])
+    per = r["simulated_iteration_s"] / r["global_batch"]
     assert per >= prev * (1 - 1e-9), (per, prev)
     prev = per
 assert "ranking: simulated" in plan, plan

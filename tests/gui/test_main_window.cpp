@@ -275,7 +275,9 @@ class MainWindowTest : public QObject {
     QCOMPARE(t->item(0, 2)->text(), QString::number(chosen.candidate.config.bsz));
     QCOMPARE(t->item(0, 3)->text(), QString::number(chosen.candidate.config.ci));
     QCOMPARE(t->item(0, 4)->text(), QString::number(chosen.candidate.config.tiling_factor));
-    QCOMPARE(t->item(0, 8)->text(), QString::fromStdString(chosen.fit.binding().sentence()));
+    QCOMPARE(t->item(0, 6)->text(), QString::number(chosen.candidate.config.dp));
+    QCOMPARE(t->item(0, 7)->text(), QString::number(chosen.candidate.config.grad_accum));
+    QCOMPARE(t->item(0, 10)->text(), QString::fromStdString(chosen.fit.binding().sentence()));
     for (int r = 1; r < t->rowCount(); ++r) {
       bool found = false;
       for (const auto* list : {&want.result().ranked, &want.result().top})
@@ -283,7 +285,7 @@ class MainWindowTest : public QObject {
           found = found || (t->item(r, 1)->text() == QString::fromStdString(planner::placement_label(e.candidate.placement)) &&
                             t->item(r, 2)->text() == QString::number(e.candidate.config.bsz) &&
                             t->item(r, 3)->text() == QString::number(e.candidate.config.ci) &&
-                            t->item(r, 8)->text() == QString::fromStdString(e.fit.binding().sentence()));
+                            t->item(r, 10)->text() == QString::fromStdString(e.fit.binding().sentence()));
       QVERIFY2(found, qPrintable(QString("row %1 is not in the search's ranking").arg(r)));
     }
     const QString best = QString::fromStdString(planner::placement_label(chosen.candidate.placement));
@@ -297,9 +299,14 @@ class MainWindowTest : public QObject {
   // table1-0.5T is the case that used to differ: the analytic best (tiling 2) overflows GPU memory in
   // the detailed schedule, which the CLI checked and the GUI did not.
   void plan_tab_and_cli_choose_the_same_plan() {
-    for (const char* model : {"table1-0.5T", "table1-10B"}) {
+    // the last pass fixes the global batch (--global-batch 96): the split into dp and accumulation
+    // must agree too, and the summary says the batch is fixed
+    for (const char* model : {"table1-0.5T", "table1-10B", "table1-10B/96"}) {
+      const std::string name = std::string(model).substr(0, std::string(model).find('/'));
+      const long global = std::string(model).find('/') == std::string::npos ? 0 : 96;
+      w_->plan_view()->global_batch_box()->setValue(int(global));
       auto* models = w_->findChild<QComboBox*>("model_combo");
-      const int i = models->findText(model);
+      const int i = models->findText(QString::fromStdString(name));
       QVERIFY2(i >= 0, model);
       models->setCurrentIndex(i);
       emit models->activated(i);
@@ -310,7 +317,9 @@ class MainWindowTest : public QObject {
       const planner::Evaluated& gui = *pv->outcome()->recommendation.chosen;
       if (std::string(model) == "table1-0.5T") QVERIFY(!pv->outcome()->recommendation.checked.rejected.empty());
       QProcess cli;
-      cli.start(MEMWALL_CLI, {"plan", "--profile", "dgx2", "--model", model, "--json"});
+      QStringList args = {"plan", "--profile", "dgx2", "--model", QString::fromStdString(name), "--json"};
+      if (global > 0) args << "--global-batch" << QString::number(global);
+      cli.start(MEMWALL_CLI, args);
       QVERIFY(cli.waitForFinished(120000));
       QCOMPARE(cli.exitCode(), 0);
       const QJsonObject j = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
@@ -320,8 +329,17 @@ class MainWindowTest : public QObject {
       QCOMPARE(j["tiling_factor"].toInt(), gui.candidate.config.tiling_factor);
       QCOMPARE(j["mp"].toInt(), gui.candidate.config.mp);
       QCOMPARE(j["optimizer_overlap"].toString(), QString(to_string(gui.candidate.config.optimizer_overlap)));
+      QCOMPARE(j["dp"].toInt(), gui.candidate.config.dp);
+      QCOMPARE(j["grad_accum"].toInt(), gui.candidate.config.grad_accum);
       QVERIFY(j["schedule_check"].toObject()["fits"].toBool());
+      if (global > 0) {
+        QCOMPARE(global_batch(gui.candidate.config), double(global));
+        QVERIFY2(pv->summary()->text().contains("global batch 96 = bsz"), qPrintable(pv->summary()->text()));
+      } else {
+        QVERIFY2(pv->summary()->text().contains("global batch unconstrained"), qPrintable(pv->summary()->text()));
+      }
     }
+    w_->plan_view()->global_batch_box()->setValue(0);
   }
 
   // "re-rank best 3 by simulation" sets SearchOptions::refine: the chosen plan carries a simulated

@@ -134,6 +134,8 @@ std::vector<std::string> check_config(const json& ds, const ModelSpec& m, const 
   if (ds["train_batch_size"].get<long>() !=
       ds["train_micro_batch_size_per_gpu"].get<long>() * ds["gradient_accumulation_steps"].get<long>() * c.config.dp)
     bad.push_back("train_batch_size is not micro-batch x gradient accumulation x dp");
+  if (ds["gradient_accumulation_steps"].get<long>() != c.config.grad_accum)
+    bad.push_back("gradient_accumulation_steps is not the plan's grad_accum");
   const json& ac = ds["activation_checkpointing"];
   if (ac["cpu_checkpointing"].get<bool>() && !ac["partition_activations"].get<bool>())
     bad.push_back("cpu_checkpointing without partition_activations");
@@ -162,6 +164,7 @@ TEST(DeepSpeed, EveryExportedKeyIsOneDeepSpeedReads) {
           if (tiling > 1 && !pl.param16.partitioned) continue;
           Candidate c;
           c.placement = pl;
+          c.config.grad_accum = tiling == mp ? 1 : 8;  // memwall plan --global-batch
           c.config.bsz = 2;
           c.config.mp = mp;
           c.config.dp = 64 / mp;
