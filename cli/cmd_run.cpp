@@ -124,7 +124,7 @@ Command add_run(CLI::App& app) {
                   << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n\n   step      loss   tokens/s   step ms  hidden\n";
             }
             const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
-            std::uint64_t rng = rc.seed ^ 0x5eedba7c4ull;
+            std::uint64_t rng = data_rng(rc);
             int first_step = 1;
             if (!f->resume.empty()) {
               Result<exec::RunPosition> at = engine->resume(f->resume);
@@ -139,21 +139,16 @@ Command add_run(CLI::App& app) {
                                  " is at step " + std::to_string(at->iteration) + " already (ask for more steps)");
               out << "resumed from " << f->resume << " at step " << at->iteration << "\n";
             }
-            std::vector<int> tokens, targets, tk, tg;
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
             std::vector<double> iter_s;
             exec::IterationReport last;
             float first = 0;
             const int per_iter = engine->tokens_per_iteration();
             const int sequences = per_iter / rc.seq;  // this rank's part of the global batch
-            std::vector<int> all_tokens, all_targets;
+            RankBatch batch;
             for (int i = first_step; i <= rc.steps; ++i) {
-              // every rank draws the same global batch and takes its own sequences of it
-              corpus.next_batch(sequences * engine->ranks(), rc.seq, rng, all_tokens, all_targets);
-              const long from = long(engine->rank()) * sequences * rc.seq, to = from + long(sequences) * rc.seq;
-              tokens.assign(all_tokens.begin() + from, all_tokens.begin() + to);
-              targets.assign(all_targets.begin() + from, all_targets.begin() + to);
-              Result<exec::IterationReport> r = engine->step(tokens, targets);
+              batch.next(corpus, rng, sequences, rc.seq, engine->rank(), engine->ranks());
+              Result<exec::IterationReport> r = engine->step(batch.tokens, batch.targets);
               if (!r) return fail("step " + std::to_string(i) + ": " + r.error(), 1);
               if (!std::isfinite(r->loss)) {
                 std::ostringstream m;

@@ -126,19 +126,14 @@ Command add_validate(CLI::App& app) {
             if (show)
               std::cerr << "validate: executing " << prep.rc.steps << " iterations of " << executed.strategy << " ("
                         << executed.steps.size() << " steps each) ..." << std::endl;
-            std::uint64_t rng = prep.rc.seed ^ 0x5eedba7c4ull;
-            std::vector<int> tokens, targets;
+            std::uint64_t rng = data_rng(prep.rc);
             std::vector<double> iter_s;
             exec::IterationReport last;
             const int sequences = engine->tokens_per_iteration() / prep.rc.seq;  // this rank's
-            std::vector<int> all_tokens, all_targets;
+            RankBatch batch;  // the same data as run
             for (int i = 1; i <= prep.rc.steps; ++i) {
-              // every rank draws the same global batch and takes its own sequences of it (as run)
-              corpus.next_batch(sequences * engine->ranks(), prep.rc.seq, rng, all_tokens, all_targets);
-              const long from = long(engine->rank()) * sequences * prep.rc.seq, to = from + long(sequences) * prep.rc.seq;
-              tokens.assign(all_tokens.begin() + from, all_tokens.begin() + to);
-              targets.assign(all_targets.begin() + from, all_targets.begin() + to);
-              Result<exec::IterationReport> r = engine->step(tokens, targets);
+              batch.next(corpus, rng, sequences, prep.rc.seq, engine->rank(), engine->ranks());
+              Result<exec::IterationReport> r = engine->step(batch.tokens, batch.targets);
               if (!r) fail("step " + std::to_string(i) + ": " + r.error());
               last = std::move(r).value();
               if (i > 1) iter_s.push_back(last.iteration_s);

@@ -25,29 +25,54 @@ std::string words(const Candidate& c) {
          ", tiling " + std::to_string(c.config.tiling_factor);
 }
 
-}  // namespace
+// The detailed check of one candidate: why it does not fit (empty when it does) and the one-line
+// summary of its schedule's peaks (empty when no schedule was built).
+struct Checked {
+  std::string why_not, summary;
+};
 
-std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
+Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
   const Candidate c = memory_checked(given);
   const Result<MemorySizes> z = sizes_of(sizes, c);
-  if (!z) return "schedule check: " + z.error();
+  if (!z) return {"schedule check: " + z.error(), "schedule check: " + z.error()};
   // an executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
-  if (z->workspace_bytes > p.gpu_memory_bytes)
-    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
-           format_bytes(z->workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+  if (z->workspace_bytes > p.gpu_memory_bytes) {
+    const std::string why = placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) +
+                            ": the executor's activation workspace (" + format_bytes(z->workspace_bytes) +
+                            ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+    return {why, "schedule check: " + why};
+  }
   if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
-    return "schedule check: " + ok.error();
+    return {"schedule check: " + ok.error(), "schedule check: " + ok.error()};
   Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, *z);
-  if (!sched) return "schedule check: " + sched.error();
-  if (!sched->overflow) return "";
-  return words(c) + " overflows in the detailed schedule" +
-         (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
+  if (!sched) return {"schedule check: " + sched.error(), "schedule check: " + sched.error()};
+  Checked out;
+  out.summary = std::string("schedule check (build_schedule, rank 0") +
+                (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
+                format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) + ", CPU peak " +
+                format_bytes(sched->peak_bytes[1]) + " of " + format_bytes(sched->capacity_bytes[1]) +
+                " per rank: " + (sched->overflow ? sched->overflow->message : std::string("fits"));
+  if (sched->overflow)
+    out.why_not = words(c) + " overflows in the detailed schedule" +
+                  (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
+  return out;
+}
+
+}  // namespace
+
+std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes) {
+  return check_candidate(m, p, c, sizes).why_not;
 }
 
 Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space, const Fixes& fixes,
                          SearchOptions options, const SizesFn& sizes) {
   Recommendation out;
-  auto check = [&](const Candidate& c) { return detailed_check(m, p, c, sizes); };
+  std::string last_passed;  // the summary of the last candidate the check accepted
+  auto check = [&](const Candidate& c) {
+    Checked k = check_candidate(m, p, c, sizes);
+    if (k.why_not.empty()) last_passed = std::move(k.summary);
+    return k.why_not;
+  };
   // For profiles an executor runs, the schedule is small enough to check every candidate the
   // analytic fit accepts; for paper-sized ones the best few are checked after the search.
   if (!p.executor_backend.empty()) options.accept = check;
@@ -58,22 +83,8 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
     return out;
   }
   out.chosen = out.checked.chosen;
-  const Evaluated& shown = out.chosen ? *out.chosen : r.top.front();
-  {
-    const Candidate c = memory_checked(shown.candidate);
-    const Result<MemorySizes> z = sizes_of(sizes, c);
-    Result<TrainingConfig> small = check_schedule_size(m, c.placement, c.config, p);
-    Result<Schedule> sched = !z       ? Result<Schedule>(make_error(z.error()))
-                             : !small ? Result<Schedule>(make_error(small.error()))
-                                      : build_schedule(m, c.placement, c.config, p, 0, *z);
-    out.schedule_check = !sched ? "schedule check: " + sched.error()
-                                : std::string("schedule check (build_schedule, rank 0") +
-                                      (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
-                                      format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) +
-                                      ", CPU peak " + format_bytes(sched->peak_bytes[1]) + " of " +
-                                      format_bytes(sched->capacity_bytes[1]) + " per rank: " +
-                                      (sched->overflow ? sched->overflow->message : std::string("fits"));
-  }
+  // the chosen candidate's check was the last to pass: its summary is kept, not built again
+  out.schedule_check = out.chosen ? last_passed : check_candidate(m, p, r.top.front().candidate, sizes).summary;
   if (!out.chosen) {
     // the analytic model said yes, the detailed schedule no, at every micro-batch
     out.shortfall = m.name + " fits nowhere on " + p.name + " in the detailed schedule" +

@@ -5,6 +5,8 @@
 // high-water mark at the schedule's peak and the handlers' byte counts equal to the schedule's;
 // prefetches overlap compute; faults injected around the real io engine stop a step with the path
 // and offset and never reach the optimizer; bad input is refused before anything is allocated.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -23,8 +25,11 @@ namespace {
 
 std::string temp_dir(const std::string& tag) {
   const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  std::string d = std::filesystem::temp_directory_path().string() + "/memwall-engine-" + tag + "-" + info->name() +
-                  "-" + std::to_string(::getpid());
+  // one folder, also for a parameterized test ("Name/param" would leave "Name" behind)
+  std::string name = info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  std::string d = std::filesystem::temp_directory_path().string() + "/memwall-engine-" + tag + "-" + name + "-" +
+                  std::to_string(::getpid());
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
@@ -374,7 +379,10 @@ TEST_P(EngineBackend, ZeroInfNvmeTrainsAndMatchesTheCpuBackend) {
   o.backend = GetParam();
   o.nvme_dir = temp_dir(GetParam());
   auto probe = Engine::create(o);
-  if (!probe.ok() && probe.error().find("no CUDA device") != std::string::npos) GTEST_SKIP() << probe.error();
+  if (!probe.ok() && probe.error().find("no CUDA device") != std::string::npos) {
+    std::filesystem::remove_all(o.nvme_dir);
+    GTEST_SKIP() << probe.error();
+  }
   ASSERT_TRUE(probe.ok()) << probe.error();
   { std::unique_ptr<Engine> done = std::move(probe).value(); }
   std::filesystem::remove_all(o.nvme_dir);
