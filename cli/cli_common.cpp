@@ -177,6 +177,9 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
   add_int(app, "--micro-batches", config.micro_batches, 1, kMaxMicroBatches,
           "l2l: micro-batches looped inside each layer (default 4)");
+  add_int(app, "--pp", config.pp, 1, kMaxPp,
+          "Pipeline stages (3D parallelism): contiguous blocks per stage, stages across nodes, the\n"
+          "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan and schedule only");
   add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
           "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
           "bsz x grad-accum x dp); plan and simulate only, the executor runs 1");

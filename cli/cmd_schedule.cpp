@@ -19,6 +19,7 @@ struct ScheduleFlags {
   ModelFlags model;
   StrategyFlags run;
   int rank = 0;
+  int stage = 0;
   bool json = false;
   bool text = false;
   std::string output;
@@ -43,6 +44,7 @@ nlohmann::ordered_json schedule_json(const Schedule& s) {
   }
   for (int l = 1; l < kLinkClasses; ++l) traffic[to_string(LinkClass(l))] = s.traffic_bytes[l];
   nlohmann::ordered_json j = {{"strategy", s.strategy}, {"rank", s.rank}, {"dp", s.dp}, {"mp", s.mp},
+                              {"pp", s.pp}, {"stage", s.stage}, {"grad_accum", s.grad_accum},
                               {"compute_flops", s.compute_flops}, {"peak_bytes", peak}, {"capacity_bytes", cap},
                               {"traffic_bytes", traffic}, {"fits", !s.overflow.has_value()}};
   if (s.overflow) j["overflow"] = s.overflow->message;
@@ -52,7 +54,8 @@ nlohmann::ordered_json schedule_json(const Schedule& s) {
 
 std::string summary_text(const Schedule& s) {
   std::ostringstream o;
-  o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp << "), " << s.steps.size() << " steps, "
+  o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp
+    << (s.pp > 1 ? ", stage " + std::to_string(s.stage) + " of pp " + std::to_string(s.pp) : std::string()) << "), " << s.steps.size() << " steps, "
     << format_sig(s.compute_flops / 1e12) << " TFLOP on the GPU\n";
   std::vector<std::vector<std::string>> rows = {{"tier", "peak", "capacity per rank"}};
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
@@ -78,6 +81,7 @@ Command add_schedule(CLI::App& app) {
   f->model.add(*sub);
   f->run.add(*sub);
   add_int(*sub, "--rank", f->rank, 0, kMaxGpus - 1, "Which data-parallel rank to print");
+  add_int(*sub, "--stage", f->stage, 0, kMaxPp - 1, "With --pp: which pipeline stage to print");
   sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, traffic_bytes");
   sub->add_flag("--text", f->text, "Text: one step per line (the default)");
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
@@ -88,7 +92,7 @@ Command add_schedule(CLI::App& app) {
             ModelSpec m = f->model.load();
             Placement pl = f->run.placement();
             TrainingConfig c = f->run.training(m, pl, p);
-            Schedule s = take(build_schedule(m, pl, c, p, f->rank));
+            Schedule s = take(build_schedule(m, pl, c, p, f->rank, MemorySizes{}, f->stage));
             std::vector<std::string> bad = check_invariants(s);
             if (!bad.empty()) throw std::logic_error("schedule breaks an invariant: " + bad.front());  // a bug: exit 1
             std::string out = f->json ? schedule_json(s).dump(1) + "\n" : schedule_text(s) + summary_text(s);

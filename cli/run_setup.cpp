@@ -99,6 +99,9 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     throw UsageError(whence + (in.plan.empty() ? "--attention-density" : "training.attention_density") +
                      ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
                      "attention");
+  if (o.config.pp > 1)
+    throw UsageError(whence + (in.plan.empty() ? "--pp" : "training.pp") + ": " + std::to_string(o.config.pp) +
+                     " pipeline stages are planned and scheduled; the executor runs every block on each rank");
   if (o.config.grad_accum > 1)
     throw UsageError(whence + (in.plan.empty() ? "--grad-accum" : "training.grad_accum") + ": " +
                      std::to_string(o.config.grad_accum) +

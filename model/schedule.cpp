@@ -22,6 +22,7 @@ const char* to_string(StepKind k) {
     case StepKind::save_ckpt: return "save_ckpt";
     case StepKind::load_ckpt: return "load_ckpt";
     case StepKind::optimizer: return "optimizer";
+    case StepKind::p2p: return "p2p";
   }
   return "?";
 }
@@ -58,12 +59,15 @@ struct Item {
 class Generator {
  public:
   Generator(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, int rank,
-            int dp, const MemorySizes& sizes)
-      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes),
+            int dp, const MemorySizes& sizes, int stage)
+      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes), stage_(stage), pp_(std::max(1, c.pp)),
+        blocks_(stage_blocks(m.layers, std::max(1, c.pp), stage)),
         g_(build_gpt_graph(m, c.bsz, c.seq, c.what_if.attention_density)),
         micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1), grad_accum_(std::max(1, c.grad_accum)) {
     s_.strategy = pl.name;
     s_.grad_accum = grad_accum_;
+    s_.pp = pp_;
+    s_.stage = stage_;
     s_.rank = rank;
     s_.dp = dp;
     s_.mp = c.mp;
@@ -71,7 +75,7 @@ class Generator {
     s_.sizes = sizes;
     s_.optimizer_overlap = c.optimizer_overlap;
     s_.capacity_bytes[int(Tier::gpu)] = p.gpu_memory_bytes;
-    const int sharing = p.ranks_per_node(long(dp) * c.mp);
+    const int sharing = p.ranks_per_node(long(dp) * c.mp * pp_);
     s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / sharing;
     s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / sharing;
     // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
@@ -80,6 +84,14 @@ class Generator {
     owner_.assign(g_.size(), SIZE_MAX);
     for (size_t v : g_.order)
       if (!g_.op(v).param_owner.empty()) owner_[v] = index_.at(g_.op(v).param_owner);
+    // Pipeline stages: consecutive stages sit on consecutive GPUs (dp x mp each, stage-major), so
+    // activations cross between nodes where a stage boundary is a node boundary.
+    if (pp_ > 1) {
+      const long per_stage = long(dp) * c.mp;
+      auto node_of = [&](int st) { return long(st) * per_stage / p.gpus_per_node; };
+      if (stage_ > 0) p2p_prev_ = node_of(stage_ - 1) != node_of(stage_) ? LinkClass::network : LinkClass::gpu_gpu;
+      if (stage_ + 1 < pp_) p2p_next_ = node_of(stage_ + 1) != node_of(stage_) ? LinkClass::network : LinkClass::gpu_gpu;
+    }
     assign_ranks();
   }
 
@@ -87,10 +99,21 @@ class Generator {
     place_persistent_states();
     plan_optimizer();
     delayed_update();
-    // Gradient accumulation: forward and backward once per micro-step, the optimizer once.
-    for (accum_ = 0; accum_ < grad_accum_; ++accum_) {
-      forward();
-      backward();
+    // Gradient accumulation: forward and backward once per micro-step, the optimizer once. A
+    // pipeline stage runs them 1F1B: (pp - stage - 1) forwards first, then one forward and one
+    // backward in turn, then the remaining backwards.
+    const int warmup = std::min(pp_ - stage_ - 1, grad_accum_);
+    std::vector<std::pair<bool, int>> order;  // (forward?, micro-step)
+    for (int u = 0; u < warmup; ++u) order.push_back({true, u});
+    for (int j = 0; j < grad_accum_ - warmup; ++j) {
+      order.push_back({true, warmup + j});
+      order.push_back({false, j});
+    }
+    for (int j = grad_accum_ - warmup; j < grad_accum_; ++j) order.push_back({false, j});
+    for (const auto& [fwd, u] : order) {
+      accum_ = u;
+      if (fwd) forward();
+      else backward();
     }
     accum_ = -1;
     optimizer();
@@ -117,8 +140,25 @@ class Generator {
   }
   double model_param_elems() const {
     double n = 0;
-    for (size_t v : g_.order) n += g_.op(v).param_elems * mp_share(v);
+    for (size_t v : g_.order)
+      if (holds_params(v)) n += g_.op(v).param_elems * mp_share(v);
     return n;
+  }
+  // Pipeline stages: the operators this stage computes (its blocks; the embedding on the first, the
+  // final LayerNorm and LM head on the last) and the parameters it holds (also the tied embedding
+  // on the last stage, a copy as in Megatron; the two copies' gradient all-reduce is left out).
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == pp_ - 1; }
+  bool computes(size_t v) const {
+    const Operator& op = g_.op(v);
+    if (op.block >= 0) return op.block >= blocks_.first && op.block < blocks_.last;
+    return op.name == "embed" ? first_stage() : last_stage();
+  }
+  bool holds_params(size_t v) const {
+    if (computes(v)) return true;
+    for (size_t w : g_.order)  // the owner of a tied operator this stage computes
+      if (computes(w) && owner_[w] == v) return true;
+    return false;
   }
   double shard(const StatePlacement& sp) const { return sp.partitioned ? 1.0 / dp_ : 1.0; }
   bool workspace() const { return z_.workspace_bytes >= 0; }
@@ -127,7 +167,7 @@ class Generator {
   template <typename F>
   void for_units(F f) const {
     for (size_t v : g_.order) {
-      if (g_.op(v).param_elems <= 0) continue;
+      if (g_.op(v).param_elems <= 0 || !holds_params(v)) continue;
       const double e = g_.op(v).param_elems * mp_share(v) / tiles(v);
       for (int t = 0; t < tiles(v); ++t)
         f(g_.op(v).name + (tiled(v) ? "[tile " + std::to_string(t) + "]" : ""), e);
@@ -437,7 +477,7 @@ class Generator {
     const std::string key = tile_name(it);
     const std::string buf = grad_buffer(it);
     if (!buf.empty() && grad_pending_.insert(key).second) alloc(compute_id, buf, Tier::gpu, whole);
-    if (it.v != o) return;  // lm_head: the embedding's backward comes later and finishes it
+    if (it.v != o && computes(o)) return;  // lm_head: the embedding's backward comes later and finishes it
     if (it.u >= 0 && it.u + 1 < micro_batches_) return;  // l2l accumulates over micro-batches
     grad_pending_.erase(key);
     const StatePlacement& gp = pl_.grad16;
@@ -514,8 +554,23 @@ class Generator {
     return out;
   }
   double ckpt_bytes() const { return z_.act_bytes * c_.bsz * double(c_.seq) * double(m_.hidden); }
+  // Several micro-steps' checkpoints are alive at once in a pipeline (1F1B): named apart.
   std::string ckpt_name(int b, int u) const {
-    return "block" + std::to_string(b) + ".input" + (micro_batches_ > 1 ? " mb" + std::to_string(u) : "");
+    return "block" + std::to_string(b) + ".input" + (micro_batches_ > 1 ? " mb" + std::to_string(u) : "") +
+           (grad_accum_ > 1 ? " acc" + std::to_string(accum_) : "");
+  }
+  std::pair<int, int> ckpt_key(int b, int u) const { return {b, u + micro_batches_ * std::max(0, accum_)}; }
+  // Pipeline stages send their output activations forward and their input gradients back, one
+  // (B, T, C) tensor per micro-step, split over the tensor slices (Megatron's scatter/gather).
+  double p2p_bytes() const { return z_.act_bytes * c_.bsz * double(c_.seq) * double(m_.hidden) / c_.mp; }
+  int p2p(Phase ph, const char* hop, int peer, LinkClass link, std::vector<int> d) {
+    const int b = std::string(hop) == "recv" ? (ph == Phase::forward ? blocks_.first : blocks_.last)
+                                             : (ph == Phase::forward ? blocks_.last : blocks_.first);
+    Step st = transfer(StepKind::p2p, ph, "block" + std::to_string(b) + ".input", hop, State::act_ckpt, p2p_bytes(),
+                       Tier::gpu, Tier::gpu, link, std::move(d));
+    st.state.reset();
+    st.root = peer;  // the stage at the other end
+    return emit(std::move(st));
   }
   // Activations of one block kept in forward until the block ends (or, in backward, the AWM of a
   // checkpoint segment: Eq. 5 per block), per micro-batch. Zero with a preallocated workspace.
@@ -527,11 +582,14 @@ class Generator {
   // block waits for the checkpoint saved from that block's input.
   void forward() {
     awm_per_block_ = awm_bytes_eq5(c_.bsz, c_.seq, 1, m_.hidden, m_.heads, c_.what_if.attention_density) / c_.mp;
-    if (head_ops_.empty() && tail_ops_.empty())
+    if (!ops_split_) {
       for (size_t v : g_.order)
-        if (g_.op(v).block < 0) (g_.op(v).name == "embed" ? head_ops_ : tail_ops_).push_back(v);
+        if (g_.op(v).block < 0 && computes(v)) (g_.op(v).name == "embed" ? head_ops_ : tail_ops_).push_back(v);
+      ops_split_ = true;
+    }
     std::vector<Item> items = items_of(head_ops_, Phase::forward);
-    for (int b = 0; b < m_.layers; ++b) {
+    if (!first_stage()) next_compute_deps_.push_back(p2p(Phase::forward, "recv", stage_ - 1, p2p_prev_, {}));
+    for (int b = blocks_.first; b < blocks_.last; ++b) {
       std::vector<Item> bi = items_of(block_ops(b), Phase::forward);
       items.insert(items.end(), bi.begin(), bi.end());
     }
@@ -549,7 +607,7 @@ class Generator {
       saves_of_open.clear();
       open_block = b;
       if (b < 0) return;
-      if (b % c_.ci == 0)
+      if ((b - blocks_.first) % c_.ci == 0)
         for (int u = 0; u < micro_batches_; ++u) {
           const std::string buf = "ckpt:" + ckpt_name(b, u);
           Step st = transfer(StepKind::save_ckpt, Phase::forward, "block" + std::to_string(b) + ".input",
@@ -558,11 +616,16 @@ class Generator {
           st.micro_batch = micro_batches_ > 1 ? u : -1;
           int id = emit(std::move(st));
           alloc(id, buf, ct, ckpt_bytes());
-          saved_[{b, u}] = id;
+          saved_[ckpt_key(b, u)] = id;
           saves_of_open.push_back(id);
         }
       if (act > 0) next_compute_allocs_.push_back({"act:block" + std::to_string(b), Tier::gpu, act});
     });
+    // a stage without the LM head ends on a block: its activations go once the output is sent
+    if (!last_stage()) {
+      const int sent = p2p(Phase::forward, "send", stage_ + 1, p2p_next_, deps({last_compute_}));
+      if (open_block >= 0 && act > 0) free_at(sent, "act:block" + std::to_string(open_block));
+    }
     next_compute_deps_.clear();
   }
 
@@ -572,10 +635,11 @@ class Generator {
   void backward() {
     const Tier ct = pl_.act_ckpt.tier;
     std::vector<Item> items = items_of(tail_ops_, Phase::backward);
+    if (!last_stage()) next_compute_deps_.push_back(p2p(Phase::backward, "recv", stage_ + 1, p2p_next_, {}));
     std::map<size_t, int> segment_start;  // item index -> first block of the segment starting there
-    const int segments = (m_.layers + c_.ci - 1) / c_.ci;
+    const int segments = (blocks_.last - blocks_.first + c_.ci - 1) / c_.ci;
     for (int sgi = segments - 1; sgi >= 0; --sgi) {
-      const int b0 = sgi * c_.ci, b1 = std::min(m_.layers, b0 + c_.ci);
+      const int b0 = blocks_.first + sgi * c_.ci, b1 = std::min(blocks_.last, b0 + c_.ci);
       std::vector<size_t> seg;
       for (int b = b0; b < b1; ++b)
         for (size_t v : block_ops(b)) seg.push_back(v);
@@ -603,7 +667,7 @@ class Generator {
         const std::string loaded = ct == Tier::gpu ? saved : "ckpt@gpu:" + ckpt_name(b0, u);
         Step st = transfer(StepKind::load_ckpt, Phase::recompute, "block" + std::to_string(b0) + ".input",
                            ct == Tier::gpu ? "" : "cg", State::act_ckpt, ckpt_bytes(), ct, Tier::gpu,
-                           link_between(ct, Tier::gpu), deps({saved_.at({b0, u}), last_compute_}), saved, loaded);
+                           link_between(ct, Tier::gpu), deps({saved_.at(ckpt_key(b0, u)), last_compute_}), saved, loaded);
         // Not prefetched: the checkpoint's buffer is free only once the later segment is done.
         st.micro_batch = micro_batches_ > 1 ? u : -1;
         int id = emit(std::move(st));
@@ -614,7 +678,7 @@ class Generator {
         open.push_back(saved);
         next_compute_deps_.push_back(id);
       }
-      const double awm = block_activation_bytes() * std::min(c_.ci, m_.layers - b0) * micro_batches_;
+      const double awm = block_activation_bytes() * std::min(c_.ci, blocks_.last - b0) * micro_batches_;
       if (awm > 0) {
         const std::string name = "awm:segment" + std::to_string(b0);
         next_compute_allocs_.push_back({name, Tier::gpu, awm});
@@ -622,6 +686,7 @@ class Generator {
       }
     });
     close_segment();
+    if (!first_stage()) p2p(Phase::backward, "send", stage_ - 1, p2p_prev_, deps({last_compute_}));
   }
 
   // Chunks of at most `target` parameters over this rank's optimizer partition (see
@@ -926,6 +991,8 @@ class Generator {
   int rank_, dp_;
   MemorySizes z_;
   OperatorGraph g_;
+  const int stage_, pp_;
+  const StageBlocks blocks_;
   int micro_batches_;
   Schedule s_;
   LinkClass collective_link_ = LinkClass::gpu_gpu;
@@ -948,6 +1015,8 @@ class Generator {
   double awm_per_block_ = 0;
   const int grad_accum_;
   int accum_ = -1;  // the micro-step being emitted; -1 before and after them
+  bool ops_split_ = false;  // head_ops_ / tail_ops_ made
+  LinkClass p2p_prev_ = LinkClass::none, p2p_next_ = LinkClass::none;  // to the stage before / after
 };
 
 }  // namespace
@@ -968,7 +1037,7 @@ Result<bool> check_optimizer_overlap(const Placement& pl, OptimizerOverlap ov) {
 }
 
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
-                                const HardwareProfile& profile, int rank, const MemorySizes& sizes) {
+                                const HardwareProfile& profile, int rank, const MemorySizes& sizes, int stage) {
   Result<Placement> ok = validate(placement);
   if (!ok) return make_error(ok.error());
   Result<TrainingConfig> cfg = validate(config, model.layers);
@@ -976,18 +1045,26 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   if (config.mp > profile.gpus_per_node)
     return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(profile.gpus_per_node) +
                       " GPUs, got " + std::to_string(config.mp));
-  const int dp = config.dp > 0 ? config.dp : profile.total_gpus() / config.mp;
-  if (dp < 1 || dp * config.mp > profile.total_gpus())
-    return make_error("--dp/--mp: " + std::to_string(dp) + " x " + std::to_string(config.mp) + " GPUs asked, profile " +
-                      profile.name + " has " + std::to_string(profile.total_gpus()) + "; add nodes with --nodes");
+  const long pp = std::max(1, config.pp);
+  const int dp = config.dp > 0 ? config.dp : int(profile.total_gpus() / (config.mp * pp));
+  if (dp < 1 || long(dp) * config.mp * pp > profile.total_gpus())
+    return make_error("--dp/--mp" + std::string(pp > 1 ? "/--pp: " : ": ") + std::to_string(dp) + " x " +
+                      std::to_string(config.mp) + (pp > 1 ? " x " + std::to_string(pp) : std::string()) +
+                      " GPUs asked, profile " + profile.name + " has " + std::to_string(profile.total_gpus()) +
+                      "; add nodes with --nodes");
   if (rank < 0 || rank >= dp)
     return make_error("--rank: expected 0.." + std::to_string(dp - 1) + ", got " + std::to_string(rank));
+  if (stage < 0 || stage >= std::max(1, config.pp))
+    return make_error("--stage: expected 0.." + std::to_string(std::max(1, config.pp) - 1) + ", got " +
+                      std::to_string(stage));
+  if (config.pp > 1 && placement.layer_major)
+    return make_error("--pp: the layer-major l2l schedule relays every layer through one GPU; no pipeline stages");
   if (config.micro_batches > 1 && !placement.layer_major)
     return make_error("--micro-batches: only the layer-major l2l schedule loops over micro-batches inside an iteration");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
   if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());
-  return Generator(model, placement, config, profile, rank, dp, sizes).run();
+  return Generator(model, placement, config, profile, rank, dp, sizes, stage).run();
 }
 
 std::vector<std::string> check_invariants(const Schedule& s) {

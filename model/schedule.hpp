@@ -18,7 +18,9 @@
 
 namespace memwall {
 
-enum class StepKind { fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer };
+// p2p: a pipeline stage receives ("recv") or sends ("send") one micro-step's activations (forward)
+// or their gradients (backward) from or to its neighbour stage (Step::root).
+enum class StepKind { fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p };
 enum class Phase { forward, recompute, backward, optimizer };
 // Where bytes travel: NVMe<->CPU memory, CPU memory<->GPU (PCIe), GPU<->GPU in a node (NVLink),
 // between nodes (InfiniBand), or nowhere (a step on one device).
@@ -100,6 +102,7 @@ struct Schedule {
   std::string strategy;
   int rank = 0, dp = 1, mp = 1, micro_batches = 1;
   int grad_accum = 1;  // forward/backward micro-steps before the one optimizer step
+  int pp = 1, stage = 0;  // pipeline stages, and the one this schedule runs (its blocks: stage_blocks)
   std::vector<Step> steps;
   std::array<double, kTiers> capacity_bytes{};  // per rank: one GPU; its share of CPU memory / NVMe
   std::array<double, kTiers> peak_bytes{};      // per rank, indexed by Tier
@@ -131,10 +134,14 @@ std::vector<double> buffer_bytes_by_step(const Schedule& s, Tier tier);
 // says why (the generator and the planner both ask here).
 Result<bool> check_optimizer_overlap(const Placement& placement, OptimizerOverlap ov);
 
-// `rank` in [0, dp). Fails only on inconsistent input (dp x mp larger than the profile, ...).
-// A schedule that does not fit is returned with `overflow` set: that is a result, not an error.
+// `rank` in [0, dp), `stage` in [0, pp). Fails only on inconsistent input (dp x mp x pp larger than
+// the profile, ...). A schedule that does not fit is returned with `overflow` set: that is a
+// result, not an error. With pp > 1 the stage holds its blocks' parameters (the first also the
+// embedding, the last the final LayerNorm, the LM head and a copy of the tied embedding) and runs
+// config.grad_accum micro-steps 1F1B, receiving and sending activations and their gradients (p2p).
 Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
-                                const HardwareProfile& profile, int rank = 0, const MemorySizes& sizes = {});
+                                const HardwareProfile& profile, int rank = 0, const MemorySizes& sizes = {},
+                                int stage = 0);
 
 // Invariants: deps point backwards (no cycles); every compute finds its parameters resident; every
 // fetched parameter is released after its last use; every transfer has a source, a destination and

@@ -140,6 +140,13 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
                       std::to_string(c.prefetch_depth));
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches)
     return make_error(range_error("--micro-batches", "a count", 1, kMaxMicroBatches, c.micro_batches));
+  if (c.pp < 1 || c.pp > std::min(kMaxPp, layers))
+    return make_error("--pp: expected a number of pipeline stages from 1 to " + std::to_string(std::min(kMaxPp, layers)) +
+                      " (each stage holds at least one of the model's " + std::to_string(layers) + " blocks), got " +
+                      std::to_string(c.pp));
+  if (long(c.dp) * c.mp * c.pp > kMaxGpus)
+    return make_error("--dp/--mp/--pp: " + std::to_string(long(c.dp) * c.mp * c.pp) + " GPUs, more than " +
+                      std::to_string(kMaxGpus));
   if (c.grad_accum < 1 || c.grad_accum > kMaxGradAccum)
     return make_error(range_error("--grad-accum", "a number of micro-steps", 1, kMaxGradAccum, c.grad_accum));
   if (c.dpu_warmup < 0 || c.dpu_warmup > kMaxDpuWarmup)
@@ -162,10 +169,12 @@ Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const Hardwa
     return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(p.gpus_per_node) +
                       " GPUs: expected a divisor of " + std::to_string(p.gpus_per_node) + ", got " + std::to_string(c.mp));
   const long total = long(p.nodes) * p.gpus_per_node;
-  if (c.dp == 0) c.dp = int(total / c.mp);
-  if (c.dp < 1 || long(c.dp) * c.mp > total)
-    return make_error("--dp/--mp: " + std::to_string(c.dp) + " x " + std::to_string(c.mp) + " GPUs asked, profile " +
-                      p.name + " has " + std::to_string(total) + "; add nodes with --nodes");
+  const int pp = std::max(1, c.pp);
+  if (c.dp == 0) c.dp = int(total / (long(c.mp) * pp));
+  if (c.dp < 1 || long(c.dp) * c.mp * pp > total)
+    return make_error("--dp/--mp" + std::string(pp > 1 ? "/--pp: " : ": ") + std::to_string(c.dp) + " x " +
+                      std::to_string(c.mp) + (pp > 1 ? " x " + std::to_string(pp) : std::string()) +
+                      " GPUs asked, profile " + p.name + " has " + std::to_string(total) + "; add nodes with --nodes");
   return c;
 }
 

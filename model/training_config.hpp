@@ -48,6 +48,8 @@ struct TrainingConfig {
   int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
   int grad_accum = 1;      // gradient accumulation: forward/backward micro-steps per optimizer step
+                           // (with pp > 1: the pipeline's micro-batches, run 1F1B)
+  int pp = 1;              // pipeline stages (3D parallelism): each holds a contiguous range of blocks
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;
   int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
   int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that
@@ -58,6 +60,18 @@ struct TrainingConfig {
 // Samples per optimizer step over all ranks: micro-batch x gradient-accumulation steps x dp
 // (dp resolved, as fit_to_profile leaves it).
 inline double global_batch(const TrainingConfig& c) { return c.bsz * c.grad_accum * c.dp; }
+
+// The blocks pipeline stage `stage` of `pp` holds: [first, last), as even as whole blocks allow.
+struct StageBlocks {
+  int first = 0, last = 0;
+};
+inline StageBlocks stage_blocks(int layers, int pp, int stage) {
+  return {int(long(stage) * layers / pp), int(long(stage + 1) * layers / pp)};
+}
+// 1F1B's idle share of a pipeline of `pp` stages over `micro_batches` micro-batches: (p-1)/(m+p-1).
+inline double pipeline_bubble(int pp, int micro_batches) {
+  return double(pp - 1) / double(micro_batches + pp - 1);
+}
 
 // Physical memory of this machine (sysconf), for limits that bound work.
 double machine_memory_bytes();
@@ -71,6 +85,7 @@ inline constexpr long kMaxGpus = 1L << 26;        // kMaxNodes x kMaxGpusPerNode
 inline constexpr int kMaxPrefetchDepth = 64;
 inline constexpr int kMaxMicroBatches = 4096;
 inline constexpr int kMaxGradAccum = 65536;
+inline constexpr int kMaxPp = 1024;
 inline constexpr int kMaxDpuWarmup = 1000000;
 inline constexpr int kMaxOptimizerChunks = 100000;
 
@@ -81,8 +96,8 @@ Result<TrainingConfig> validate(const TrainingConfig& config, int layers);
 // The ranges alone, for the closed-form analysis (no schedule is built).
 Result<TrainingConfig> validate_ranges(const TrainingConfig& config, int layers);
 
-// dp and mp against a profile: mp divides a node's GPUs (tensor slicing stays inside a node) and
-// dp x mp is at most the profile's GPUs; dp 0 becomes every GPU / mp.
+// dp, mp and pp against a profile: mp divides a node's GPUs (tensor slicing stays inside a node) and
+// dp x mp x pp is at most the profile's GPUs; dp 0 becomes every GPU / (mp x pp).
 Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const HardwareProfile& profile);
 
 // Steps build_schedule makes for one rank, estimated from above (plus `optimizer_chunks` chunked

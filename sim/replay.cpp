@@ -529,6 +529,9 @@ PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options) {
+  if (config.pp > 1)
+    return make_error("--pp: " + std::to_string(config.pp) +
+                      " pipeline stages: the simulator does not replay pipelines yet (plan and schedule model them)");
   TrainingConfig c = config;
   const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / std::max(1, c.mp);
   c.dp = dp;

@@ -844,6 +844,7 @@ struct Engine::Impl {
       case StepKind::optimizer: return optimizer(s);
       case StepKind::reduce_scatter:
       case StepKind::allreduce: return reduce(s);
+      case StepKind::p2p: break;  // refused at create(): no pipeline stages here
     }
     return make_error(describe(s) + ": unknown step kind");
   }
@@ -1536,6 +1537,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   o.config.dp = e.dp;
   if (o.config.bsz != std::floor(o.config.bsz) || o.config.bsz < 1)
     return make_error("--bsz: the executor needs a whole micro-batch >= 1, got " + format_g(o.config.bsz));
+  if (o.config.pp > 1)
+    return make_error("--pp: " + std::to_string(o.config.pp) +
+                      " pipeline stages are planned and scheduled; the executor runs every block on each rank (--pp 1)");
   if (o.config.grad_accum > 1)  // its gradient offloads would overwrite, not add to, the earlier micro-steps'
     return make_error("--grad-accum: " + std::to_string(o.config.grad_accum) +
                       " micro-steps per optimizer step is planned and simulated; the executor runs one (use "

@@ -1,0 +1,181 @@
+// Pipeline stages in the schedule (issue 17, item 4): each stage computes a contiguous range of
+// blocks, holds their parameters, runs its micro-steps 1F1B and exchanges activations and their
+// gradients with its neighbours. Against the schedule without stages: the stages' FLOPs add up to
+// it, their parameters too (plus the last stage's copy of the tied embedding), and the checkpoints
+// alive at once are those of the micro-batches in flight.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "model/schedule.hpp"
+
+namespace memwall {
+namespace {
+
+ModelSpec stage_model() { return *model_from_shape(6, 256, 4, 64, 512); }
+
+Schedule make_stage(const std::string& strategy, int pp, int stage, int grad_accum, const HardwareProfile& p,
+              int mp = 1) {
+  const ModelSpec m = stage_model();
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.pp = pp;
+  c.mp = mp;
+  c.grad_accum = grad_accum;
+  Result<Schedule> s = build_schedule(m, *preset(strategy), c, p, 0, MemorySizes{}, stage);
+  EXPECT_TRUE(s.ok()) << strategy << " stage " << stage << ": " << (s.ok() ? "" : s.error());
+  return s.ok() ? *s : Schedule{};
+}
+
+HardwareProfile dgx2_nodes(int nodes = 1) { return *scale_to_nodes(*load_profile("dgx2"), nodes); }
+
+const char* const kStagedPresets[] = {"data_parallel", "zero2",         "zero_offload", "zero3",
+                                "zero_inf_cpu",  "zero_inf_nvme", "three_d"};
+
+TEST(Pipeline, StagesKeepTheInvariantsAndSplitTheWork) {
+  const HardwareProfile p = dgx2_nodes();
+  for (const char* name : kStagedPresets)
+    for (int pp : {2, 3})
+      for (int ga : {1, 4}) {
+        SCOPED_TRACE(std::string(name) + " pp " + std::to_string(pp) + " ga " + std::to_string(ga));
+        const int mp = std::string(name) == "three_d" ? 2 : 1;
+        // the same work without stages, on as many data-parallel ranks as each stage has
+        const ModelSpec m = stage_model();
+        TrainingConfig c;
+        c.seq = m.seq;
+        c.bsz = 2;
+        c.mp = mp;
+        c.grad_accum = ga;
+        c.dp = p.total_gpus() / (mp * pp);
+        const Schedule whole = *build_schedule(m, *preset(name), c, p);
+        double flops = 0;
+        for (int s = 0; s < pp; ++s) {
+          const Schedule st = make_stage(name, pp, s, ga, p, mp);
+          EXPECT_EQ(st.dp, c.dp);
+          const std::vector<std::string> bad = check_invariants(st);
+          EXPECT_TRUE(bad.empty()) << "stage " << s << ": " << bad.front();
+          flops += st.compute_flops;
+        }
+        EXPECT_NEAR(flops, whole.compute_flops, 1e-9 * whole.compute_flops);
+      }
+}
+
+// data_parallel keeps every parameter whole on each GPU: a stage holds exactly its operators'.
+TEST(Pipeline, EachStageHoldsItsBlocksParametersAndTheLastACopyOfTheEmbedding) {
+  const HardwareProfile p = dgx2_nodes();
+  const ModelSpec m = stage_model();
+  const Schedule whole = make_stage("data_parallel", 1, 0, 1, p);
+  // the last stage's copy of the embedding operator's parameters (tokens and positions: one
+  // parameter group in the operator graph), fp16
+  const double copy = 2.0 * double(m.vocab + m.seq) * double(m.hidden);
+  for (int pp : {2, 3, 6}) {
+    double sum = 0;
+    for (int s = 0; s < pp; ++s)
+      sum += make_stage("data_parallel", pp, s, 1, p).persistent_bytes[int(Tier::gpu)][int(State::param16)];
+    EXPECT_NEAR(sum, whole.persistent_bytes[int(Tier::gpu)][int(State::param16)] + copy, 1e-6 * sum) << pp;
+  }
+}
+
+// 1F1B: stage s runs min(pp - s - 1, m) forwards first, then one forward and one backward in turn;
+// its receives and sends follow that order, and it holds the checkpoints of at most
+// min(pp - s, m) micro-batches at once: the activation memory of the micro-batches in flight.
+TEST(Pipeline, OneForwardOneBackwardAndTheMicroBatchesInFlight) {
+  const HardwareProfile p = dgx2_nodes();
+  const int pp = 3, m = 5;
+  for (int s = 0; s < pp; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    const Schedule st = make_stage("zero3", pp, s, m, p);
+    // the order of micro-steps, from the computes
+    std::vector<std::pair<Phase, int>> order;
+    for (const Step& x : st.steps)
+      if (x.kind == StepKind::compute && x.phase != Phase::recompute &&
+          (order.empty() || order.back() != std::make_pair(x.phase, x.accum_step)))
+        order.push_back({x.phase, x.accum_step});
+    const int warmup = std::min(pp - s - 1, m);
+    std::vector<std::pair<Phase, int>> expected;
+    for (int u = 0; u < warmup; ++u) expected.push_back({Phase::forward, u});
+    for (int j = 0; j < m - warmup; ++j) {
+      expected.push_back({Phase::forward, warmup + j});
+      expected.push_back({Phase::backward, j});
+    }
+    for (int j = m - warmup; j < m; ++j) expected.push_back({Phase::backward, j});
+    EXPECT_EQ(order, expected);
+    // p2p: receives from the stage before (forward) and after (backward), sends the other way
+    int recv_f = 0, send_f = 0, recv_b = 0, send_b = 0;
+    for (const Step& x : st.steps)
+      if (x.kind == StepKind::p2p) {
+        EXPECT_GT(x.bytes, 0);
+        EXPECT_EQ(x.root, x.hop == "recv" ? (x.phase == Phase::forward ? s - 1 : s + 1)
+                                          : (x.phase == Phase::forward ? s + 1 : s - 1));
+        (x.phase == Phase::forward ? (x.hop == "recv" ? recv_f : send_f) : (x.hop == "recv" ? recv_b : send_b))++;
+      }
+    EXPECT_EQ(recv_f, s > 0 ? m : 0);
+    EXPECT_EQ(send_b, s > 0 ? m : 0);
+    EXPECT_EQ(send_f, s < pp - 1 ? m : 0);
+    EXPECT_EQ(recv_b, s < pp - 1 ? m : 0);
+    // checkpoints alive at once
+    std::set<std::string> live;
+    size_t most = 0;
+    for (const Step& x : st.steps) {
+      for (const Buffer& b : x.allocs)
+        if (b.name.rfind("ckpt:", 0) == 0) live.insert(b.name);
+      most = std::max(most, live.size());
+      for (const std::string& f : x.frees) live.erase(f);
+    }
+    const StageBlocks blocks = stage_blocks(stage_model().layers, pp, s);
+    const size_t per_micro_step = size_t(blocks.last - blocks.first);  // ci 1: one per block
+    EXPECT_EQ(most, per_micro_step * size_t(std::min(pp - s, m)));
+  }
+}
+
+TEST(Pipeline, ActivationsCrossTheNetworkWhereStagesAreOnDifferentNodes) {
+  // two DGX-2 nodes, 16 GPUs per stage: each stage fills a node
+  const Schedule s0 = make_stage("zero3", 2, 0, 2, dgx2_nodes(2));
+  bool network = false;
+  for (const Step& x : s0.steps)
+    if (x.kind == StepKind::p2p) network = network || x.link == LinkClass::network;
+  EXPECT_TRUE(network);
+  EXPECT_EQ(s0.dp, 16);
+  // one node, 8 GPUs per stage: NVSwitch
+  const Schedule one = make_stage("zero3", 2, 0, 2, dgx2_nodes(1));
+  for (const Step& x : one.steps)
+    if (x.kind == StepKind::p2p) EXPECT_EQ(x.link, LinkClass::gpu_gpu);
+}
+
+TEST(Pipeline, BadStagesAreRefusedWithTheFlag) {
+  const ModelSpec m = stage_model();
+  const HardwareProfile p = dgx2_nodes();
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.pp = 7;  // more stages than the 6 blocks
+  Result<Schedule> r = build_schedule(m, *preset("zero3"), c, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().rfind("--pp: ", 0), 0u) << r.error();
+  c.pp = 2;
+  r = build_schedule(m, *preset("zero3"), c, p, 0, MemorySizes{}, 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().rfind("--stage: expected 0..1", 0), 0u) << r.error();
+  c.micro_batches = 4;
+  r = build_schedule(m, *preset("l2l"), c, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("--pp"), std::string::npos) << r.error();
+  c = TrainingConfig{};
+  c.seq = m.seq;
+  c.pp = 4;
+  c.dp = 8;  // 8 x 4 = 32 GPUs on 16
+  r = build_schedule(m, *preset("zero3"), c, p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("--dp/--mp/--pp: 8 x 1 x 4 GPUs asked"), std::string::npos) << r.error();
+}
+
+TEST(Pipeline, BubbleIsPMinusOneOverMPlusPMinusOne) {
+  EXPECT_DOUBLE_EQ(pipeline_bubble(1, 8), 0);
+  EXPECT_DOUBLE_EQ(pipeline_bubble(4, 12), 3.0 / 15.0);
+  EXPECT_EQ(stage_blocks(10, 3, 0).first, 0);
+  EXPECT_EQ(stage_blocks(10, 3, 2).last, 10);
+  EXPECT_EQ(stage_blocks(10, 3, 1).first, stage_blocks(10, 3, 0).last);
+}
+
+}  // namespace
+}  // namespace memwall
