@@ -69,7 +69,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
   nlohmann::ordered_json j = {{"strategy", placement_label(e.candidate.placement)},
                               {"placement", placement_json(e.candidate.placement)},
                               {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
-                              {"dp", c.dp}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
+                              {"dp", c.dp}, {"pp", c.pp}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
                               {"prefetch_depth", c.prefetch_depth},
                               {"optimizer_overlap", to_string(c.optimizer_overlap)},
                               {"onebit_adam", c.what_if.onebit_adam},
@@ -79,6 +79,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
                                           {"act_ckpt_traffic", e.time.act_ckpt_s}, {"optimizer", e.time.optimizer_s},
                                           {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
+                                          {"pipeline_p2p", e.time.p2p_s}, {"pipeline_bubble", e.time.bubble_s},
                                           {"exposed", e.time.exposed_s}}},
                               {"fits", e.fit.fits()}, {"binding", resource_key(e.fit.binding().resource)},
                               {"checks", checks}};
@@ -94,6 +95,7 @@ std::string config_words(const Evaluated& e) {
   const TrainingConfig& c = e.candidate.config;
   return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
          ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp) +
+         (c.pp > 1 ? ", pp " + std::to_string(c.pp) + " (1F1B)" : std::string()) +
          (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) : std::string()) +
          (c.optimizer_overlap == OptimizerOverlap::none ? std::string()
           : c.optimizer_overlap == OptimizerOverlap::backward
@@ -246,7 +248,7 @@ int run_plan(const PlanFlags& f) {
   Plan plan;
   plan.profile = p.name;
   plan.nodes = p.nodes;
-  plan.gpus = best.candidate.config.dp * best.candidate.config.mp;
+  plan.gpus = best.candidate.config.dp * best.candidate.config.mp * best.candidate.config.pp;
   if (f.global_batch > 0) plan.global_batch = f.global_batch;
   plan.objective = f.objective;
   plan.model = m;
@@ -295,6 +297,9 @@ int run_plan(const PlanFlags& f) {
       o << (ov == OptimizerOverlap::backward ? " beside backward and recompute"
                                              : " beside the next forward and backward, then the refresh");
     if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
+    if (t.bubble_s > 0)
+      o << ", pipeline bubble " << format_sig(t.bubble_s) << " s and stage-to-stage traffic " << format_sig(t.p2p_s)
+        << " s";
     o << ") [analytic]\n";
     if (best.simulated_s)
       o << "  " << format_sig(*best.simulated_tflops_per_gpu()) << " TFLOPS per GPU, iteration "

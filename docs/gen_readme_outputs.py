@@ -135,6 +135,22 @@ def block_plan_run(build):
     return out
 
 
+PLAN_GLOBAL = ["./build/memwall", "plan", "--model", "table1-10B", "--global-batch", "512", "--runners", "3"]
+PLAN_3D = ["./build/memwall", "plan", "--model", "table1-10B", "--fix", "strategy=three_d", "--global-batch", "512"]
+
+
+def block_plan_batch(build):
+    """A plan with a fixed global batch (the split into bsz, accumulation and dp, the runners-up's
+    dp and accum columns) and the 3D-parallel one with pipeline stages; the search's milliseconds
+    are left out (they depend on the machine)."""
+    plan = run(PLAN_GLOBAL, build)
+    chosen, runners, check = index_of(plan, r"^chosen:"), index_of(plan, r"^runners-up:"), index_of(plan, r"^schedule check")
+    out = [shown(PLAN_GLOBAL)] + plan[chosen:chosen + 4] + ["..."] + plan[runners:runners + 5] + plan[check:check + 1]
+    three_d = run(PLAN_3D, build)
+    chosen, check = index_of(three_d, r"^chosen:"), index_of(three_d, r"^schedule check")
+    return out + [shown(PLAN_3D)] + three_d[chosen:chosen + 4] + ["..."] + three_d[check:check + 1]
+
+
 def block_ranks(build):
     with tempfile.TemporaryDirectory(prefix="memwall-readme-") as swap:
         out = run([swap if a == "SWAP" else a for a in RANKS], build, env_extra=MPI_ENV)
@@ -160,6 +176,7 @@ BLOCKS = {
     "run": block_run,
     "run_nvme": block_run_nvme,
     "plan_run": block_plan_run,
+    "plan_batch": block_plan_batch,
     "ranks": block_ranks,
     "bad_profile": block_bad_profile,
 }

@@ -33,6 +33,10 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
     return make_error("--deepspeed: train_micro_batch_size_per_gpu must be an integer, the plan has bsz " + format_g(k.bsz));
   if (planned.placement.layer_major)
     return make_error("--deepspeed: the plan is l2l's layer-major schedule, which DeepSpeed does not have");
+  if (k.pp > 1)
+    return make_error("--deepspeed: the plan has " + std::to_string(k.pp) +
+                      " pipeline stages, which DeepSpeed runs only from model code (deepspeed.pipe.PipelineModule with "
+                      "num_stages); the export writes ZeRO configs (plan with --fix pp=1 for one)");
   DeepSpeedExport out;
   Candidate c = planned;
   Placement& pl = c.placement;

@@ -58,7 +58,7 @@ Evaluated with_config(const ModelSpec& m, const HardwareProfile& p, std::optiona
   Candidate c = base.candidate;
   change(c);
   if (global)
-    if (auto split = split_global_batch(*global, c.config.bsz, p.total_gpus() / c.config.mp))
+    if (auto split = split_global_batch(*global, c.config.bsz, p.total_gpus() / (c.config.mp * c.config.pp)))
       std::tie(c.config.dp, c.config.grad_accum) = *split;
   return evaluate(m, c, p, o);
 }
@@ -159,7 +159,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
   if (k.mp > 1) {
     Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) {
       x.config.mp = k.mp / 2;
-      x.config.dp = p.total_gpus() / x.config.mp;
+      x.config.dp = p.total_gpus() / (x.config.mp * x.config.pp);
     });
     out.push_back("mp " + std::to_string(k.mp) + ": mp " + std::to_string(k.mp / 2) + " " + outcome(v, best));
   }

@@ -42,7 +42,23 @@ const char* state_words(State s, bool partitioned) {
 }
 
 int ranks_per_node(const Candidate& c, const HardwareProfile& p) {
-  return p.ranks_per_node(long(c.config.dp) * c.config.mp);
+  return p.ranks_per_node(long(c.config.dp) * c.config.mp * std::max(1, c.config.pp));
+}
+
+// Pipeline stages (config.pp): the share of the transformer blocks' states one stage holds, and
+// the embedding beside them on the first and the last stage (the last keeps a copy for the tied
+// LM head), so the first or the last stage binds.
+double stage_state_bytes(const ModelSpec& m, State s, int pp) {
+  if (pp <= 1) return state_total_bytes(m, s);
+  return state_fraction(s) * (model_state_bytes_eq2(m.layers, m.hidden) / pp + 20.0 * embedding_params(m));
+}
+// Checkpoints a stage keeps: its blocks' (Eq. 3) for each micro-batch in flight, min(pp, m) on the
+// first stage under 1F1B.
+double stage_ckpt_bytes(const ModelSpec& m, const TrainingConfig& k) {
+  const int pp = std::max(1, k.pp);
+  const int layers = (m.layers + pp - 1) / pp;
+  const int in_flight = pp > 1 ? std::min(pp, std::max(1, k.grad_accum)) : 1;
+  return act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, layers, std::min(k.ci, layers)) * in_flight;
 }
 
 double bw_of(const std::vector<StateTierEfficiency>& eff, AitState s, const char* tier) {
@@ -114,7 +130,8 @@ double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s) 
 }
 
 int nodes_used(const Candidate& c, const HardwareProfile& p) {
-  return std::max(1, (c.config.dp * c.config.mp + p.gpus_per_node - 1) / p.gpus_per_node);
+  const long gpus = long(c.config.dp) * c.config.mp * std::max(1, c.config.pp);
+  return std::max(1, int((gpus + p.gpus_per_node - 1) / p.gpus_per_node));
 }
 
 FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o) {
@@ -127,10 +144,11 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 
   // ---- one GPU ----
   LimitCheck gpu{Resource::gpu_memory, "per GPU", 0, p.gpu_memory_bytes, {}};
+  const int pp = std::max(1, k.pp);
   for (State s : {State::param16, State::grad16, State::optim32}) {
     const StatePlacement& sp = pl.of(s);
     if (sp.tier == Tier::gpu)
-      gpu.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / mp / (sp.partitioned ? dp : 1)});
+      gpu.parts.push_back({state_words(s, sp.partitioned), stage_state_bytes(m, s, pp) / mp / (sp.partitioned ? dp : 1)});
   }
   if (k.what_if.onebit_adam && pl.optim32.tier == Tier::gpu)
     gpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / mp / (pl.optim32.partitioned ? dp : 1)});
@@ -150,7 +168,9 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   gpu.parts.push_back({"AWM (Eq. 5)",
                        awm_bytes_eq5(k.bsz, k.seq, k.ci, m.hidden, m.heads, k.what_if.attention_density) / mp});
   if (pl.act_ckpt.tier == Tier::gpu)
-    gpu.parts.push_back({"activation checkpoints (Eq. 3)", act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, m.layers, k.ci)});
+    gpu.parts.push_back({pp > 1 ? "activation checkpoints (Eq. 3) of the stage's micro-batches in flight"
+                                : "activation checkpoints (Eq. 3)",
+                         stage_ckpt_bytes(m, k)});
   else
     gpu.parts.push_back({"checkpoint being loaded", act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, 1, 1)});
   for (const Part& part : gpu.parts) gpu.needed_bytes += part.bytes;
@@ -181,17 +201,20 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   for (const Part& part : pinned.parts) pinned.needed_bytes += part.bytes;
 
   // ---- CPU memory of one node ----
+  // A whole copy per node, or with pipeline stages the copies of the stages on the node.
+  const double stages_on_node = std::max(1.0, std::min(double(pp), double(p.gpus_per_node) / (dp * mp)));
+  auto per_node = [&](State s, bool partitioned) {
+    return partitioned ? state_total_bytes(m, s) / nodes : stage_state_bytes(m, s, pp) * (pp > 1 ? stages_on_node : 1);
+  };
   LimitCheck cpu{Resource::cpu_memory, "per node", 0, p.cpu_memory_bytes, {}};
   for (State s : {State::param16, State::grad16, State::optim32}) {
     const StatePlacement& sp = pl.of(s);
-    if (sp.tier == Tier::cpu)
-      cpu.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / (sp.partitioned ? nodes : 1)});
+    if (sp.tier == Tier::cpu) cpu.parts.push_back({state_words(s, sp.partitioned), per_node(s, sp.partitioned)});
   }
   if (k.what_if.onebit_adam && pl.optim32.tier == Tier::cpu)
     cpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
   if (pl.act_ckpt.tier == Tier::cpu)
-    cpu.parts.push_back({"activation checkpoints (Eq. 3) of the node's GPUs",
-                         act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, m.layers, k.ci) * ranks});
+    cpu.parts.push_back({"activation checkpoints (Eq. 3) of the node's GPUs", stage_ckpt_bytes(m, k) * ranks});
   if (pinned.needed_bytes > 0) cpu.parts.push_back({"pinned staging buffers", pinned.needed_bytes});
   for (const Part& part : cpu.parts) cpu.needed_bytes += part.bytes;
   r.checks.push_back(std::move(cpu));
@@ -201,8 +224,7 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   LimitCheck nvme{Resource::nvme, "per node", 0, p.nvme_capacity_bytes, {}};
   for (State s : {State::param16, State::grad16, State::optim32}) {
     const StatePlacement& sp = pl.of(s);
-    if (sp.tier == Tier::nvme)
-      nvme.parts.push_back({state_words(s, sp.partitioned), state_total_bytes(m, s) / (sp.partitioned ? nodes : 1)});
+    if (sp.tier == Tier::nvme) nvme.parts.push_back({state_words(s, sp.partitioned), per_node(s, sp.partitioned)});
   }
   if (k.what_if.onebit_adam && pl.optim32.tier == Tier::nvme)
     nvme.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
@@ -217,9 +239,10 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const Placement& pl = c.placement;
   std::vector<StateTierEfficiency> own;
   const std::vector<StateTierEfficiency>& eff = eff_in.empty() ? (own = tier_efficiencies(p, m, k, k.dp)) : eff_in;
-  const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum);
+  const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum), pp = std::max(1, k.pp);
   const double peak = p.peak_flops_per_s(m.hidden);
-  const double flops_model = computation_flops_eq7(k.bsz, k.seq, params_eq1(m.layers, m.hidden));  // one GPU, no mp
+  // one micro-step of one GPU without slicing, then of one tensor slice of one pipeline stage
+  const double flops_model = computation_flops_eq7(k.bsz, k.seq, params_eq1(m.layers, m.hidden)) / pp;
   const double flops_gpu = flops_model / mp;
   TimeBreakdown tb;
   tb.compute_s = flops_gpu / peak;
@@ -269,9 +292,14 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, host_path));
   }
-  if (k.mp > 1)  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer
-    tb.mp_allreduce_s = transfer_s(m.layers * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden),
+  if (k.mp > 1)  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
+    tb.mp_allreduce_s = transfer_s(m.layers / pp * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden),
                                    p.gpu_gpu_Bps);
+  if (pp > 1) {  // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter)
+    const bool across = dp * mp >= p.gpus_per_node && p.nodes > 1;
+    const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;
+    tb.p2p_s = transfer_s(2.0 * 2.0 * k.bsz * double(k.seq) * double(m.hidden) / mp, bw);
+  }
   // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
   double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
   switch (k.optimizer_overlap) {
@@ -285,7 +313,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   }
   // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
   // overlap hides it behind the last micro-step's backward only (the gradients are final there),
-  // dpu behind all of them.
+  // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides.
+  const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.p2p_s;
+  tb.bubble_s = (pp - 1) * micro_step_s;
   if (ga > 1) {
     if (k.optimizer_overlap == OptimizerOverlap::dpu)
       optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
@@ -293,8 +323,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.param_grad_s *= ga;
     tb.act_ckpt_s *= ga;
     tb.mp_allreduce_s *= ga;
+    tb.p2p_s *= ga;
   }
-  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s;
+  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s + tb.p2p_s + tb.bubble_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
   tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
   tb.samples_per_s = global_batch(k) / tb.iteration_s;

@@ -88,6 +88,10 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 //   gradient accumulation (config.grad_accum): forward and backward with their traffic that many
 //     times, the optimizer once; whole-gradient all-reduces only in the last micro-step. The fields
 //     below are per optimizer step (all micro-steps together).
+//   pipeline stages (config.pp): a GPU computes 1/pp of each micro-step, sends its activations and
+//     their gradients to the neighbour stages (exposed), and 1F1B idles pp - 1 micro-steps' time;
+//     check_fit holds the first or last stage's states (1/pp of the blocks' plus the embedding)
+//     and the checkpoints of its min(pp, m) micro-batches in flight.
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap
@@ -95,6 +99,8 @@ struct TimeBreakdown {
   double optimizer_s = 0;    // exposed
   double refresh_s = 0;      // updated fp16 parameters back to GPU-resident copies (ZeRO-Offload), behind the optimizer
   double mp_allreduce_s = 0; // exposed
+  double p2p_s = 0;          // pipeline stages: activations and their gradients between stages, exposed
+  double bubble_s = 0;       // pipeline stages: 1F1B's idle pp - 1 micro-steps ((pp-1)/(m+pp-1) of the passes)
   double exposed_s = 0;      // everything added to compute
   double iteration_s = 0;
   double tflops_per_gpu = 0;  // Eq. 7-8 FLOPs per GPU / iteration time

@@ -61,7 +61,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch"});
+               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -71,6 +71,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.mp = int(r.integer_or(tn, "training", "mp", 1, kMaxMp, 1));
   c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
   c.grad_accum = int(r.integer_or(tn, "training", "grad_accum", 1, kMaxGradAccum, 1));
+  c.pp = int(r.integer_or(tn, "training", "pp", 1, std::min(kMaxPp, m.layers), 1));
   if (YAML::Node gb = tn["global_batch"]; gb.IsDefined() && !gb.IsNull()) {
     plan.global_batch = r.integer(tn, "training", "global_batch", 1, long(kMaxBsz) * kMaxGradAccum * kMaxGpus);
     if (double(*plan.global_batch) != global_batch(c))
@@ -86,11 +87,12 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.optimizer_chunks = int(r.integer_or(tn, "training", "optimizer_chunks", 0, kMaxOptimizerChunks, 0));
   c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
   c.what_if.attention_density = r.positive_number_or(tn, "training", "attention_density", 1.0, 1.0);
-  const long gpus = long(c.dp) * c.mp;
+  const long gpus = long(c.dp) * c.mp * c.pp;
   if (gpus != plan.gpus)
-    r.fail(root["gpus"], "gpus", "expected training.dp x training.mp = " + std::to_string(c.dp) + " x " +
-                                     std::to_string(c.mp) + " = " + std::to_string(gpus) + ", got " +
-                                     std::to_string(plan.gpus));
+    r.fail(root["gpus"], "gpus",
+           "expected training.dp x training.mp" + std::string(c.pp > 1 ? " x training.pp" : "") + " = " +
+               std::to_string(c.dp) + " x " + std::to_string(c.mp) + (c.pp > 1 ? " x " + std::to_string(c.pp) : "") +
+               " = " + std::to_string(gpus) + ", got " + std::to_string(plan.gpus));
   // The schedule this plan makes must fit in this machine's memory (tiling x layers bounds it) and
   // look no further ahead than a pass: blame the field the message's flag stands for.
   if (Result<TrainingConfig> ok = validate(c, m.layers); !ok) {
@@ -161,7 +163,7 @@ std::string plan_yaml(const Plan& plan) {
     << "version: 1\n"
     << "profile: " << plan.profile << "\n"
     << "nodes: " << plan.nodes << "\n"
-    << "gpus: " << plan.gpus << "              # dp x mp\n"
+    << "gpus: " << plan.gpus << "              # dp x mp x pp\n"
     << "objective: " << plan.objective << "\n"
     << "model:\n"
     << "  name: " << m.name << "\n"
@@ -182,6 +184,7 @@ std::string plan_yaml(const Plan& plan) {
     << "  tiling_factor: " << c.tiling_factor << "\n"
     << "  dp: " << c.dp << "\n"
     << "  mp: " << c.mp << "\n"
+    << "  pp: " << c.pp << "                # pipeline stages\n"
     << "  prefetch_depth: " << c.prefetch_depth << "\n"
     << "  grad_accum: " << c.grad_accum << "        # forward/backward micro-steps per optimizer step\n";
   if (plan.global_batch)

@@ -17,7 +17,7 @@ namespace memwall::planner {
 struct Plan {
   std::string profile;  // profile name (or path) the plan was made for
   int nodes = 1;
-  int gpus = 0;         // dp x mp
+  int gpus = 0;         // dp x mp x pp
   std::string objective = "throughput";
   ModelSpec model;
   Candidate candidate;  // placement + training config

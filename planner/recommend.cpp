@@ -12,11 +12,12 @@ Result<MemorySizes> sizes_of(const SizesFn& sizes, const Candidate& c) {
   return sizes ? sizes(c) : Result<MemorySizes>(MemorySizes{});
 }
 
-// The memory check builds two micro-steps at most: every later one repeats the second's buffers
-// from the same state (tests/model/test_grad_accum.cpp holds the peaks equal), and a schedule of
-// hundreds of micro-steps would be refused for its size rather than for its memory.
+// The memory check builds two micro-steps at most (pp + 1 with pipeline stages, so that as many
+// micro-batches are in flight as ever will be): every later one repeats the buffers of the one
+// before from the same state (tests/model/test_grad_accum.cpp holds the peaks equal), and a
+// schedule of hundreds of micro-steps would be refused for its size rather than for its memory.
 Candidate memory_checked(Candidate c) {
-  c.config.grad_accum = std::min(c.config.grad_accum, 2);
+  c.config.grad_accum = std::min(c.config.grad_accum, std::max(2, c.config.pp + 1));
   return c;
 }
 
@@ -44,10 +45,17 @@ Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Cand
   }
   if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
     return {"schedule check: " + ok.error(), "schedule check: " + ok.error()};
+  // pipeline stages: the first (embedding, most micro-batches in flight) or the last (head and the
+  // embedding's copy) holds the most
   Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, *z);
+  if (sched && !sched->overflow && c.config.pp > 1) {
+    Result<Schedule> last = build_schedule(m, c.placement, c.config, p, 0, *z, c.config.pp - 1);
+    if (!last || last->overflow || last->peak_bytes[0] > sched->peak_bytes[0]) sched = std::move(last);
+  }
   if (!sched) return {"schedule check: " + sched.error(), "schedule check: " + sched.error()};
   Checked out;
   out.summary = std::string("schedule check (build_schedule, rank 0") +
+                (sched->pp > 1 ? ", stage " + std::to_string(sched->stage) + " of " + std::to_string(sched->pp) : "") +
                 (p.executor_backend.empty() ? "" : ", the executor's buffers") + "): GPU peak " +
                 format_bytes(sched->peak_bytes[0]) + " of " + format_bytes(sched->capacity_bytes[0]) + ", CPU peak " +
                 format_bytes(sched->peak_bytes[1]) + " of " + format_bytes(sched->capacity_bytes[1]) +

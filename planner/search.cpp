@@ -30,7 +30,7 @@ size_t SearchSpace::size() const {
   for (const Placement& p : placements) {
     size_t allowed = 0;
     for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov).ok();
-    n += (p.param16.partitioned ? tiling.size() : 1) * allowed;
+    n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1);
   }
   return n * bsz.size() * ci.size() * mp.size();
 }
@@ -136,6 +136,20 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
       if (m.heads % mp == 0 && p.total_gpus() % mp == 0) s.mp.push_back(mp);
     if (s.mp.empty()) return make_error("--fix strategy=three_d: no tensor-slicing degree > 1 divides the model's heads");
   }
+  // ---- pp: pipeline stages, for placements that keep parameters and gradients whole ----
+  if (fx.pp) {
+    if (*fx.pp > m.layers || p.total_gpus() % *fx.pp != 0)
+      return make_error("--fix pp=" + std::to_string(*fx.pp) + ": expected a divisor of the profile's " +
+                        std::to_string(p.total_gpus()) + " GPUs of at most the model's " + std::to_string(m.layers) +
+                        " layers");
+    if (*fx.pp > 1 && std::none_of(s.placements.begin(), s.placements.end(), pipeline_allowed))
+      return make_error("--fix pp=" + std::to_string(*fx.pp) + ": pipeline stages need parameters and gradients whole "
+                        "on every rank (DeepSpeed pipelines run with ZeRO stage 0 or 1), and no fixed placement has them");
+    s.pp = {*fx.pp};
+  } else if (fx.strategy == "three_d") {  // 3D parallelism: tensor slicing, pipeline and data
+    s.pp.clear();
+    for (int pp = 1; pp <= m.layers && p.total_gpus() % pp == 0; pp *= 2) s.pp.push_back(pp);
+  }
   // ---- bsz, ci, tiling ----
   if (fx.bsz) s.bsz = {*fx.bsz};
   else
@@ -225,6 +239,8 @@ bool closer(const FitReport& a, const FitReport& b) {
 
 }  // namespace
 
+bool pipeline_allowed(const Placement& pl) { return !pl.param16.partitioned && !pl.grad16.partitioned && !pl.layer_major; }
+
 std::optional<std::pair<int, int>> split_global_batch(long global, double bsz, int max_dp) {
   if (global < 1 || !(bsz >= 1) || bsz != std::floor(bsz) || max_dp < 1) return std::nullopt;
   const long b = long(bsz);
@@ -252,11 +268,13 @@ Result<SearchSpace> with_global_batch(SearchSpace space, long global) {
 }
 
 std::string global_batch_words(const TrainingConfig& c, bool fixed, const HardwareProfile& p) {
-  const std::string used = std::to_string(long(c.dp) * c.mp) + " of " + std::to_string(p.total_gpus()) + " GPUs";
+  const std::string used = std::to_string(long(c.dp) * c.mp * c.pp) + " of " + std::to_string(p.total_gpus()) + " GPUs";
   if (fixed)
     return "global batch " + format_g(global_batch(c)) + " = bsz " + format_g(c.bsz) + " x grad-accum " +
            std::to_string(c.grad_accum) + " x dp " + std::to_string(c.dp) + " (--global-batch); " + used;
-  return "global batch unconstrained: bsz " + format_g(c.bsz) + " x dp " + std::to_string(c.dp) + " = " +
+  return "global batch unconstrained: bsz " + format_g(c.bsz) +
+         (c.grad_accum > 1 ? " x " + std::to_string(c.grad_accum) + " pipeline micro-batches" : std::string()) +
+         " x dp " + std::to_string(c.dp) + " = " +
          format_g(global_batch(c)) + " samples per step, which changes with the plan (fix it with --global-batch N); " +
          used;
 }
@@ -264,7 +282,7 @@ std::string global_batch_words(const TrainingConfig& c, bool fixed, const Hardwa
 namespace {
 
 std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling,
-                                         int mp, int depth, const WhatIf& what_if, std::optional<long> global) {
+                                         int mp, int pp, int depth, const WhatIf& what_if, std::optional<long> global) {
   TrainingConfig c;
   c.what_if = what_if;
   c.bsz = bsz;
@@ -272,8 +290,11 @@ std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfi
   c.ci = ci;
   c.tiling_factor = tiling;
   c.mp = mp;
-  c.dp = p.total_gpus() / mp;
+  c.pp = pp;
+  c.dp = p.total_gpus() / (mp * pp);
   c.prefetch_depth = depth;
+  if (c.dp < 1) return std::nullopt;
+  if (pp > 1) c.grad_accum = kPipelineMicroBatchesPerStage * pp;
   if (global) {
     auto split = split_global_batch(*global, bsz, c.dp);
     if (!split) return std::nullopt;
@@ -323,7 +344,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   SearchResult r;
   r.space_size = space.size();
   // tier_efficiencies depends on (bsz, ci, mp) only: computed once per combination.
-  std::map<std::tuple<double, int, int>, std::vector<StateTierEfficiency>> eff_cache;
+  std::map<std::tuple<double, int, int, int>, std::vector<StateTierEfficiency>> eff_cache;
   std::vector<std::optional<Evaluated>> best(space.placements.size());
   const size_t top_n = size_t(std::max(1, o.keep)) * 4;
   auto cmp = [&](const Evaluated& a, const Evaluated& b) { return better(a, b, o.objective); };
@@ -331,7 +352,9 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   for (size_t pi = 0; pi < space.placements.size(); ++pi) {
     const Placement& pl = space.placements[pi];
     const std::vector<int>& tilings = pl.param16.partitioned ? space.tiling : untiled;
+    const std::vector<int>& stages = pipeline_allowed(pl) ? space.pp : untiled;
     for (int mp : space.mp)
+      for (int pp : stages)
       for (int ci : space.ci)
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {
@@ -341,7 +364,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             std::vector<std::pair<Candidate, FitReport>> row;
             for (double bsz : space.bsz) {
               std::optional<TrainingConfig> k =
-                  config_for(m, p, bsz, ci, t, mp, space.prefetch_depth, space.what_if, space.global_batch);
+                  config_for(m, p, bsz, ci, t, mp, pp, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
               Candidate c{pl, *k};
               c.config.optimizer_overlap = ov;
@@ -376,7 +399,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             }
             for (auto& [c, fit] : row) {
               const double bsz = c.config.bsz;
-              auto key = std::make_tuple(bsz, ci, mp);
+              auto key = std::make_tuple(bsz, ci, mp, c.config.pp);
               auto it = eff_cache.find(key);
               if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, c.config, c.config.dp)).first;
               Evaluated e{std::move(c), std::move(fit), {}, std::nullopt};
@@ -399,7 +422,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
       for (size_t i = 0; i < n; ++i) {
         const TrainingConfig& k = list[i].candidate.config;
         const std::string key = key_of(list[i].candidate.placement) + format_g(k.bsz) + "/" + std::to_string(k.ci) +
-                                "/" + std::to_string(k.tiling_factor) + "/" + std::to_string(k.mp);
+                                "/" + std::to_string(k.tiling_factor) + "/" + std::to_string(k.mp) + "/" + std::to_string(k.pp);
         auto it = simulated.find(key);
         if (it == simulated.end()) it = simulated.emplace(key, o.refine(list[i].candidate)).first;
         list[i].simulated_s = it->second;

@@ -26,7 +26,7 @@ struct Fixes {
   std::map<State, Tier> tiers;
   std::optional<ParamFetch> fetch;
   std::optional<double> bsz;
-  std::optional<int> ci, tiling, mp, prefetch_depth;
+  std::optional<int> ci, tiling, mp, pp, prefetch_depth;
   std::optional<OptimizerOverlap> overlap;  // optimizer_overlap=none|backward|dpu
 };
 
@@ -36,6 +36,10 @@ struct SearchSpace {
   std::vector<int> ci;
   std::vector<int> tiling;    // applies to placements with partitioned parameters; others use 1
   std::vector<int> mp;
+  // Pipeline stages: tried for placements that keep parameters and gradients whole (DeepSpeed runs
+  // pipelines with ZeRO stage 0 or 1 only); the others use 1. Without a global batch a pipeline
+  // runs kPipelineMicroBatchesPerStage x pp micro-batches (1F1B's bubble then (pp-1)/(5 pp - 1)).
+  std::vector<int> pp = {1};
   std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
   WhatIf what_if;             // seed 004's what-ifs: the user's, copied into every candidate, never searched
@@ -43,13 +47,17 @@ struct SearchSpace {
   // (split_global_batch); micro-batches that do not divide N are skipped. Nothing: dp is every GPU
   // not used by mp, no accumulation, and the global batch is whatever bsz x dp gives.
   std::optional<long> global_batch;
-  size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp)
+  size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp x pp)
 };
 
 // Every valid (placement x act_ckpt tier x fetch) combination, then the fixes applied; errors
 // when a fix contradicts the model or profile (mp larger than a node, ci above the layers, ...)
 // or leaves no valid placement.
 Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes);
+
+inline constexpr int kPipelineMicroBatchesPerStage = 4;
+// Whether a placement may run pipeline stages: parameters and gradients whole on every rank.
+bool pipeline_allowed(const Placement& pl);
 
 // dp and gradient-accumulation steps for a global batch of `global` samples at micro-batch `bsz`
 // (a whole number) with at most `max_dp` data-parallel ranks: the largest dp that divides

@@ -277,6 +277,11 @@ TEST(DeepSpeed, RefusesWhatNoConfigExpresses) {
   EXPECT_NE(deepspeed_export(m, c).error().find("l2l"), std::string::npos);
   c.placement = *preset("data_parallel");
   EXPECT_EQ((*deepspeed_export(m, c)).config["zero_optimization"]["stage"], 0);
+  c.placement = *preset("three_d");  // pipeline stages are model code in DeepSpeed (PipelineModule)
+  c.config.mp = 4;
+  c.config.pp = 4;
+  c.config.dp = 1;
+  EXPECT_NE(deepspeed_export(m, c).error().find("PipelineModule"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+// Pipeline stages in the planner (issue 17, item 4): the 3D-parallel baseline searches pp, its time
+// has 1F1B's bubble and the stage-to-stage traffic, its fit holds one stage's states and the
+// checkpoints of its micro-batches in flight, the detailed schedule confirms it stage by stage,
+// and plan files carry pp.
+#include <gtest/gtest.h>
+
+#include "planner/plan_file.hpp"
+#include "planner/recommend.hpp"
+#include "planner/search.hpp"
+
+namespace memwall::planner {
+namespace {
+
+Candidate three_d(const ModelSpec& m, int mp, int pp, int dp, int micro_batches) {
+  Candidate c{*preset("three_d"), {}};
+  c.config.seq = m.seq;
+  c.config.mp = mp;
+  c.config.pp = pp;
+  c.config.dp = dp;
+  c.config.grad_accum = micro_batches;
+  return c;
+}
+
+// With everything on the GPU nothing but the bubble separates an iteration from its passes: the
+// idle share is (p-1)/(m+p-1), and the passes themselves take 1/pp of the unpipelined work.
+TEST(PipelinePlan, BubbleIsOneFOneBs) {
+  const HardwareProfile p = *load_profile("dgx2");
+  const ModelSpec m = *load_model("table1-10B");
+  for (int pp : {2, 4})
+    for (int mb : {1, 4, 16}) {
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(mb));
+      const TimeBreakdown t = estimate_time(m, three_d(m, 4, pp, 16 / (4 * pp), mb), p);
+      EXPECT_DOUBLE_EQ(t.optimizer_s, 0);
+      EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(pp, mb), 1e-9);
+      const TimeBreakdown flat = estimate_time(m, three_d(m, 4, 1, 16 / 4, mb), p);
+      EXPECT_NEAR(t.compute_s * pp, flat.compute_s, 1e-9 * flat.compute_s);
+      EXPECT_GT(t.p2p_s, 0);
+    }
+}
+
+// A stage holds 1/pp of the blocks' states, plus the embedding: with mp x pp = 16 and dp 1 a GPU
+// holds what ZeRO-3 holds on 16 ranks, within the embedding's share.
+TEST(PipelinePlan, AStageHoldsItsShareOfTheStates) {
+  const HardwareProfile p = *load_profile("dgx2");
+  const ModelSpec m = *load_model("table1-10B");
+  const FitReport f = check_fit(m, three_d(m, 4, 4, 1, 16), p);
+  Candidate z3{*preset("zero3"), {}};
+  z3.config.seq = m.seq;
+  z3.config.dp = 16;
+  const FitReport g = check_fit(m, z3, p);
+  auto states = [](const FitReport& r) {
+    double b = 0;
+    for (const Part& part : r.checks.front().parts)
+      for (const char* state : {"param16", "grad16", "optim32"})
+        if (std::string(part.what).rfind(state, 0) == 0) b += part.bytes;
+    return b;
+  };
+  const double embed = 20.0 * embedding_params(m) / 4;  // the first stage's embedding, over mp 4
+  EXPECT_NEAR(states(f), states(g) + embed - 20.0 * embedding_params(m) / 16, 1e-6 * states(f));
+  // the checkpoints of the first stage's min(pp, m) micro-batches in flight
+  double ckpt = 0;
+  for (const Part& part : f.checks.front().parts)
+    if (std::string(part.what).find("in flight") != std::string::npos) ckpt = part.bytes;
+  EXPECT_DOUBLE_EQ(ckpt, act_ckpt_bytes_eq3(1, m.seq, m.hidden, (m.layers + 3) / 4, 1) * 4);
+}
+
+TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {
+  const HardwareProfile p = *load_profile("dgx2");
+  const ModelSpec m = *load_model("table1-10B");
+  Fixes fx;
+  fx.strategy = "three_d";
+  const SearchSpace space = *make_space(m, p, fx);
+  EXPECT_GT(space.pp.size(), 1u);
+  const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
+  ASSERT_TRUE(rec.fits()) << rec.shortfall;
+  const TrainingConfig& k = rec.chosen->candidate.config;
+  EXPECT_EQ(long(k.dp) * k.mp * k.pp, p.total_gpus());
+  EXPECT_GT(k.pp, 1);  // at 10B the pipeline beats tensor slicing alone
+  if (k.pp > 1) {  // every stage of the chosen plan fits the detailed schedule
+    EXPECT_NE(rec.schedule_check.find("stage"), std::string::npos) << rec.schedule_check;
+    for (int s = 0; s < k.pp; ++s) {
+      Result<Schedule> st = build_schedule(m, rec.chosen->candidate.placement, k, p, 0, MemorySizes{}, s);
+      ASSERT_TRUE(st.ok()) << st.error();
+      EXPECT_FALSE(st->overflow.has_value()) << "stage " << s << ": " << st->overflow->message;
+    }
+  }
+  // the default search keeps ZeRO's partitioned placements unpipelined (DeepSpeed: pipelines with
+  // ZeRO stage 0 or 1 only)
+  const SearchResult r = search(m, p, *make_space(m, p, {}));
+  for (const Evaluated& e : r.top)
+    if (e.candidate.placement.param16.partitioned) EXPECT_EQ(e.candidate.config.pp, 1);
+  fx.strategy = "zero3";
+  fx.pp = 4;
+  EXPECT_FALSE(make_space(m, p, fx).ok());
+}
+
+TEST(PipelinePlan, PlanFilesCarryTheStages) {
+  Plan a;
+  a.profile = "dgx2";
+  a.model = *load_model("table1-10B");
+  a.candidate = three_d(a.model, 4, 4, 1, 16);
+  a.candidate.placement.name = "three_d";
+  a.candidate.config.ci = 2;
+  a.gpus = 16;
+  const HardwareProfile p = *load_profile("dgx2");
+  Result<Plan> b = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b->candidate.config.pp, 4);
+  a.gpus = 4;  // dp x mp without the stages
+  Result<Plan> e = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().find("expected training.dp x training.mp x training.pp = 1 x 4 x 4 = 16, got 4"),
+            std::string::npos)
+      << e.error();
+}
+
+}  // namespace
+}  // namespace memwall::planner
