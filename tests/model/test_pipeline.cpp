@@ -14,16 +14,20 @@ namespace {
 
 ModelSpec stage_model() { return *model_from_shape(6, 256, 4, 64, 512); }
 
-Schedule make_stage(const std::string& strategy, int pp, int stage, int grad_accum, const HardwareProfile& p,
-              int mp = 1) {
-  const ModelSpec m = stage_model();
+TrainingConfig stage_config(int pp, int grad_accum, int mp) {
   TrainingConfig c;
-  c.seq = m.seq;
+  c.seq = stage_model().seq;
   c.bsz = 2;
   c.pp = pp;
   c.mp = mp;
   c.grad_accum = grad_accum;
-  Result<Schedule> s = build_schedule(m, *preset(strategy), c, p, 0, MemorySizes{}, stage);
+  return c;
+}
+
+Schedule make_stage(const std::string& strategy, int pp, int stage, int grad_accum, const HardwareProfile& p,
+                    int mp = 1) {
+  Result<Schedule> s =
+      build_schedule(stage_model(), *preset(strategy), stage_config(pp, grad_accum, mp), p, 0, MemorySizes{}, stage);
   EXPECT_TRUE(s.ok()) << strategy << " stage " << stage << ": " << (s.ok() ? "" : s.error());
   return s.ok() ? *s : Schedule{};
 }
@@ -41,14 +45,9 @@ TEST(Pipeline, StagesKeepTheInvariantsAndSplitTheWork) {
         SCOPED_TRACE(std::string(name) + " pp " + std::to_string(pp) + " ga " + std::to_string(ga));
         const int mp = std::string(name) == "three_d" ? 2 : 1;
         // the same work without stages, on as many data-parallel ranks as each stage has
-        const ModelSpec m = stage_model();
-        TrainingConfig c;
-        c.seq = m.seq;
-        c.bsz = 2;
-        c.mp = mp;
-        c.grad_accum = ga;
+        TrainingConfig c = stage_config(1, ga, mp);
         c.dp = p.total_gpus() / (mp * pp);
-        const Schedule whole = *build_schedule(m, *preset(name), c, p);
+        const Schedule whole = *build_schedule(stage_model(), *preset(name), c, p);
         double flops = 0;
         for (int s = 0; s < pp; ++s) {
           const Schedule st = make_stage(name, pp, s, ga, p, mp);
