@@ -179,7 +179,7 @@ void StrategyFlags::add(CLI::App& app) {
           "l2l: micro-batches looped inside each layer (default 4)");
   add_int(app, "--pp", config.pp, 1, kMaxPp,
           "Pipeline stages (3D parallelism): contiguous blocks per stage, stages across nodes, the\n"
-          "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan and schedule only");
+          "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan, schedule and simulate (run: 1)");
   add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
           "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
           "bsz x grad-accum x dp); plan and simulate only, the executor runs 1");

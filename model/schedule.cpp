@@ -60,9 +60,9 @@ class Generator {
  public:
   Generator(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, int rank,
             int dp, const MemorySizes& sizes, int stage)
-      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes), stage_(stage), pp_(std::max(1, c.pp)),
-        blocks_(stage_blocks(m.layers, std::max(1, c.pp), stage)),
+      : m_(m), pl_(pl), c_(c), p_(p), rank_(rank), dp_(dp), z_(sizes),
         g_(build_gpt_graph(m, c.bsz, c.seq, c.what_if.attention_density)),
+        stage_(stage), pp_(std::max(1, c.pp)), blocks_(stage_blocks(m.layers, std::max(1, c.pp), stage)),
         micro_batches_(pl.layer_major ? std::max(1, c.micro_batches) : 1), grad_accum_(std::max(1, c.grad_accum)) {
     s_.strategy = pl.name;
     s_.grad_accum = grad_accum_;

@@ -117,16 +117,17 @@ struct OpCost {
 
 // Where the replayed GPUs sit and what their collectives span.
 struct Layout {
-  int dp = 1, mp = 1, gpus_per_node = 1;
+  int dp = 1, mp = 1, pp = 1, gpus_per_node = 1;
   int busy_per_node = 1;  // GPUs of a node that run the schedule, sharing its PCIe root, DRAM, NVMe, CPU, NICs
   Group dp_group, mp_group;
   PathRates dp_rates, mp_rates;
 };
 
-// One replayed GPU: dp rank `d`, tensor slice `m`, at `node`/`local` of the platform.
+// One replayed GPU: pipeline stage `s`, dp rank `d`, tensor slice `m`, at `node`/`local` of the
+// platform.
 struct Gpu {
-  int index = 0;  // into the platform's GPUs (full: d * mp + m)
-  int d = 0, m = 0, node = 0;
+  int index = 0;  // into the platform's GPUs (full: (s * dp + d) * mp + m)
+  int s = 0, d = 0, m = 0, node = 0;
   sg4::Host* host = nullptr;
   std::string name;  // "gpu3"
 };
@@ -150,6 +151,7 @@ struct Instance {
   int start = -1, done = -1;
   int arrived = 0;
   std::string hop;
+  bool p2p = false;  // a pipeline stage's send matched with its neighbour's receive: gpus = {from, to}
 };
 
 Proto comm(sg4::Host* from, sg4::Host* to, double bytes) { return {from, to, bytes}; }
@@ -283,6 +285,12 @@ class Replayer {
       if (in.arrived != int(in.gpus.size()))
         return make_error("simulate: the ranks' schedules disagree on their collectives (" + in.hop + ": " +
                           std::to_string(in.arrived) + " of " + std::to_string(in.gpus.size()) + " members)");
+      if (in.p2p) {  // one flow from the sending stage's GPU to the receiving one's
+        const int flow = dag_.add(comm(gpus_[size_t(in.gpus[0])].host, gpus_[size_t(in.gpus[1])].host, in.op.bytes));
+        dag_.edge(in.start, flow);
+        dag_.edge(flow, in.done);
+        continue;
+      }
       std::vector<sg4::Host*> hosts;
       for (int gi : in.gpus) hosts.push_back(gpus_[size_t(gi)].host);
       lay_out_every_member(dag_, pf_, in.op, in.dp_group ? lay_.dp_rates : lay_.mp_rates, hosts, p_.gpu_memory_Bps,
@@ -408,6 +416,9 @@ class Replayer {
         return;
       case StepKind::release:
         return;
+      case StepKind::p2p:
+        p2p(st, g, a);
+        return;
       default:
         break;
     }
@@ -472,10 +483,35 @@ class Replayer {
     if (op.bytes > 0) lay_out_one_member(dag_, pf_, op, r, g.host, p_.gpu_memory_Bps, a.heads, a.tail);
   }
 
+  // A pipeline stage's send or receive: the k-th message from one GPU to its peer in the stage
+  // st.root (same dp rank and slice) meets the peer's k-th receive from it.
+  void p2p(const Step& st, const Gpu& g, StepActs& a) {
+    const int peer = (st.root * lay_.dp + g.d) * lay_.mp + g.m;
+    const bool send = st.hop == "send";
+    const int from = send ? g.index : peer, to = send ? peer : g.index;
+    const int k = p2p_seq_[{from, to, send}]++;
+    auto [it, fresh] = p2p_index_.try_emplace({from, to, k}, instances_.size());
+    if (fresh) {
+      Instance in;
+      in.p2p = true;
+      in.op.bytes = st.bytes;
+      in.hop = "p2p " + st.op;
+      in.gpus = {from, to};
+      in.start = dag_.add(delay(0));
+      in.done = dag_.add(delay(0));
+      instances_.push_back(std::move(in));
+    }
+    Instance& in = instances_[it->second];
+    in.arrived++;
+    a.resource = st.link == LinkClass::network ? "network" : "nvlink";
+    a.heads = {in.start};
+    a.tail = in.done;
+  }
+
   Instance& instance(const Step& st, const Gpu& g, const CollectiveOp& op) {
     const bool dp = st.hop != "mp";
-    // members of g's dp group share m; members of its mp group share d
-    const int group = dp ? g.m : g.d;
+    // members of g's dp group share its stage and m; members of its mp group its stage and d
+    const int group = dp ? g.s * lay_.mp + g.m : g.s * lay_.dp + g.d;
     const int seq = seq_[{g.index, dp}]++;
     auto [it, fresh] = index_.try_emplace({dp ? group : -1 - group, seq}, instances_.size());
     if (fresh) {
@@ -483,7 +519,9 @@ class Replayer {
       in.op = op;
       in.dp_group = dp;
       in.hop = st.hop + " " + st.op;
-      for (int x = 0; x < op.group.members; ++x) in.gpus.push_back(dp ? x * lay_.mp + g.m : g.d * lay_.mp + x);
+      const int base = g.s * lay_.dp * lay_.mp;  // the first GPU of g's stage
+      for (int x = 0; x < op.group.members; ++x)
+        in.gpus.push_back(base + (dp ? x * lay_.mp + g.m : g.d * lay_.mp + x));
       in.start = dag_.add(delay(0));
       in.done = dag_.add(delay(0));
       instances_.push_back(std::move(in));
@@ -506,6 +544,8 @@ class Replayer {
   std::vector<Instance> instances_;
   std::map<std::pair<int, int>, size_t> index_;  // (group, sequence number) -> instance
   std::map<std::pair<int, bool>, int> seq_;      // (GPU, dp group?) -> collectives seen
+  std::map<std::tuple<int, int, int>, size_t> p2p_index_;  // (from GPU, to GPU, k) -> instance
+  std::map<std::tuple<int, int, bool>, int> p2p_seq_;      // (from, to, the sender's side?) -> messages seen
   std::map<std::vector<int>, int> runs_;         // compress(): a run of waits -> its join
   std::vector<unsigned> seen_;                   // per Dag node: the step that last waited for it
   unsigned stamp_ = 0;
@@ -529,27 +569,31 @@ PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options) {
-  if (config.pp > 1)
-    return make_error("--pp: " + std::to_string(config.pp) +
-                      " pipeline stages: the simulator does not replay pipelines yet (plan and schedule model them)");
   TrainingConfig c = config;
-  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / std::max(1, c.mp);
+  const int pp = std::max(1, c.pp);
+  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / (std::max(1, c.mp) * pp);
   c.dp = dp;
   const bool broadcast = placement.fetch == ParamFetch::broadcast && dp > 1;
-  const bool symmetric = !options.full && !broadcast;
+  if (broadcast && pp > 1)
+    return make_error("--pp: pipeline stages with the broadcast fetch (ZeRO-Offload's owners) are not replayed");
+  // pipeline stages run different schedules, and wait for each other: every GPU is replayed
+  const bool symmetric = !options.full && !broadcast && pp == 1;
 
   SimReport rep;
   rep.strategy = placement.name;
   rep.dp = dp;
   rep.mp = c.mp;
-  rep.gpus = dp * c.mp;
+  rep.gpus = dp * c.mp * pp;
+  rep.pp = pp;
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
   rep.full = !symmetric;
 
-  // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ.
+  // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ,
+  // and so do pipeline stages (one schedule per stage, the same for its dp ranks).
   std::vector<Schedule> schedules;
-  for (int r = 0; r < (broadcast ? dp : 1); ++r) {
-    Result<Schedule> s = build_schedule(model, placement, c, profile, r, options.sizes.value_or(MemorySizes{}));
+  for (int r = 0; r < (broadcast ? dp : pp); ++r) {
+    Result<Schedule> s = build_schedule(model, placement, c, profile, broadcast ? r : 0,
+                                        options.sizes.value_or(MemorySizes{}), broadcast ? 0 : r);
     if (!s) return make_error(s.error());
     for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s->peak_bytes[size_t(t)]);
     if (s->overflow) {
@@ -562,6 +606,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   Layout lay;
   lay.dp = dp;
   lay.mp = c.mp;
+  lay.pp = pp;
   lay.gpus_per_node = profile.gpus_per_node;
   lay.busy_per_node = profile.ranks_per_node(rep.gpus);
   lay.dp_group = {dp, std::min(dp, profile.gpus_per_node / c.mp)};
@@ -599,19 +644,24 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   for (int i = 0; i < replayed; ++i) {
     Gpu g;
     g.index = i;
-    g.d = i / c.mp;
+    g.s = i / (dp * c.mp);
+    g.d = i % (dp * c.mp) / c.mp;
     g.m = i % c.mp;
     g.node = i / profile.gpus_per_node;
     g.host = pf.gpu_at(g.node, i % profile.gpus_per_node);
     g.name = "gpu" + std::to_string(i);
-    rp.add_gpu(schedules[std::min(size_t(g.d), schedules.size() - 1)], g);
+    rp.add_gpu(schedules[std::min(size_t(pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
   }
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
   if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
   rep.ranks_simulated = replayed;
   rep.nodes_simulated = symmetric ? 1 : nodes;
   rp.fill(rep);
-  const double flops = schedules[0].compute_flops;
+  double flops = schedules[0].compute_flops;  // per GPU; with stages their mean
+  if (pp > 1) {
+    flops = 0;
+    for (const Schedule& s : schedules) flops += s.compute_flops / pp;
+  }
   rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;
   rep.efficiency = rep.iteration_s > 0 ? flops / rep.iteration_s / rep.peak_flops_per_s : 0;
   return rep;
@@ -627,7 +677,7 @@ namespace {
 nlohmann::json to_json(const SimReport& r) {
   nlohmann::json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
                       {"efficiency", r.efficiency}, {"peak_flops_per_s", r.peak_flops_per_s}, {"gpus", r.gpus},
-                      {"dp", r.dp}, {"mp", r.mp}, {"ranks_simulated", r.ranks_simulated},
+                      {"dp", r.dp}, {"mp", r.mp}, {"pp", r.pp}, {"ranks_simulated", r.ranks_simulated},
                       {"nodes_simulated", r.nodes_simulated}, {"full", r.full}, {"activities", r.activities},
                       {"busy_fraction", r.busy_fraction}, {"peak_bytes", r.peak_bytes}, {"phase_end_s", r.phase_end_s}};
   if (r.overflow)
@@ -652,6 +702,7 @@ SimReport from_json(const nlohmann::json& j) {
   r.gpus = j["gpus"];
   r.dp = j["dp"];
   r.mp = j["mp"];
+  r.pp = j.value("pp", 1);
   r.ranks_simulated = j["ranks_simulated"];
   r.nodes_simulated = j["nodes_simulated"];
   r.full = j["full"];

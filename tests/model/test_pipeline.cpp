@@ -139,7 +139,9 @@ TEST(Pipeline, ActivationsCrossTheNetworkWhereStagesAreOnDifferentNodes) {
   // one node, 8 GPUs per stage: NVSwitch
   const Schedule one = make_stage("zero3", 2, 0, 2, dgx2_nodes(1));
   for (const Step& x : one.steps)
-    if (x.kind == StepKind::p2p) EXPECT_EQ(x.link, LinkClass::gpu_gpu);
+    if (x.kind == StepKind::p2p) {
+      EXPECT_EQ(x.link, LinkClass::gpu_gpu);
+    }
 }
 
 TEST(Pipeline, BadStagesAreRefusedWithTheFlag) {

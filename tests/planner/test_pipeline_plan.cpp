@@ -88,7 +88,9 @@ TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {
   // ZeRO stage 0 or 1 only)
   const SearchResult r = search(m, p, *make_space(m, p, {}));
   for (const Evaluated& e : r.top)
-    if (e.candidate.placement.param16.partitioned) EXPECT_EQ(e.candidate.config.pp, 1);
+    if (e.candidate.placement.param16.partitioned) {
+      EXPECT_EQ(e.candidate.config.pp, 1);
+    }
   fx.strategy = "zero3";
   fx.pp = 4;
   EXPECT_FALSE(make_space(m, p, fx).ok());

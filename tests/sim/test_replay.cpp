@@ -108,13 +108,44 @@ TEST(Replay, GradientAccumulationRepeatsTheMicroStepNotTheOptimizer) {
   const double step = t[2] - t[1];
   EXPECT_NEAR((t[3] - t[2]) / step, 1.0, 0.03) << t[1] << " " << t[2] << " " << t[3];
   // the part that runs once: this rank's CPU Adam, which cannot overlap (Sec. 4.2)
-  Result<Schedule> s = build_schedule(m, pl, TrainingConfig{.bsz = 2, .seq = m.seq}, p);
+  TrainingConfig one;
+  one.bsz = 2;
+  one.seq = m.seq;
+  Result<Schedule> s = build_schedule(m, pl, one, p);
   ASSERT_TRUE(s.ok()) << s.error();
   double params = 0;
   for (const Step& st : s->steps) params += st.params;
   const double adam = params / (p.cpu_adam_params_per_s / 16);
   EXPECT_GT(t[1] - step, 0.9 * adam);
   EXPECT_LT(step, t[1]);
+}
+
+// Pipeline stages (issue 17, item 4), every GPU replayed: with everything on the GPU and one
+// data-parallel rank, p stages each do 1/p of a micro-step, and 1F1B idles for p - 1 micro-steps'
+// time, so m micro-steps take (m + p - 1) / (p m) of one GPU's time for them. The stages' sends and
+// receives meet as flows (NVLink here, a small share of a micro-step).
+TEST(Replay, PipelineStagesIdleForOneFOneBsBubble) {
+  ModelSpec m = *model_from_shape(8, 2048, 16, 1024, 512);  // a small vocabulary: balanced stages
+  HardwareProfile p = *load_profile("dgx2");
+  Placement pl = *preset("data_parallel");
+  const int micro = 8;
+  double t[5] = {0, 0, 0, 0, 0};
+  for (int pp : {1, 2, 4}) {
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.bsz = 1;
+    c.dp = 1;
+    c.pp = pp;
+    c.grad_accum = micro;
+    Result<SimReport> r = simulate_isolated(m, pl, c, p, SimOptions{});
+    ASSERT_TRUE(r.ok()) << r.error();
+    ASSERT_FALSE(r->overflow);
+    EXPECT_EQ(r->gpus, pp);
+    EXPECT_EQ(r->full, pp > 1);
+    t[pp] = r->iteration_s;
+  }
+  for (int pp : {2, 4})
+    EXPECT_NEAR(t[pp] / t[1], double(micro + pp - 1) / (double(pp) * micro), 0.03) << "pp " << pp;
 }
 
 TEST(Replay, ScheduleThatDoesNotFitIsNotSimulated) {
