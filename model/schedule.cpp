@@ -1045,13 +1045,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   if (config.mp > profile.gpus_per_node)
     return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(profile.gpus_per_node) +
                       " GPUs, got " + std::to_string(config.mp));
-  const long pp = std::max(1, config.pp);
-  const int dp = config.dp > 0 ? config.dp : int(profile.total_gpus() / (config.mp * pp));
-  if (dp < 1 || long(dp) * config.mp * pp > profile.total_gpus())
-    return make_error("--dp/--mp" + std::string(pp > 1 ? "/--pp: " : ": ") + std::to_string(dp) + " x " +
-                      std::to_string(config.mp) + (pp > 1 ? " x " + std::to_string(pp) : std::string()) +
-                      " GPUs asked, profile " + profile.name + " has " + std::to_string(profile.total_gpus()) +
-                      "; add nodes with --nodes");
+  Result<int> resolved = resolve_dp(config, profile);
+  if (!resolved) return make_error(resolved.error());
+  const int dp = *resolved;
   if (rank < 0 || rank >= dp)
     return make_error("--rank: expected 0.." + std::to_string(dp - 1) + ", got " + std::to_string(rank));
   if (stage < 0 || stage >= std::max(1, config.pp))

@@ -168,14 +168,21 @@ Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const Hardwa
   if (c.mp < 1 || c.mp > p.gpus_per_node || p.gpus_per_node % c.mp != 0)
     return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(p.gpus_per_node) +
                       " GPUs: expected a divisor of " + std::to_string(p.gpus_per_node) + ", got " + std::to_string(c.mp));
-  const long total = long(p.nodes) * p.gpus_per_node;
-  const int pp = std::max(1, c.pp);
-  if (c.dp == 0) c.dp = int(total / (long(c.mp) * pp));
-  if (c.dp < 1 || long(c.dp) * c.mp * pp > total)
-    return make_error("--dp/--mp" + std::string(pp > 1 ? "/--pp: " : ": ") + std::to_string(c.dp) + " x " +
-                      std::to_string(c.mp) + (pp > 1 ? " x " + std::to_string(pp) : std::string()) +
-                      " GPUs asked, profile " + p.name + " has " + std::to_string(total) + "; add nodes with --nodes");
+  Result<int> dp = resolve_dp(c, p);
+  if (!dp) return make_error(dp.error());
+  c.dp = *dp;
   return c;
+}
+
+Result<int> resolve_dp(const TrainingConfig& c, const HardwareProfile& p) {
+  const long total = p.total_gpus();
+  const long pp = std::max(1, c.pp), mp = std::max(1, c.mp);
+  const long dp = c.dp > 0 ? c.dp : total / (mp * pp);
+  if (dp < 1 || dp * mp * pp > total)
+    return make_error("--dp/--mp" + std::string(pp > 1 ? "/--pp: " : ": ") + std::to_string(dp) + " x " +
+                      std::to_string(mp) + (pp > 1 ? " x " + std::to_string(pp) : std::string()) +
+                      " GPUs asked, profile " + p.name + " has " + std::to_string(total) + "; add nodes with --nodes");
+  return int(dp);
 }
 
 Result<TrainingConfig> validate(const TrainingConfig& c, int layers) {

@@ -99,6 +99,10 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& config, int layers)
 // dp, mp and pp against a profile: mp divides a node's GPUs (tensor slicing stays inside a node) and
 // dp x mp x pp is at most the profile's GPUs; dp 0 becomes every GPU / (mp x pp).
 Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const HardwareProfile& profile);
+// The data-parallel degree alone: config.dp, or 0 resolved to every GPU / (mp x pp), checked
+// against the profile's GPUs (the one message for --dp/--mp/--pp: fit_to_profile, build_schedule
+// and the simulator all ask here).
+Result<int> resolve_dp(const TrainingConfig& config, const HardwareProfile& profile);
 
 // Steps build_schedule makes for one rank, estimated from above (plus `optimizer_chunks` chunked
 // optimizer updates), and the bytes they take.

@@ -571,7 +571,9 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
                            const HardwareProfile& profile, const SimOptions& options) {
   TrainingConfig c = config;
   const int pp = std::max(1, c.pp);
-  const int dp = c.dp > 0 ? c.dp : profile.total_gpus() / (std::max(1, c.mp) * pp);
+  Result<int> resolved = resolve_dp(c, profile);
+  if (!resolved) return make_error(resolved.error());
+  const int dp = *resolved;
   c.dp = dp;
   const bool broadcast = placement.fetch == ParamFetch::broadcast && dp > 1;
   if (broadcast && pp > 1)
