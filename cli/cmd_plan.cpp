@@ -64,7 +64,8 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
     nlohmann::ordered_json parts = nlohmann::ordered_json::object();
     for (const Part& p : lc.parts) parts[p.what] = p.bytes;
     checks.push_back({{"resource", resource_key(lc.resource)}, {"scope", lc.scope}, {"needed_bytes", lc.needed_bytes},
-                      {"capacity_bytes", lc.capacity_bytes}, {"fits", lc.fits()}, {"parts", parts}});
+                      {"capacity_bytes", lc.capacity_bytes}, {"fits", lc.fits()}, {"moment", lc.moment},
+                      {"parts", parts}});
   }
   nlohmann::ordered_json j = {{"strategy", placement_label(e.candidate.placement)},
                               {"placement", placement_json(e.candidate.placement)},

@@ -111,13 +111,17 @@ void MemoryView::set_data(const MemoryData& data, const QString& heading) {
   heading_->setText(heading);
   if (data.overflow.empty()) {
     status_->setStyleSheet(QString("color:%1").arg(kFits.name()));
-    status_->setText("fits: every tier stays within its capacity for the whole iteration");
+    const std::string& at = data.memory.of(Tier::gpu).moment;
+    status_->setText("fits: every tier stays within its capacity for the whole iteration" +
+                     (at.empty() ? QString() : QString("; the GPU peaks at the ") + QString::fromStdString(at)));
   } else {
     status_->setStyleSheet(QString("color:%1").arg(kOverflow.name()));
     status_->setText("does not fit: " + QString::fromStdString(data.overflow));
   }
   for (int t = 0; t < 3; ++t) {
-    const TierMemory& tm = data.tiers[t];
+    const TierMemory& tm = data.memory.tiers[size_t(t)];
+    double transient = tm.peak_bytes;
+    for (int st = 0; st < 3; ++st) transient -= tm.persistent[size_t(st)];
     QChart* chart = views_[t]->chart();
     chart->removeAllSeries();
     for (QAbstractAxis* a : chart->axes()) {
@@ -128,7 +132,7 @@ void MemoryView::set_data(const MemoryData& data, const QString& heading) {
     auto* bars = new QStackedBarSeries;
     bars->setBarWidth(0.55);
     for (int s = 0; s < 4; ++s) {
-      const double bytes = s < 3 ? tm.persistent_bytes[s] : tm.transient_bytes;
+      const double bytes = s < 3 ? tm.persistent[size_t(s)] : std::max(0.0, transient);
       drawn_[t][s] = bytes;
       auto* set = new QBarSet(kSegments[s].name);
       set->setColor(kSegments[s].color);

@@ -1,6 +1,6 @@
 // MemoryView: bytes per rank on each tier (gpu, cpu, nvme) for a placement preset, one stacked
-// bar per tier against that tier's capacity, with what does not fit in red. It draws MemoryData
-// (gui/session.hpp, from build_schedule) and computes nothing. While a schedule is being built
+// bar per tier against that tier's capacity, with what does not fit in red, and when the GPU
+// peaks. It draws MemoryData (gui/session.hpp, the memory model's) and computes nothing. While a schedule is being built
 // it shows a busy bar and keeps the previous picture. GUI thread only.
 #pragma once
 

@@ -41,29 +41,22 @@ PanelData panel_data(const Session& s, Fig3Panel panel) {
 Result<MemoryData> memory_data(const Session& s) {
   Result<Placement> pl = preset(s.placement);
   if (!pl) return make_error(pl.error());
-  Result<Schedule> sched = [&]() -> Result<Schedule> {
-    try {
-      return build_schedule(s.model, *pl, s.config, s.profile, 0);
-    } catch (const std::exception& e) {  // the generator throws only on its own bugs; keep the window alive
-      return make_error(std::string("schedule: ") + e.what());
-    }
-  }();
-  if (!sched) return make_error(sched.error());
-  const Schedule& sc = *sched;
+  if (Result<bool> ok = check_optimizer_overlap(*pl, s.config.optimizer_overlap); !ok) return make_error(ok.error());
+  Result<TrainingConfig> c = fit_to_profile(s.config, s.profile);
+  if (!c) return make_error(c.error());
   MemoryData m;
   m.placement = s.placement;
-  m.dp = sc.dp;
-  m.rank = sc.rank;
-  for (int t = 0; t < 3; ++t) {
-    TierMemory& tm = m.tiers[t];
-    tm.persistent_bytes = sc.persistent_bytes[t];
-    double persistent = 0;
-    for (double b : tm.persistent_bytes) persistent += b;
-    tm.peak_bytes = sc.peak_bytes[t];
-    tm.capacity_bytes = sc.capacity_bytes[t];
-    tm.transient_bytes = std::max(0.0, tm.peak_bytes - persistent);
+  m.dp = c->dp;
+  m.rank = 0;
+  m.memory = memory_model(s.model, *pl, *c, s.profile);
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+    const TierMemory& tm = m.memory.of(t);
+    if (tm.fits()) continue;
+    m.overflow = std::string("out of memory on ") + to_string(t) + ": needs " + format_bytes(tm.peak_bytes) +
+                 (tm.moment.empty() ? "" : " at the " + tm.moment) + ", capacity " + format_bytes(tm.capacity_bytes) +
+                 " per rank";
+    break;
   }
-  if (sc.overflow) m.overflow = sc.overflow->message;
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/analysis.hpp"
+#include "model/memory.hpp"
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
 #include "model/placement.hpp"
@@ -52,21 +53,16 @@ struct PanelData {
 };
 PanelData panel_data(const Session& s, Fig3Panel panel);
 
-// Bytes per rank on each tier for the session's placement preset, from build_schedule.
-struct TierMemory {
-  std::array<double, 4> persistent_bytes{};  // by State: param16, grad16, optim32, act_ckpt (0)
-  double transient_bytes = 0;                // peak minus persistent: fetched params, buffers, checkpoints
-  double peak_bytes = 0;
-  double capacity_bytes = 0;
-  bool fits() const { return peak_bytes <= capacity_bytes * (1 + 1e-12); }
-};
+// Bytes per rank on each tier for the session's placement preset: the memory model's
+// (model/memory.hpp): per tier the persistent states, the peak with the buffers of its fullest
+// moment, and the capacity; equal to build_schedule's walked peaks.
 struct MemoryData {
   std::string placement;
   int dp = 1, rank = 0;
-  std::array<TierMemory, 3> tiers{};  // indexed by Tier
-  std::string overflow;               // the schedule's first overflow message, empty when it fits
+  MemoryModel memory;    // tiers indexed by Tier
+  std::string overflow;  // the first tier over its capacity, with its peak's moment; empty when all fit
 };
-// Builds one iteration's schedule (rank 0): ~0.5 s for a paper-sized model; call off the GUI thread.
+// Rank 0's memory model: microseconds, no schedule is built.
 Result<MemoryData> memory_data(const Session& s);
 
 // What a user asks for on the command line; empty strings and zeros mean "the default".

@@ -74,10 +74,7 @@ class Generator {
     s_.micro_batches = micro_batches_;
     s_.sizes = sizes;
     s_.optimizer_overlap = c.optimizer_overlap;
-    s_.capacity_bytes[int(Tier::gpu)] = p.gpu_memory_bytes;
-    const int sharing = p.ranks_per_node(long(dp) * c.mp * pp_);
-    s_.capacity_bytes[int(Tier::cpu)] = p.cpu_memory_bytes / sharing;
-    s_.capacity_bytes[int(Tier::nvme)] = p.nvme_capacity_bytes / sharing;
+    s_.capacity_bytes = capacity_per_rank(c, p);
     // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
     collective_link_ = dp * c.mp > p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
     for (size_t v : g_.order) index_[g_.op(v).name] = v;
@@ -138,15 +135,10 @@ class Generator {
     size_t o = owner(v);
     return z_.param_bytes * g_.op(o).param_elems * mp_share(o) / tiles(o);
   }
-  double model_param_elems() const {
-    double n = 0;
-    for (size_t v : g_.order)
-      if (holds_params(v)) n += g_.op(v).param_elems * mp_share(v);
-    return n;
-  }
   // Pipeline stages: the operators this stage computes (its blocks; the embedding on the first, the
-  // final LayerNorm and LM head on the last) and the parameters it holds (also the tied embedding
-  // on the last stage, a copy as in Megatron; the two copies' gradient all-reduce is left out).
+  // final LayerNorm and LM head on the last); the parameters it holds are param_units' (also the
+  // tied embedding on the last stage, a copy as in Megatron; the two copies' gradient all-reduce is
+  // left out).
   bool first_stage() const { return stage_ == 0; }
   bool last_stage() const { return stage_ == pp_ - 1; }
   bool computes(size_t v) const {
@@ -154,46 +146,27 @@ class Generator {
     if (op.block >= 0) return op.block >= blocks_.first && op.block < blocks_.last;
     return op.name == "embed" ? first_stage() : last_stage();
   }
-  bool holds_params(size_t v) const {
-    if (computes(v)) return true;
-    for (size_t w : g_.order)  // the owner of a tied operator this stage computes
-      if (computes(w) && owner_[w] == v) return true;
-    return false;
-  }
   double shard(const StatePlacement& sp) const { return sp.partitioned ? 1.0 / dp_ : 1.0; }
   bool workspace() const { return z_.workspace_bytes >= 0; }
   bool broadcast() const { return pl_.fetch == ParamFetch::broadcast && dp_ > 1; }
-  // Units (parameter group, tile) in forward order with their (mp-sliced) elements.
+  // Units (parameter group, tile) in forward order with their (mp-sliced) elements: the memory
+  // model's (param_units).
   template <typename F>
   void for_units(F f) const {
-    for (size_t v : g_.order) {
-      if (g_.op(v).param_elems <= 0 || !holds_params(v)) continue;
-      const double e = g_.op(v).param_elems * mp_share(v) / tiles(v);
-      for (int t = 0; t < tiles(v); ++t)
-        f(g_.op(v).name + (tiled(v) ? "[tile " + std::to_string(t) + "]" : ""), e);
-    }
+    for (const ParamUnit& u : units_) f(u.name, u.elems);
   }
   // The broadcast variant (ZeRO-Offload): each rank owns one contiguous range of whole units, of
   // about 1/dp of the parameters; it alone reads them from its CPU memory or NVMe and broadcasts
   // them, receives their reduced gradients and updates them (Sec. 6.1's contrast).
   void assign_ranks() {
+    units_ = param_units(m_, c_, stage_);
     if (!broadcast()) return;
-    double total = 0, at = 0;
-    for_units([&](const std::string&, double e) { total += e; });
-    for_units([&](const std::string& name, double e) {
-      unit_rank_[name] = std::min(dp_ - 1, int(std::floor(dp_ * (at + e / 2) / total)));
-      if (unit_rank_[name] == rank_) owned_elems_ += e;
-      at += e;
-    });
+    const std::vector<int> owner = broadcast_owners(units_, dp_);
+    for (size_t i = 0; i < units_.size(); ++i) unit_rank_[units_[i].name] = owner[i];
   }
   int unit_rank(const std::string& unit) const { return unit_rank_.at(unit); }
-  // Elements of the parameters a state keeps on this rank: all, 1/dp (bandwidth-centric), or the
-  // units this rank owns (broadcast).
-  double kept_elems(const StatePlacement& sp) const {
-    const double n = model_param_elems();
-    if (!sp.partitioned || dp_ == 1) return n;
-    return broadcast() ? owned_elems_ : n / dp_;
-  }
+  // Elements of the parameters a state keeps on this rank (the memory model's kept_param_elems).
+  double kept_elems(const StatePlacement& sp) const { return kept_param_elems(units_, pl_, sp, dp_, rank_); }
 
   // ---- memory ------------------------------------------------------------------------------
   // Buffers live on steps (allocs / frees); the peaks and the first overflow come from walking them
@@ -203,13 +176,7 @@ class Generator {
   }
   void free_at(int step, const std::string& name) { s_.steps[size_t(step)].frees.push_back(name); }
 
-  void place_persistent_states() {
-    s_.persistent_bytes[int(pl_.param16.tier)][int(State::param16)] += z_.param_bytes * kept_elems(pl_.param16);
-    s_.persistent_bytes[int(pl_.grad16.tier)][int(State::grad16)] += z_.param_bytes * kept_elems(pl_.grad16);
-    s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += z_.optim_bytes * kept_elems(pl_.optim32);
-    if (c_.what_if.onebit_adam)  // fp32 error feedback beside the optimizer states of this rank's shard
-      s_.persistent_bytes[int(pl_.optim32.tier)][int(State::optim32)] += kOnebitErrorBytes * kept_elems(pl_.optim32);
-  }
+  void place_persistent_states() { s_.persistent_bytes = persistent_state_bytes(m_, pl_, c_, rank_, z_, stage_); }
 
   void account_memory() {
     std::array<double, kTiers> resident{};
@@ -689,41 +656,6 @@ class Generator {
     if (!first_stage()) p2p(Phase::backward, "send", stage_ - 1, p2p_prev_, deps({last_compute_}));
   }
 
-  // Chunks of at most `target` parameters over this rank's optimizer partition (see
-  // Schedule::optimizer_chunks): units in forward order, cut inside a unit only at multiples of
-  // kChunkGranule parameters from its start.
-  std::vector<Schedule::Chunk> chunk_units(double target) const {
-    std::vector<Schedule::Chunk> out;
-    double start = 0, cur = 0;
-    auto close = [&]() {
-      if (cur <= 0) return;
-      out.push_back({start, cur});
-      start += cur;
-      cur = 0;
-    };
-    const bool owners = broadcast() && pl_.optim32.partitioned;
-    for_units([&](const std::string& name, double whole) {
-      // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
-      const double e = owners ? (unit_rank(name) == rank_ ? whole : 0) : whole * shard(pl_.optim32);
-      for (double o = 0; o < e;) {
-          const double room = target - cur;
-          if (e - o <= room) {
-            cur += e - o;
-            o = e;
-            continue;
-          }
-          const double cut = std::floor((o + room) / kChunkGranule) * kChunkGranule;
-          if (cut > o) {
-            cur += cut - o;
-            o = cut;
-          }
-          close();
-      }
-    });
-    close();
-    return out;
-  }
-
   // Optimizer step on this rank's partition (Sec. 5.2.2). With the states on NVMe it runs in chunks
   // sized to the pinned buffers: three chunk buffers, so the read of chunk i+1 and the write of
   // chunk i-1 overlap the update of chunk i. The list says so too: the reads of the first three
@@ -751,31 +683,13 @@ class Generator {
   void plan_optimizer() {
     OptimizerPlan& o = opt_;
     o.n = kept_elems(pl_.optim32);
-    const Tier pt = pl_.param16.tier, gt = pl_.grad16.tier;
     if (ot() == Tier::gpu) {
       s_.optimizer_chunks = {{0, o.n}};
       s_.optimizer_chunk_params = o.n;
       return;
     }
-    // What a chunk buffer holds per parameter: the states read from NVMe, the gradient read with
-    // them, and the updated 16-bit parameters on their way to NVMe.
-    o.per_param = (ot() == Tier::nvme ? z_.optim_bytes : 0) + (gt == Tier::nvme ? z_.param_bytes : 0) +
-                  (pt == Tier::nvme ? z_.param_bytes : 0);
-    double target = o.n;
-    if (ot() == Tier::nvme) {
-      // Three buffers within the pinned budget, and (unless asked otherwise) at least 16 chunks, so
-      // that reading, updating and writing successive chunks overlap and filling and draining the
-      // pipeline costs about 2/16 of the phase.
-      const double pinned_per_rank = p_.pinned_budget_bytes / p_.ranks_per_node(long(dp_) * c_.mp);
-      const double most = std::floor(pinned_per_rank / (3 * o.per_param));
-      const int wanted = c_.optimizer_chunks > 0 ? c_.optimizer_chunks : 16;
-      target = std::max(kChunkGranule, std::min(most, std::ceil(o.n / wanted)));
-    } else if (c_.optimizer_overlap == OptimizerOverlap::backward || c_.optimizer_chunks > 0) {
-      // states in CPU memory need no buffers; chunks let updates start as layers' gradients finish
-      const int wanted = c_.optimizer_chunks > 0 ? c_.optimizer_chunks : 16;
-      target = std::max(kChunkGranule, std::ceil(o.n / wanted));
-    }
-    s_.optimizer_chunks = chunk_units(target);
+    o.per_param = optimizer_chunk_bytes_per_param(pl_, z_);
+    s_.optimizer_chunks = optimizer_chunks(m_, pl_, c_, optimizer_chunk_target(pl_, c_, p_, o.n, z_), rank_, stage_);
     o.chunks = int(s_.optimizer_chunks.size());
     s_.optimizer_chunk_params = 0;
     for (const Schedule::Chunk& ch : s_.optimizer_chunks)
@@ -786,7 +700,7 @@ class Generator {
     o.emitted.assign(size_t(o.chunks), false);
     o.waiting.assign(size_t(o.chunks), 0);
     o.grad_deps.assign(size_t(o.chunks), {});
-    // which chunks each unit's elements fall in (the partition order of chunk_units)
+    // which chunks each unit's elements fall in (the partition order of optimizer_chunks)
     const bool owners = broadcast() && pl_.optim32.partitioned;
     double at = 0;
     size_t k = 0;
@@ -1002,7 +916,7 @@ class Generator {
   int prev_compute_ = -1;
   std::set<std::string> grad_pending_;
   std::map<std::string, int> unit_rank_;  // broadcast variant: the rank that owns each unit
-  double owned_elems_ = 0;
+  std::vector<ParamUnit> units_;          // the parameters this rank's stage holds, in forward order
   int last_refresh_ = -1;
   std::vector<int> offloads_;  // the steps that finish a gradient: the optimizer waits for all of them
   std::map<std::pair<int, int>, int> saved_;
@@ -1060,7 +974,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
   if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());
-  return Generator(model, placement, config, profile, rank, dp, sizes, stage).run();
+  TrainingConfig resolved_config = config;
+  resolved_config.dp = dp;
+  return Generator(model, placement, resolved_config, profile, rank, dp, sizes, stage).run();
 }
 
 std::vector<std::string> check_invariants(const Schedule& s) {

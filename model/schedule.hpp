@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/hardware_profile.hpp"
+#include "model/memory.hpp"
 #include "model/operator_graph.hpp"
 #include "model/placement.hpp"
 #include "model/training_config.hpp"
@@ -26,7 +27,6 @@ enum class Phase { forward, recompute, backward, optimizer };
 // between nodes (InfiniBand), or nowhere (a step on one device).
 enum class LinkClass { none, nvme_cpu, cpu_gpu, gpu_gpu, network };
 constexpr int kLinkClasses = 5;
-constexpr int kTiers = 3;
 const char* to_string(StepKind k);
 const char* to_string(Phase p);
 const char* to_string(LinkClass l);
@@ -77,19 +77,6 @@ struct Step {
   std::vector<std::string> frees;  // given back when this step has completed
 };
 
-// What the schedule counts in bytes. The defaults are the paper's (Sec. 3-4): 16-bit parameters and
-// gradients, 16 bytes of fp32 optimizer state per parameter (master copy, momentum, variance,
-// gradient), 16-bit activations, and activation working memory from Eq. 5 held per block in
-// forward and per checkpoint segment in backward. An executor passes what it really allocates, so
-// the peaks of its schedule are the bytes it will hold.
-struct MemorySizes {
-  double param_bytes = 2;       // per parameter of param16 and of grad16
-  double optim_bytes = 16;      // per parameter of optim32
-  double act_bytes = 2;         // per activation element: a checkpoint is act_bytes·bsz·seq·hd (Eq. 3)
-  double workspace_bytes = -1;  // < 0: Eq. 5's working memory; >= 0: one activation workspace of this
-                                // many bytes held for the whole iteration (an executor's, preallocated)
-};
-
 struct Overflow {
   Tier tier;
   int step;  // first step at which the tier's capacity is exceeded
@@ -114,17 +101,12 @@ struct Schedule {
   double compute_flops = 0;                     // GPU FLOPs of this rank per iteration
   MemorySizes sizes;                            // what it was built with
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;  // when the CPU optimizer runs
-  // The optimizer's chunks over this rank's partition of the parameters, in partition order: the
-  // units (parameter group, tile) in forward order, each its shard. A chunk starts at a unit
-  // boundary or a multiple of kChunkGranule parameters into a unit, so NVMe reads and writes of
-  // any chunk stay aligned. One chunk unless optim32 is on NVMe.
-  struct Chunk {
-    double start = 0, params = 0;
-  };
+  // The optimizer's chunks over this rank's partition of the parameters (the memory model's
+  // optimizer_chunks): one unless optim32 is on NVMe or CPU Adam runs chunk by chunk.
+  using Chunk = OptimizerChunk;
   std::vector<Chunk> optimizer_chunks;
   double optimizer_chunk_params = 0;            // the largest chunk
 };
-inline constexpr double kChunkGranule = 4096;
 
 // Bytes of buffers (not persistent states) alive on `tier` once step `step` has started, walking
 // the steps in order: what `peak_bytes` is the maximum of, plus the persistent states.

@@ -8,59 +8,6 @@
 namespace memwall::planner {
 namespace {
 
-// Sec. 3: mixed-precision Adam keeps 20 bytes per parameter: fp16 parameter (2), fp16 gradient
-// (2), fp32 parameter, momentum, variance and gradient (16). Eq. 2 is the total.
-double state_fraction(State s) {
-  switch (s) {
-    case State::param16: return 2.0 / 20.0;
-    case State::grad16: return 2.0 / 20.0;
-    case State::optim32: return 16.0 / 20.0;
-    case State::act_ckpt: return 0;
-  }
-  return 0;
-}
-
-// Bytes of one model state for the whole model: Eq. 2's share plus the embeddings' 20 B/param.
-double state_total_bytes(const ModelSpec& m, State s) {
-  return state_fraction(s) * (model_state_bytes_eq2(m.layers, m.hidden) + 20.0 * embedding_params(m));
-}
-
-// 1-bit Adam's fp32 error feedback for the whole model, in optim32's shares (seed 004).
-double onebit_error_total_bytes(const ModelSpec& m) {
-  return state_total_bytes(m, State::optim32) * kOnebitErrorBytes / 16.0;
-}
-constexpr const char* kOnebitErrorWords = "1-bit Adam error feedback, fp32 (beside optim32)";
-
-const char* state_words(State s, bool partitioned) {
-  switch (s) {
-    case State::param16: return partitioned ? "param16 (1/dp share)" : "param16 (whole copy)";
-    case State::grad16: return partitioned ? "grad16 (1/dp share)" : "grad16 (whole copy)";
-    case State::optim32: return partitioned ? "optim32 (1/dp share)" : "optim32 (whole copy)";
-    case State::act_ckpt: return "act_ckpt";
-  }
-  return "?";
-}
-
-int ranks_per_node(const Candidate& c, const HardwareProfile& p) {
-  return p.ranks_per_node(long(c.config.dp) * c.config.mp * std::max(1, c.config.pp));
-}
-
-// Pipeline stages (config.pp): the share of the transformer blocks' states one stage holds, and
-// the embedding beside them on the first and the last stage (the last keeps a copy for the tied
-// LM head), so the first or the last stage binds.
-double stage_state_bytes(const ModelSpec& m, State s, int pp) {
-  if (pp <= 1) return state_total_bytes(m, s);
-  return state_fraction(s) * (model_state_bytes_eq2(m.layers, m.hidden) / pp + 20.0 * embedding_params(m));
-}
-// Checkpoints a stage keeps: its blocks' (Eq. 3) for each micro-batch in flight, min(pp, m) on the
-// first stage under 1F1B.
-double stage_ckpt_bytes(const ModelSpec& m, const TrainingConfig& k) {
-  const int pp = std::max(1, k.pp);
-  const int layers = (m.layers + pp - 1) / pp;
-  const int in_flight = pp > 1 ? std::min(pp, std::max(1, k.grad_accum)) : 1;
-  return act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, layers, std::min(k.ci, layers)) * in_flight;
-}
-
 double bw_of(const std::vector<StateTierEfficiency>& eff, AitState s, const char* tier) {
   for (const auto& e : eff)
     if (e.state == s && e.tier == tier) return e.bw_Bps;
@@ -137,50 +84,42 @@ int nodes_used(const Candidate& c, const HardwareProfile& p) {
 FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o) {
   const TrainingConfig& k = c.config;
   const Placement& pl = c.placement;
-  const double dp = k.dp, mp = k.mp, t = k.tiling_factor;
-  const int nodes = nodes_used(c, p);
-  const int ranks = ranks_per_node(c, p);
+  const double mp = k.mp, t = k.tiling_factor;
+  const int pp = std::max(1, k.pp);
+  const int ranks = ranks_sharing_node(k, p);
   FitReport r;
 
+  // One rank of the first pipeline stage, and of the last (the LM head's copy of the embedding and
+  // the fewest micro-batches in flight): the memory model (model/memory.hpp), whose peaks are the
+  // schedule's.
+  MemoryModel mm = memory_model(m, pl, k, p);
+  std::string stage_words;
+  if (pp > 1) {
+    MemoryModel last = memory_model(m, pl, k, p, 0, {}, pp - 1);
+    if (last.of(Tier::gpu).peak_bytes > mm.of(Tier::gpu).peak_bytes) {
+      mm = std::move(last);
+      stage_words = " (last pipeline stage)";
+    } else {
+      stage_words = " (first pipeline stage)";
+    }
+  }
+  auto parts_of = [&](const TierMemory& tm, double scale = 1) {
+    std::vector<Part> out;
+    for (const MemoryPart& part : tm.parts) out.push_back({part.what, part.bytes * scale});
+    return out;
+  };
+
   // ---- one GPU ----
-  LimitCheck gpu{Resource::gpu_memory, "per GPU", 0, p.gpu_memory_bytes, {}};
-  const int pp = std::max(1, k.pp);
-  for (State s : {State::param16, State::grad16, State::optim32}) {
-    const StatePlacement& sp = pl.of(s);
-    if (sp.tier == Tier::gpu)
-      gpu.parts.push_back({state_words(s, sp.partitioned), stage_state_bytes(m, s, pp) / mp / (sp.partitioned ? dp : 1)});
-  }
-  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::gpu)
-    gpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / mp / (pl.optim32.partitioned ? dp : 1)});
-  const bool params_whole = pl.param16.tier == Tier::gpu && !pl.param16.partitioned;
-  const bool grads_whole = pl.grad16.tier == Tier::gpu && !pl.grad16.partitioned;
-  const double mswm = mswm_bytes_eq4(m.hidden) / mp / t;
-  // The tied embedding / LM head (vocab x hd, untiled) is the largest operator of models with a
-  // small hidden size; Eq. 4 counts only the transformer block's fc1.
-  const double embed_pg = 4.0 * double(m.vocab) * double(m.hidden) / mp;
-  if (!params_whole) {
-    if (embed_pg > mswm) gpu.parts.push_back({"tied embedding parameters + gradients (largest operator)", embed_pg});
-    else gpu.parts.push_back({"MSWM (Eq. 4) / tiling", mswm});
-    gpu.parts.push_back({"prefetched parameters (depth - 1 operators)", std::max(0, k.prefetch_depth - 1) * mswm / 2});
-  } else if (!grads_whole) {
-    gpu.parts.push_back({"gradient of the largest operator before reduce-scatter", std::max(mswm, embed_pg) / 2});
-  }
-  gpu.parts.push_back({"AWM (Eq. 5)",
-                       awm_bytes_eq5(k.bsz, k.seq, k.ci, m.hidden, m.heads, k.what_if.attention_density) / mp});
-  if (pl.act_ckpt.tier == Tier::gpu)
-    gpu.parts.push_back({pp > 1 ? "activation checkpoints (Eq. 3) of the stage's micro-batches in flight"
-                                : "activation checkpoints (Eq. 3)",
-                         stage_ckpt_bytes(m, k)});
-  else
-    gpu.parts.push_back({"checkpoint being loaded", act_ckpt_bytes_eq3(k.bsz, k.seq, m.hidden, 1, 1)});
-  for (const Part& part : gpu.parts) gpu.needed_bytes += part.bytes;
+  const TierMemory& g = mm.of(Tier::gpu);
+  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), g.moment + stage_words};
   r.checks.push_back(std::move(gpu));
 
   if (o.max_alloc_bytes > 0) {
     // Only the transformer blocks' tensors: memory-centric tiling splits their linear weights
     // (Sec. 5.1.3); the embedding is outside the paper's one-layer experiment (Table 5 counts
     // 12 hd^2 parameters only).
-    LimitCheck big{Resource::gpu_largest_alloc, "per GPU", 0, o.max_alloc_bytes, {}};
+    const double mswm = mswm_bytes_eq4(m.hidden) / mp / t;
+    LimitCheck big{Resource::gpu_largest_alloc, "per GPU", 0, o.max_alloc_bytes, {}, ""};
     big.parts.push_back({"fc1 weight tile, fp16 (Eq. 4 / 2 / tiling)", mswm / 2});
     big.parts.push_back({"fc1 output activation, fp16", 2.0 * k.bsz * double(k.seq) * 4.0 * double(m.hidden) / mp});
     big.parts.push_back({"attention scores, fp16",
@@ -189,47 +128,16 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     r.checks.push_back(std::move(big));
   }
 
-  // ---- pinned staging buffers of one node (Sec. 6.3) ----
-  LimitCheck pinned{Resource::pinned, "per node", 0, p.pinned_budget_bytes, {}};
-  if (pl.param16.tier == Tier::nvme)
-    pinned.parts.push_back({"parameter swap buffers",
-                            double(o.param_buffer_count) * largest_partition_elems(m, c, State::param16) * 2.0 * ranks});
-  if (pl.optim32.tier == Tier::nvme)
-    pinned.parts.push_back({"optimizer swap buffers", double(o.optim_buffer_count) *
-                                                          largest_partition_elems(m, c, State::optim32) *
-                                                          (pl.grad16.tier == Tier::nvme ? 18.0 : 16.0) * ranks});
-  for (const Part& part : pinned.parts) pinned.needed_bytes += part.bytes;
-
-  // ---- CPU memory of one node ----
-  // A whole copy per node, or with pipeline stages the copies of the stages on the node.
-  const double stages_on_node = std::max(1.0, std::min(double(pp), double(p.gpus_per_node) / (dp * mp)));
-  auto per_node = [&](State s, bool partitioned) {
-    return partitioned ? state_total_bytes(m, s) / nodes : stage_state_bytes(m, s, pp) * (pp > 1 ? stages_on_node : 1);
-  };
-  LimitCheck cpu{Resource::cpu_memory, "per node", 0, p.cpu_memory_bytes, {}};
-  for (State s : {State::param16, State::grad16, State::optim32}) {
-    const StatePlacement& sp = pl.of(s);
-    if (sp.tier == Tier::cpu) cpu.parts.push_back({state_words(s, sp.partitioned), per_node(s, sp.partitioned)});
-  }
-  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::cpu)
-    cpu.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
-  if (pl.act_ckpt.tier == Tier::cpu)
-    cpu.parts.push_back({"activation checkpoints (Eq. 3) of the node's GPUs", stage_ckpt_bytes(m, k) * ranks});
-  if (pinned.needed_bytes > 0) cpu.parts.push_back({"pinned staging buffers", pinned.needed_bytes});
-  for (const Part& part : cpu.parts) cpu.needed_bytes += part.bytes;
-  r.checks.push_back(std::move(cpu));
+  // ---- CPU memory, its pinned buffers and NVMe of one node: its ranks' ----
+  const TierMemory& h = mm.of(Tier::cpu);
+  r.checks.push_back({Resource::cpu_memory, "per node", h.peak_bytes * ranks, p.cpu_memory_bytes, parts_of(h, ranks), h.moment});
+  // what the executor pins: every CPU buffer of the schedule (its admission check asks the same)
+  LimitCheck pinned{Resource::pinned, "per node", mm.cpu_buffer_bytes * ranks, p.pinned_budget_bytes, {}, h.moment};
+  for (size_t i = h.parts.size() - h.buffer_parts; i < h.parts.size(); ++i)
+    pinned.parts.push_back({h.parts[i].what, h.parts[i].bytes * ranks});
   r.checks.push_back(std::move(pinned));
-
-  // ---- NVMe of one node ----
-  LimitCheck nvme{Resource::nvme, "per node", 0, p.nvme_capacity_bytes, {}};
-  for (State s : {State::param16, State::grad16, State::optim32}) {
-    const StatePlacement& sp = pl.of(s);
-    if (sp.tier == Tier::nvme) nvme.parts.push_back({state_words(s, sp.partitioned), per_node(s, sp.partitioned)});
-  }
-  if (k.what_if.onebit_adam && pl.optim32.tier == Tier::nvme)
-    nvme.parts.push_back({kOnebitErrorWords, onebit_error_total_bytes(m) / (pl.optim32.partitioned ? nodes : 1)});
-  for (const Part& part : nvme.parts) nvme.needed_bytes += part.bytes;
-  r.checks.push_back(std::move(nvme));
+  const TierMemory& n = mm.of(Tier::nvme);
+  r.checks.push_back({Resource::nvme, "per node", n.peak_bytes * ranks, p.nvme_capacity_bytes, parts_of(n, ranks), ""});
   return r;
 }
 

@@ -1,8 +1,8 @@
 // Memory fit and analytic iteration time of one planner candidate (placement x bsz x ci x tiling x
-// mp x dp) on a hardware profile. The closed forms (Eq. 1-11) are model/analysis.hpp's; this file
-// only adds them up per tier and says which limit binds and by how much. Not the detailed
-// accounting: build_schedule's peak bytes are (the planner confirms its chosen plan with it).
-// Pure functions over value types: thread-safe.
+// mp x dp x pp) on a hardware profile. The bytes are the memory model's (model/memory.hpp: per
+// rank, the peaks build_schedule walks, predicted in closed form); this file scales them to a node,
+// checks them against the profile and says which limit binds and by how much. The time's closed
+// forms (Eq. 1-11) are model/analysis.hpp's. Pure functions over value types: thread-safe.
 #pragma once
 
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "model/analysis.hpp"
 #include "model/hardware_profile.hpp"
+#include "model/memory.hpp"
 #include "model/model_spec.hpp"
 #include "model/placement.hpp"
 #include "model/training_config.hpp"
@@ -27,7 +28,7 @@ const char* to_string(Resource r);   // "GPU memory", "largest GPU allocation", 
 const char* resource_key(Resource r);  // "gpu_memory", ... (JSON keys)
 
 struct Part {
-  const char* what;  // "param16 (partitioned 1/16)", "AWM (Eq. 5)", ...
+  std::string what;  // "param16 (1/dp shard)", "AWM (Eq. 5) of a segment's blocks", ...
   double bytes = 0;
 };
 
@@ -37,6 +38,7 @@ struct LimitCheck {
   double needed_bytes = 0;
   double capacity_bytes = 0;
   std::vector<Part> parts;
+  std::string moment;  // when in the iteration the peak is ("backward of block49.fc2"), if known
   bool fits() const { return needed_bytes <= capacity_bytes * (1 + 1e-12); }
   double use() const { return capacity_bytes > 0 ? needed_bytes / capacity_bytes : (needed_bytes > 0 ? 1e30 : 0); }
   double shortfall_bytes() const { return needed_bytes > capacity_bytes ? needed_bytes - capacity_bytes : 0; }
@@ -46,10 +48,6 @@ struct LimitCheck {
 
 struct FitOptions {
   double max_alloc_bytes = 0;  // largest contiguous GPU allocation (Sec. 8.5's 2 GB chunks); 0 = no limit
-  // DeepSpeed-style staging buffers for NVMe (Sec. 6.3): buffers per rank for parameters and for
-  // the optimizer, each as large as the largest parameter partition.
-  int param_buffer_count = 5;
-  int optim_buffer_count = 4;
 };
 
 struct FitReport {
@@ -84,14 +82,11 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 //   seed 004's what-ifs: 1-bit Adam sends data-parallel gradients at 1 bit per element
 //     (onebit_bytes); attention density changes only memory here (AWM, the score allocation),
 //     since Eq. 7 leaves attention FLOPs out (the schedule and the simulator count them).
-//   check_fit counts 1-bit Adam's error feedback beside optim32 on its tier.
 //   gradient accumulation (config.grad_accum): forward and backward with their traffic that many
 //     times, the optimizer once; whole-gradient all-reduces only in the last micro-step. The fields
 //     below are per optimizer step (all micro-steps together).
 //   pipeline stages (config.pp): a GPU computes 1/pp of each micro-step, sends its activations and
-//     their gradients to the neighbour stages (exposed), and 1F1B idles pp - 1 micro-steps' time;
-//     check_fit holds the first or last stage's states (1/pp of the blocks' plus the embedding)
-//     and the checkpoints of its min(pp, m) micro-batches in flight.
+//     their gradients to the neighbour stages (exposed), and 1F1B idles pp - 1 micro-steps' time.
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap

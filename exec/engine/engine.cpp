@@ -505,16 +505,37 @@ struct Engine::Impl {
   }
 
   // ---- creation ------------------------------------------------------------------------------
-  Result<bool> check_fit(const Schedule& sched) {
+  // Admission: the memory model (model/memory.hpp) for this rank at the executor's sizes says
+  // whether every tier and the pinned budget hold what the schedule will allocate, and what fills
+  // them; the schedule's walk sizes the pinned pool.
+  Result<bool> check_fit(const Schedule& sched, const TrainingConfig& config, const MemorySizes& sizes) {
     const std::string hint = "; run `memwall plan` for a placement, batch, checkpoint interval and tiling that fit";
-    if (sched.overflow) return make_error("does not fit: " + sched.overflow->message + hint);
+    TrainingConfig c = config;
+    c.dp = sched.dp;
+    const MemoryModel mm = memory_model(gpt_model_spec(o.model), o.placement, c, o.profile, sched.rank, sizes);
+    auto parts = [](const TierMemory& tm) {
+      std::string out;
+      for (const MemoryPart& p : tm.parts) out += (out.empty() ? "" : ", ") + p.what + " " + format_bytes(p.bytes);
+      return out;
+    };
+    for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+      const TierMemory& tm = mm.of(t);
+      if (tm.fits() && !(sched.overflow && sched.overflow->tier == t)) continue;
+      std::string why = sched.overflow ? sched.overflow->message
+                                       : std::string("out of memory on ") + to_string(t) + ": needs " +
+                                             format_bytes(tm.peak_bytes) + ", capacity " +
+                                             format_bytes(tm.capacity_bytes) + " per rank";
+      return make_error("does not fit: " + why + " (" + (tm.moment.empty() ? "" : "at the " + tm.moment + ": ") +
+                        parts(tm) + ")" + hint);
+    }
+    const double pinned = pinned_per_rank(c, o.profile);
+    if (mm.cpu_buffer_bytes > pinned + 0.5)
+      return make_error("pinned budget too small: the schedule's CPU buffers need " + format_bytes(mm.cpu_buffer_bytes) +
+                        " (" + std::to_string(std::llround(mm.cpu_buffer_bytes)) + " bytes) at once (" +
+                        parts(mm.of(Tier::cpu)) + "), the profile " + o.profile.name + " gives " +
+                        format_bytes(pinned) + " per GPU (cpu.pinned_budget)");
     double transient = sched.peak_bytes[int(Tier::cpu)];
     for (double b : sched.persistent_bytes[int(Tier::cpu)]) transient -= b;
-    const double pinned = o.profile.pinned_budget_bytes / o.profile.gpus_per_node;
-    if (transient > pinned + 0.5)
-      return make_error("pinned budget too small: the schedule's CPU buffers need " + format_bytes(transient) + " (" +
-                        std::to_string(std::llround(transient)) + " bytes) at once, the profile " + o.profile.name +
-                        " gives " + format_bytes(pinned) + " per GPU (cpu.pinned_budget)");
     pin_budget = std::max(pin_budget, std::size_t(std::llround(std::max(0.0, transient))));
     return true;
   }
@@ -1562,7 +1583,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (!s) return make_error(s.error());
     if (std::vector<std::string> bad = check_invariants(*s); !bad.empty())
       return make_error("internal error: the schedule breaks an invariant: " + bad.front());
-    if (Result<bool> r = e.check_fit(*s); !r) return make_error(r.error());
+    if (Result<bool> r = e.check_fit(*s, c, sizes); !r) return make_error(r.error());
     return s;
   };
   if (o.config.optimizer_overlap == OptimizerOverlap::dpu) {  // warm-up steps run the ordinary schedule

@@ -1,6 +1,8 @@
 // Memory fit and analytic time of single candidates, against sums done by hand from Eq. 1-11.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/analysis.hpp"
 #include "planner/fit.hpp"
 #include "planner_test_util.hpp"
@@ -13,16 +15,23 @@ using testing::make_candidate;
 using testing::make_model;
 using testing::make_profile;
 
-// 2 layers, hidden 1024, 16 heads, vocab 1000, seq 1024:
-//   Eq. 1: 12 * 2 * 1024^2 = 25,165,824; embeddings (1000 + 1024) * 1024 = 2,072,576;
-//   20 B/param of model states (Eq. 2 plus the embeddings): 544,768,000 bytes.
-constexpr double kStates = 544'768'000.0;
+// 2 layers, hidden 1024, 16 heads, vocab 1000, seq 1024, as the operator graph counts them:
+//   embeddings (1000 + 1024) * 1024 = 2,072,576; a block 12 * 1024^2 + 9 * 1024 (weights and
+//   biases) + 4 * 1024 (two LayerNorms) = 12,596,224; the final LayerNorm 2,048: 27,267,072
+//   parameters, 20 B each of model states (Sec. 3): 545,341,440 bytes.
+constexpr double kStates = 545'341'440.0;
+constexpr double kC = 1024;
+constexpr double kFc1 = 2 * (4 * kC * kC + 4 * kC);   // fc1's fp16 weights and biases
+constexpr double kEmbed = 2 * (1000 + 1024) * kC;     // the tied embedding, fp16
+constexpr double kCkpt2 = 2 * 2 * 1024 * kC;          // Eq. 3 per checkpoint at bsz 2
+constexpr double kAwm2 = 1024 * 2 * (16 * kC + 2 * 16 * 1024);  // Eq. 5 for one block at bsz 2
 
 TEST(Fit, DataParallelOnOneGpuByHand) {
   HardwareProfile p = make_profile({});
   ModelSpec m = make_model(2, 1024, 16, 1000);
   FitReport f = check_fit(m, make_candidate("data_parallel", 1, 1, 1, 1), p);
-  // states + AWM (Eq. 5: 1024 * (16*1024 + 2*16*1024) = 50,331,648) + checkpoints (Eq. 3: 2*1024*1024*2 = 4,194,304)
+  // states + AWM of one block (Eq. 5: 1024 * (16*1024 + 2*16*1024) = 50,331,648) + both
+  // checkpoints (Eq. 3: 2 * 1024 * 1024 * 2 = 4,194,304), held together in block 1's forward.
   EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes, kStates + 50'331'648.0 + 4'194'304.0);
   EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, 0);
   EXPECT_DOUBLE_EQ(check_of(f, Resource::nvme).needed_bytes, 0);
@@ -35,18 +44,22 @@ TEST(Fit, ZeroInfinityNvmeOnFourGpusByHand) {
   HardwareProfile p = make_profile(s);
   ModelSpec m = make_model(2, 1024, 16, 1000);
   FitReport f = check_fit(m, make_candidate("zero_inf_nvme", 2, 1, 1, 4), p);
-  // GPU: MSWM (Eq. 4: 16*1024^2 = 16,777,216) + two prefetched fc1 weights (2 * 8,388,608)
-  //      + AWM at bsz 2 (100,663,296) + checkpoints at bsz 2 (8,388,608).
-  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes, 16'777'216.0 * 2 + 100'663'296.0 + 8'388'608.0);
+  // GPU, in block 1's fc2 backward: fc2, fc1 and ln2 fetched (depth 3), fc2's gradient, the tied
+  // embedding's gradient, both checkpoints and one block's AWM.
+  const double fc2 = 2 * (4 * kC * kC + kC), ln = 2 * 2 * kC;
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes,
+                   (fc2 + kFc1 + ln) + fc2 + kEmbed + 2 * kCkpt2 + kAwm2);
+  EXPECT_EQ(check_of(f, Resource::gpu_memory).moment, "backward of block1.fc2");
   EXPECT_DOUBLE_EQ(check_of(f, Resource::nvme).needed_bytes, kStates);
-  // Swap buffers hold the largest partition: fc1 (4*1024^2 elements) / 4 ranks = 1,048,576 elements;
-  // parameters 5 buffers x 2 B, optimizer 4 buffers x 18 B (states + gradient), 4 ranks.
-  const double pinned = 5 * 1'048'576.0 * 2 * 4 + 4 * 1'048'576.0 * 18 * 4;
+  // Pinned: per rank three optimizer chunk buffers of about 1/16 of its quarter of the parameters
+  // (cut at 4096-parameter granules: the largest is 425,984), 20 B per parameter (optimizer
+  // states, gradient and parameter from NVMe); 4 ranks. Nothing else in CPU memory.
+  const double pinned = 4 * 3 * 20 * 425'984.0;
   EXPECT_DOUBLE_EQ(check_of(f, Resource::pinned).needed_bytes, pinned);
   EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, pinned);
 }
 
-TEST(Fit, TilingDividesTheWorkingMemoryAndCheckpointsMoveToCpu) {
+TEST(Fit, TilingDividesTheFetchedWeightsAndCheckpointsMoveToCpu) {
   testing::ProfileSpec s;
   s.gpus_per_node = 4;
   HardwareProfile p = make_profile(s);
@@ -54,11 +67,12 @@ TEST(Fit, TilingDividesTheWorkingMemoryAndCheckpointsMoveToCpu) {
   Candidate c = make_candidate("zero_inf_cpu", 2, 1, 4, 4);
   c.placement.act_ckpt.tier = Tier::cpu;
   FitReport f = check_fit(m, c, p);
-  // MSWM / 4 + 2 prefetched quarter weights + AWM + one loaded checkpoint (2*2*1024*1024).
-  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes,
-                   16'777'216.0 / 4 * 2 + 100'663'296.0 + 4'194'304.0);
-  // CPU: all model states + the checkpoints of 4 GPUs (Eq. 3 at bsz 2: 8,388,608 each).
-  EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, kStates + 4 * 8'388'608.0);
+  // GPU, in block 1's fc1 backward: three quarter tiles of fc1 fetched and one tile's gradient,
+  // the tied embedding's gradient, the one checkpoint loaded back, one block's AWM.
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::gpu_memory).needed_bytes, 3 * kFc1 / 4 + kFc1 / 4 + kEmbed + kCkpt2 + kAwm2);
+  // CPU: all model states + both checkpoints of each of the node's 4 GPUs, which are its buffers.
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::cpu_memory).needed_bytes, kStates + 4 * 2 * kCkpt2);
+  EXPECT_DOUBLE_EQ(check_of(f, Resource::pinned).needed_bytes, 4 * 2 * kCkpt2);
 }
 
 TEST(Fit, BindingLimitSaysWhichAndByHowMuch) {

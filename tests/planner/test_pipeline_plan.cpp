@@ -38,30 +38,32 @@ TEST(PipelinePlan, BubbleIsOneFOneBs) {
     }
 }
 
-// A stage holds 1/pp of the blocks' states, plus the embedding: with mp x pp = 16 and dp 1 a GPU
-// holds what ZeRO-3 holds on 16 ranks, within the embedding's share.
+// A stage holds its blocks' states, plus the embedding on the first and the last stage: the
+// planner's state parts are 20 B per parameter of the stage's units (which the model tests hold
+// against the operator graph), for the stage that binds. The first stage holds the checkpoints of
+// min(pp, m) micro-batches in flight.
 TEST(PipelinePlan, AStageHoldsItsShareOfTheStates) {
   const HardwareProfile p = *load_profile("dgx2");
   const ModelSpec m = *load_model("table1-10B");
-  const FitReport f = check_fit(m, three_d(m, 4, 4, 1, 16), p);
-  Candidate z3{*preset("zero3"), {}};
-  z3.config.seq = m.seq;
-  z3.config.dp = 16;
-  const FitReport g = check_fit(m, z3, p);
-  auto states = [](const FitReport& r) {
-    double b = 0;
-    for (const Part& part : r.checks.front().parts)
-      for (const char* state : {"param16", "grad16", "optim32"})
-        if (std::string(part.what).rfind(state, 0) == 0) b += part.bytes;
-    return b;
-  };
-  const double embed = 20.0 * embedding_params(m) / 4;  // the first stage's embedding, over mp 4
-  EXPECT_NEAR(states(f), states(g) + embed - 20.0 * embedding_params(m) / 16, 1e-6 * states(f));
-  // the checkpoints of the first stage's min(pp, m) micro-batches in flight
-  double ckpt = 0;
+  const Candidate c = three_d(m, 4, 4, 1, 16);
+  const FitReport f = check_fit(m, c, p);
+  double states = 0;
   for (const Part& part : f.checks.front().parts)
-    if (std::string(part.what).find("in flight") != std::string::npos) ckpt = part.bytes;
-  EXPECT_DOUBLE_EQ(ckpt, act_ckpt_bytes_eq3(1, m.seq, m.hidden, (m.layers + 3) / 4, 1) * 4);
+    for (const char* state : {"param16", "grad16", "optim32"})
+      if (part.what.rfind(state, 0) == 0) states += part.bytes;
+  const std::string& moment = f.checks.front().moment;
+  const int stage = moment.find("(last pipeline stage)") != std::string::npos ? 3 : 0;
+  ASSERT_TRUE(stage == 3 || moment.find("(first pipeline stage)") != std::string::npos) << moment;
+  double elems = 0;
+  for (const ParamUnit& u : param_units(m, c.config, stage)) elems += u.elems;
+  EXPECT_NEAR(states, 20 * elems, 1e-9 * states);
+  // the first stage: its 12 blocks' checkpoints (ci 1) for each of its min(4, 16) micro-batches
+  const MemoryModel first = memory_model(m, c.placement, c.config, p);
+  double ckpt = 0;
+  for (const MemoryPart& part : first.of(Tier::gpu).parts)
+    if (part.what.find("activation checkpoints") != std::string::npos) ckpt = part.bytes;
+  const StageBlocks sb = stage_blocks(m.layers, 4, 0);
+  EXPECT_DOUBLE_EQ(ckpt, act_ckpt_bytes_eq3(1, m.seq, m.hidden, sb.last - sb.first, 1) * 4);
 }
 
 TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {

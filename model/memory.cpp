@@ -1,0 +1,559 @@
+#include "model/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "model/analysis.hpp"
+
+namespace memwall {
+namespace {
+
+// A run of `count` identical parameter groups (the tiles of one operator, or one untiled group) as
+// a compute list (forward, or backward with its recomputes) fetches them.
+struct Group {
+  double bytes = 0;  // whole 16-bit parameters of one group on this rank (tensor-sliced)
+  const char* op = "";
+  int block = -1;
+  int count = 1;     // tiles (> 1: memory-centric tiling, in tile order forward and reversed backward)
+  bool backward = false;  // a backward compute: it makes the group's gradient
+  bool lm_head = false;   // the tied LM head (its parameters and gradient are the embedding's)
+  bool embed_backward = false;  // the embedding's backward
+  int ckpts = 0;          // checkpoints of this micro-step on the GPU while it runs
+  double act = 0;         // activation working memory while it runs
+  bool evaluate = true;   // a moment the prediction takes (false: only seen by earlier windows)
+};
+
+// The operators of a transformer block that own parameters, in forward order, with their elements
+// (weights and biases) before tensor slicing; LayerNorms are replicated, the rest sliced by mp.
+struct BlockOp {
+  const char* name;
+  double elems;
+  bool linear;
+};
+std::array<BlockOp, 6> block_ops(double C) {
+  return {{{"ln1", 2 * C, false},
+           {"qkv", C * 3 * C + 3 * C, true},
+           {"proj", C * C + C, true},
+           {"ln2", 2 * C, false},
+           {"fc1", C * 4 * C + 4 * C, true},
+           {"fc2", 4 * C * C + C, true}}};
+}
+
+std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
+  std::string out = to_string(s);
+  if (!sp.partitioned) return out + " (whole copy)";
+  return out + (broadcast ? " (the units this rank owns)" : " (1/dp shard)");
+}
+
+}  // namespace
+
+namespace {
+// Visits the units of param_units in forward order without naming them: f(op, block, tile, elems)
+// with op "embed", "ln_f" or a block's operator, block -1 outside blocks, tile -1 untiled.
+template <typename F>
+void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
+  const int pp = std::max(1, c.pp);
+  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
+  const double C = double(m.hidden), mp = std::max(1, c.mp);
+  const int t = std::max(1, c.tiling_factor);
+  // the token and position embeddings (the LM head's weight is the token embedding's: tied)
+  if (stage == 0 || stage == pp - 1) f("embed", -1, -1, (double(m.vocab) + double(c.seq)) * C / mp);
+  for (int b = sb.first; b < sb.last; ++b)
+    for (const BlockOp& op : block_ops(C)) {
+      if (!op.linear) f(op.name, b, -1, op.elems);
+      else if (t == 1) f(op.name, b, -1, op.elems / mp);
+      else
+        for (int k = 0; k < t; ++k) f(op.name, b, k, op.elems / mp / t);
+    }
+  if (stage == pp - 1) f("ln_f", -1, -1, 2 * C);
+}
+// The broadcast variant's owner of the unit [at, at + elems) of `total` elements.
+int unit_owner(double at, double elems, double total, int dp) {
+  return std::min(dp - 1, int(std::floor(dp * (at + elems / 2) / total)));
+}
+}  // namespace
+
+std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage) {
+  std::vector<ParamUnit> out;
+  visit_units(m, c, stage, [&](const char* op, int block, int tile, double elems) {
+    std::string name = block >= 0 ? "block" + std::to_string(block) + "." + op : op;
+    if (tile >= 0) name += "[tile " + std::to_string(tile) + "]";
+    out.push_back({std::move(name), elems});
+  });
+  return out;
+}
+
+std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp) {
+  double total = 0, at = 0;
+  for (const ParamUnit& u : units) total += u.elems;
+  std::vector<int> out;
+  out.reserve(units.size());
+  for (const ParamUnit& u : units) {
+    out.push_back(unit_owner(at, u.elems, total, dp));
+    at += u.elems;
+  }
+  return out;
+}
+
+int ranks_sharing_node(const TrainingConfig& c, const HardwareProfile& p) {
+  return p.ranks_per_node(long(std::max(1, c.dp)) * std::max(1, c.mp) * std::max(1, c.pp));
+}
+
+std::array<double, kTiers> capacity_per_rank(const TrainingConfig& c, const HardwareProfile& p) {
+  const int sharing = ranks_sharing_node(c, p);
+  return {p.gpu_memory_bytes, p.cpu_memory_bytes / sharing, p.nvme_capacity_bytes / sharing};
+}
+
+double pinned_per_rank(const TrainingConfig& c, const HardwareProfile& p) {
+  return p.pinned_budget_bytes / ranks_sharing_node(c, p);
+}
+
+double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl, const StatePlacement& sp, int dp,
+                        int rank) {
+  double n = 0;
+  for (const ParamUnit& u : units) n += u.elems;
+  if (!sp.partitioned || dp <= 1) return n;
+  if (pl.fetch != ParamFetch::broadcast) return n / dp;
+  const std::vector<int> owner = broadcast_owners(units, dp);
+  double mine = 0;
+  for (size_t i = 0; i < units.size(); ++i)
+    if (owner[i] == rank) mine += units[i].elems;
+  return mine;
+}
+
+namespace {
+// kept_param_elems without naming the units unless the broadcast variant needs them: the sum of
+// param_units' elements in closed form (a block: two LayerNorms whole, 12hd^2 + 9hd sliced by mp).
+double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const Placement& pl,
+                  const StatePlacement& sp, int rank) {
+  const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
+  if (sp.partitioned && dp > 1 && pl.fetch == ParamFetch::broadcast) {
+    double total = 0, at = 0, mine = 0;
+    visit_units(m, c, stage, [&](const char*, int, int, double e) { total += e; });
+    visit_units(m, c, stage, [&](const char*, int, int, double e) {
+      if (unit_owner(at, e, total, dp) == rank) mine += e;
+      at += e;
+    });
+    return mine;
+  }
+  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
+  const double C = double(m.hidden), mp = std::max(1, c.mp);
+  double n = (sb.last - sb.first) * (4 * C + (12 * C * C + 9 * C) / mp);
+  if (stage == 0 || stage == pp - 1) n += (double(m.vocab) + double(c.seq)) * C / mp;
+  if (stage == pp - 1) n += 2 * C;
+  return sp.partitioned && dp > 1 ? n / dp : n;
+}
+}  // namespace
+
+std::array<std::array<double, 4>, kTiers> persistent_state_bytes(const ModelSpec& m, const Placement& pl,
+                                                                const TrainingConfig& c, int rank,
+                                                                const MemorySizes& z, int stage) {
+  std::array<std::array<double, 4>, kTiers> out{};
+  out[int(pl.param16.tier)][int(State::param16)] += z.param_bytes * kept_elems(m, c, stage, pl, pl.param16, rank);
+  out[int(pl.grad16.tier)][int(State::grad16)] += z.param_bytes * kept_elems(m, c, stage, pl, pl.grad16, rank);
+  const double optim = kept_elems(m, c, stage, pl, pl.optim32, rank);
+  out[int(pl.optim32.tier)][int(State::optim32)] += z.optim_bytes * optim;
+  if (c.what_if.onebit_adam)  // fp32 error feedback beside the optimizer states of this rank's shard
+    out[int(pl.optim32.tier)][int(State::optim32)] += kOnebitErrorBytes * optim;
+  return out;
+}
+
+namespace {
+// optimizer_chunks without storing them: f(start, params) per chunk.
+template <typename F>
+void visit_chunks(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, double target, int rank,
+                  int stage, F f) {
+  const int dp = std::max(1, c.dp);
+  const bool owners = pl.fetch == ParamFetch::broadcast && dp > 1 && pl.optim32.partitioned;
+  double total = 0, at = 0, start = 0, cur = 0;
+  if (owners) visit_units(m, c, stage, [&](const char*, int, int, double e) { total += e; });
+  auto close = [&]() {
+    if (cur <= 0) return;
+    f(start, cur);
+    start += cur;
+    cur = 0;
+  };
+  visit_units(m, c, stage, [&](const char*, int, int, double whole) {
+    // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
+    const double e = owners ? (unit_owner(at, whole, total, dp) == rank ? whole : 0)
+                            : whole * (pl.optim32.partitioned ? 1.0 / dp : 1.0);
+    at += whole;
+    for (double o = 0; o < e;) {
+      const double room = target - cur;
+      if (e - o <= room) {
+        cur += e - o;
+        o = e;
+        continue;
+      }
+      const double cut = std::floor((o + room) / kChunkGranule) * kChunkGranule;
+      if (cut > o) {
+        cur += cut - o;
+        o = cut;
+      }
+      close();
+    }
+  });
+  close();
+}
+}  // namespace
+
+std::vector<OptimizerChunk> optimizer_chunks(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
+                                             double target, int rank, int stage) {
+  std::vector<OptimizerChunk> out;
+  visit_chunks(m, pl, c, target, rank, stage, [&](double start, double params) { out.push_back({start, params}); });
+  return out;
+}
+
+double optimizer_chunk_bytes_per_param(const Placement& pl, const MemorySizes& z) {
+  return (pl.optim32.tier == Tier::nvme ? z.optim_bytes : 0) + (pl.grad16.tier == Tier::nvme ? z.param_bytes : 0) +
+         (pl.param16.tier == Tier::nvme ? z.param_bytes : 0);
+}
+
+double optimizer_chunk_target(const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, double n,
+                              const MemorySizes& z) {
+  if (pl.optim32.tier == Tier::gpu) return 0;
+  const int wanted = c.optimizer_chunks > 0 ? c.optimizer_chunks : 16;
+  if (pl.optim32.tier == Tier::nvme) {
+    // Three buffers within the pinned budget, and (unless asked otherwise) at least 16 chunks, so
+    // that reading, updating and writing successive chunks overlap and filling and draining the
+    // pipeline costs about 2/16 of the phase.
+    const double most = std::floor(pinned_per_rank(c, p) / (3 * optimizer_chunk_bytes_per_param(pl, z)));
+    return std::max(kChunkGranule, std::min(most, std::ceil(n / wanted)));
+  }
+  // states in CPU memory need no buffers; chunks let updates start as layers' gradients finish
+  if (c.optimizer_overlap == OptimizerOverlap::backward || c.optimizer_chunks > 0)
+    return std::max(kChunkGranule, std::ceil(n / wanted));
+  return n;
+}
+
+namespace {
+// The largest of optimizer_chunks and how many there are, remembered per shape: the planner asks
+// for the same partition with every micro-batch and checkpoint interval. Beyond a million chunks (a
+// tiny pinned budget) `target` each, which the largest is within one granule of.
+std::pair<double, double> largest_optimizer_chunk(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
+                                                  double target, double n, int rank, int stage) {
+  if (!(target > 0) || !(n > 0)) return {0, 0};
+  const double estimate = std::ceil(n / std::min(target, n));
+  if (estimate > 1e6) return {std::min(target, n), estimate};
+  using Key = std::tuple<int, long, long, long, int, int, int, int, int, int, double, bool, bool, bool>;
+  const Key key{m.layers, m.hidden, m.vocab, c.seq, c.mp, c.pp, stage, c.tiling_factor, c.dp, rank, target,
+                pl.fetch == ParamFetch::broadcast, pl.optim32.partitioned, pl.param16.partitioned};
+  thread_local std::map<Key, std::pair<double, double>> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  double largest = 0, count = 0;
+  visit_chunks(m, pl, c, target, rank, stage, [&](double, double params) {
+    largest = std::max(largest, params);
+    ++count;
+  });
+  if (cache.size() > 4096) cache.clear();
+  return cache[key] = {largest, count};
+}
+}  // namespace
+
+MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
+                         int rank, const MemorySizes& z, int stage) {
+  MemoryModel out;
+  const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
+  const double mp = std::max(1, c.mp);
+  const int t = std::max(1, c.tiling_factor), ci = std::max(1, c.ci);
+  const int mb = pl.layer_major ? std::max(1, c.micro_batches) : 1;
+  const int ga = std::max(1, c.grad_accum);
+  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
+  const int nb = sb.last - sb.first;
+  const int segments = (nb + ci - 1) / ci;
+  const bool first = stage == 0, last = stage == pp - 1;
+  const bool broadcast = pl.fetch == ParamFetch::broadcast && dp > 1;
+  const std::array<double, kTiers> cap = capacity_per_rank(c, p);
+  const auto persistent = persistent_state_bytes(m, pl, c, rank, z, stage);
+  for (int ti = 0; ti < kTiers; ++ti) {
+    TierMemory& tm = out.tiers[size_t(ti)];
+    tm.capacity_bytes = cap[size_t(ti)];
+    tm.persistent = persistent[size_t(ti)];
+    for (State s : {State::param16, State::grad16, State::optim32}) {
+      if (int(pl.of(s).tier) != ti || tm.persistent[size_t(s)] <= 0) continue;
+      std::string words = part_words(s, pl.of(s), broadcast);
+      if (s == State::optim32 && c.what_if.onebit_adam) words += " with 1-bit Adam's error feedback";
+      tm.parts.push_back({words, tm.persistent[size_t(s)]});
+    }
+  }
+
+  // ---- sizes of what comes and goes ----
+  const double C = double(m.hidden);
+  const double ckpt = z.act_bytes * c.bsz * double(c.seq) * C;  // Eq. 3 per checkpoint
+  const bool workspace = z.workspace_bytes >= 0;
+  const double awm_block = workspace ? 0 : awm_bytes_eq5(c.bsz, c.seq, 1, m.hidden, m.heads, c.what_if.attention_density) / mp;
+  const double embed = z.param_bytes * (double(m.vocab) + double(c.seq)) * C / mp;
+  const bool ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
+  // micro-steps whose checkpoints a pipeline stage holds at once under 1F1B
+  const int in_flight = pp > 1 ? std::min(pp - stage, ga) : 1;
+  const int other_ckpts = (in_flight - 1) * segments * mb;
+  const Tier pt = pl.param16.tier;
+  const bool resident = pt == Tier::gpu && !pl.param16.partitioned;
+  const bool fetched = !resident && (pt != Tier::gpu || (dp > 1 && (pl.param16.partitioned || broadcast)));
+  // The GPU buffer of a group is made by its CPU->GPU copy, `depth - 1` groups ahead, or (shard on
+  // the GPU) by its all-gather, `depth - 2` ahead.
+  const int lookahead = pt != Tier::gpu ? std::max(c.prefetch_depth - 1, 0) : std::max(c.prefetch_depth - 2, 0);
+  const bool grad_buffer = pl.grad16.tier != Tier::gpu || (pl.grad16.partitioned && dp > 1);
+  const bool tied_pending = grad_buffer && first && last;  // the embedding's gradient collects over backward
+
+  std::vector<Group> block_fwd;  // one block's runs in forward order
+  for (const BlockOp& op : block_ops(C)) {
+    const double bytes = z.param_bytes * (op.linear ? op.elems / mp : op.elems);
+    const int tiles = op.linear ? t : 1;
+    block_fwd.push_back({bytes / tiles, op.name, 0, tiles});
+  }
+  const int groups_per_block = 2 + 4 * t;
+  // Identical blocks repeat: beyond `keep` blocks from either end of a run of them, more only add
+  // moments with fewer checkpoints (or the same) and the same windows, so they are left out
+  // (windows still see `keep` blocks of groups ahead, more than the lookahead).
+  const int keep = lookahead / groups_per_block + 2;
+  const int keep_segments = lookahead / (2 * std::min(ci, nb) * groups_per_block) + 1;
+
+  // ---- GPU: the fullest moment of forward and of backward ----
+  TierMemory& gpu = out.tiers[size_t(Tier::gpu)];
+  double gpu_persistent = 0;
+  for (double b : gpu.persistent) gpu_persistent += b;
+  // The fullest moment: what is alive while one group's compute runs.
+  struct Moment {
+    double total = -1, window = 0, grad = 0, tied = 0, act = 0;
+    int ckpts = 0, groups = 0, at = 0;  // at: which group of the run
+    Group g;
+    const char* phase = "";
+  } best;
+  auto evaluate = [&](const std::vector<Group>& list, const char* phase) {
+    // bytes of the L + 1 groups from group j of run r on: the fetched window
+    auto window_from = [&](size_t r, int j, int& groups) {
+      double sum = 0;
+      int left = lookahead + 1;
+      groups = 0;
+      for (; r < list.size() && left > 0; ++r, j = 0) {
+        const int take = std::min(left, list[r].count - j);
+        sum += take * list[r].bytes;
+        groups += take;
+        left -= take;
+      }
+      return fetched ? sum : 0;
+    };
+    bool pending = false;
+    for (size_t r = 0; r < list.size(); ++r) {
+      const Group& g = list[r];
+      if (g.backward && g.lm_head && tied_pending) pending = true;
+      if (!g.evaluate) continue;
+      // the LM head's and the embedding's backward add to the tied embedding's pending buffer
+      const bool collects = tied_pending && (g.lm_head || g.embed_backward);
+      const double grad = g.backward && grad_buffer && !collects ? g.bytes : 0;
+      const double tied = pending ? embed : 0;
+      const int ckpts = g.ckpts + (ckpt_gpu ? other_ckpts : 0);
+      // inside a run the window changes only where it reaches past the run's end
+      for (int j = 0; j < g.count; j = std::max(j + 1, g.count - lookahead - 1)) {
+        int groups = 0;
+        const double window = window_from(r, j, groups);
+        const double total = window + grad + tied + ckpts * ckpt + g.act;
+        if (total > best.total) best = {total, window, grad, tied, g.act, ckpts, groups, j, g, phase};
+      }
+    }
+  };
+  auto add_block = [&](std::vector<Group>& list, int b, bool reverse, bool backward, int ckpts, double act,
+                       bool eval) {
+    const size_t at = list.size();
+    for (const Group& g0 : block_fwd) {
+      Group g = g0;
+      g.block = b;
+      g.backward = backward;
+      g.ckpts = ckpts;
+      g.act = act;
+      g.evaluate = eval;
+      list.push_back(g);
+    }
+    if (reverse) std::reverse(list.begin() + long(at), list.end());
+  };
+  // blocks [b0, b1) in order (or reversed), the middle ones of a long run left out
+  auto add_blocks = [&](std::vector<Group>& list, int b0, int b1, bool reverse, bool backward, int ckpts, double act,
+                        bool eval) {
+    for (int i = 0; i < b1 - b0; ++i) {
+      if (i >= keep && i < b1 - b0 - keep) continue;
+      add_block(list, reverse ? b1 - 1 - i : b0 + i, reverse, backward, ckpts, act, eval);
+    }
+  };
+
+  thread_local std::vector<Group> fwd, bwd;  // scratch reused across calls (the planner makes many)
+  fwd.clear();
+  bwd.clear();
+  {  // forward: embedding, blocks (a checkpoint as each segment starts, one block's AWM), LN and head
+    std::vector<Group>& list = fwd;
+    if (first) list.push_back({embed, "embed", -1, 1, false, false, false, 0, 0, true});
+    for (int rb = 0; rb < nb; ++rb) {
+      if (rb >= keep && rb < nb - keep) continue;  // identical middle blocks: fewer checkpoints
+      const int ckpts = ckpt_gpu ? (rb / ci + 1) * mb : 0;
+      add_block(list, sb.first + rb, false, false, ckpts, awm_block * mb, true);
+    }
+    if (last) {
+      const int ckpts = ckpt_gpu ? segments * mb : 0;
+      list.push_back({z.param_bytes * 2 * C, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
+      list.push_back({embed, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
+    }
+    evaluate(list, "forward");
+  }
+  {  // backward: head and LN, then each segment's recompute and backward (its checkpoint loaded,
+     // its blocks' AWM), then the embedding
+    std::vector<Group>& list = bwd;
+    if (last) {
+      const int ckpts = ckpt_gpu ? segments * mb : 0;
+      list.push_back({embed, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
+      list.push_back({z.param_bytes * 2 * C, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
+    }
+    for (int sg = segments - 1; sg >= 0; --sg) {
+      // segments below the top ones repeat the same groups with fewer checkpoints
+      if (sg < segments - 2 - keep_segments && sg > keep_segments) continue;
+      const bool eval = sg >= segments - 2 || sg <= keep_segments;
+      const int b0 = sb.first + sg * ci, b1 = std::min(sb.last, b0 + ci);
+      const int ckpts = ckpt_gpu ? (sg + 1) * mb : mb;  // offloaded: this segment's, loaded back
+      const double act = awm_block * (b1 - b0) * mb;
+      add_blocks(list, b0, b1, false, false, ckpts, act, eval);
+      add_blocks(list, b0, b1, true, true, ckpts, act, eval);
+    }
+    if (first) list.push_back({embed, "embed", -1, 1, true, false, true, 0, 0, true});
+    evaluate(list, "recompute");
+  }
+  std::vector<MemoryPart> best_parts;
+  if (best.window > 0)
+    best_parts.push_back({"fetched parameters (" + std::to_string(best.groups) + " groups: prefetch depth " +
+                              std::to_string(c.prefetch_depth) + ")",
+                          best.window});
+  if (best.grad > 0) best_parts.push_back({"gradient of the running group, before its reduce or offload", best.grad});
+  if (best.tied > 0) best_parts.push_back({"tied embedding gradient (LM head to embedding backward)", best.tied});
+  if (best.ckpts > 0)
+    best_parts.push_back({"activation checkpoints on the GPU (" + std::to_string(best.ckpts) + " of Eq. 3's " +
+                              std::to_string(segments * mb * in_flight) + ")",
+                          best.ckpts * ckpt});
+  if (best.act > 0)
+    best_parts.push_back({best.phase == std::string("forward") ? "AWM (Eq. 5) of one block" : "AWM (Eq. 5) of a segment's blocks",
+                          best.act});
+  if (workspace) best_parts.push_back({"activation workspace (preallocated)", z.workspace_bytes});
+  std::string best_moment;
+  if (best.total >= 0) {
+    const Group& g = best.g;
+    std::string what = g.block >= 0 ? "block" + std::to_string(g.block) + "." + g.op : std::string(g.op);
+    if (g.count > 1) what += "[tile " + std::to_string(g.backward ? g.count - 1 - best.at : best.at) + "]";
+    best_moment = std::string(g.backward ? "backward" : best.phase) + " of " + what;
+  }
+  gpu.parts.insert(gpu.parts.end(), best_parts.begin(), best_parts.end());
+  gpu.buffer_parts = best_parts.size();
+  gpu.peak_bytes = gpu_persistent + std::max(0.0, best.total) + (workspace ? z.workspace_bytes : 0);
+  gpu.moment = best_moment;
+
+  // ---- CPU: staged NVMe reads and gradient writes, offloaded checkpoints, optimizer chunks ----
+  TierMemory& cpu = out.tiers[size_t(Tier::cpu)];
+  double cpu_persistent = 0;
+  for (double b : cpu.persistent) cpu_persistent += b;
+  const double n = kept_elems(m, c, stage, pl, pl.optim32, rank);
+  std::vector<MemoryPart> passes, optim;
+  if (!ckpt_gpu) passes.push_back({"offloaded activation checkpoints (Eq. 3)", double(segments * mb * in_flight) * ckpt});
+  // Parameters read from NVMe wait in CPU memory from their read (`depth` groups ahead) to their
+  // copy to the GPU (`depth - 1` ahead): one group's slice, or at the start of a compute list the
+  // first depth + 1 groups'; a gradient for NVMe waits from its copy off the GPU to its write.
+  const double pshare = pl.param16.partitioned && !broadcast ? 1.0 / dp : 1.0;
+  const double gshare = pl.grad16.partitioned && !broadcast ? 1.0 / dp : 1.0;
+  const bool nc_staged = pt == Tier::nvme, gc_staged = pl.grad16.tier == Tier::nvme;
+  const int depth = std::max(c.prefetch_depth, 0);
+  // Reads wait for their copies: at the start of a compute list the first depth + 1 groups'; later
+  // the group read `depth` ahead beside the one before it (its copy is issued just after).
+  double nc_start = 0, nc_one = 0, nc_pair = 0;
+  for (const std::vector<Group>* list : {&fwd, &bwd}) {
+    double head = 0, prev = 0;
+    int left = depth + 1;  // the first depth + 1 groups
+    for (const Group& g : *list) {
+      const double slice = g.bytes * pshare;
+      head += std::min(left, g.count) * slice;
+      left -= std::min(left, g.count);
+      nc_one = std::max(nc_one, slice);
+      nc_pair = std::max(nc_pair, (g.count > 1 ? slice : prev) + slice);
+      prev = slice;
+    }
+    nc_start = std::max(nc_start, head);
+  }
+  if (depth == 0) nc_pair = nc_one;
+  // A gradient staged for NVMe beside the read of the group `depth` ahead of it (with depth 0 a
+  // group's copy to the GPU follows its read at once: no read waits).
+  double gc_pair = 0, gc_alone = 0;
+  if (gc_staged)
+    for (size_t r = 0; r < bwd.size(); ++r) {
+      if (!bwd[r].backward) continue;
+      const double gc = bwd[r].bytes * gshare;
+      for (int j = 0; j < bwd[r].count; j = std::max(j + 1, bwd[r].count - depth - 1)) {
+        double ahead = 0;  // the slice of the group `depth` after group j of run r
+        if (nc_staged && depth >= 1) {
+          int k = j + depth;
+          for (size_t q = r; q < bwd.size(); k -= bwd[q].count, ++q)
+            if (k < bwd[q].count) {
+              ahead = bwd[q].bytes * pshare;
+              break;
+            }
+        }
+        if (gc + ahead > gc_pair) {
+          gc_pair = gc + ahead;
+          gc_alone = gc;
+        }
+      }
+    }
+  const double target = optimizer_chunk_target(pl, c, p, n, z);
+  double overlapped_chunk = 0;  // backward overlap: one chunk's buffers beside a steady moment
+  std::vector<MemoryPart> chunk_parts;
+  if (pl.optim32.tier != Tier::gpu) {
+    const auto [chunk, chunks] = largest_optimizer_chunk(m, pl, c, target, n, rank, stage);
+    const double per_param = optimizer_chunk_bytes_per_param(pl, z);
+    // three chunks in flight (read, update, write), or one at a time as backward finishes them
+    const bool one_at_a_time = c.optimizer_overlap == OptimizerOverlap::backward;
+    const int slots = one_at_a_time ? 1 : int(std::min(3.0, chunks));
+    if (per_param > 0)
+      optim.push_back({"optimizer chunk buffers (" + std::to_string(slots) + " in flight)", slots * per_param * chunk});
+    if (pl.grad16.tier == Tier::gpu && c.optimizer_overlap == OptimizerOverlap::none)
+      optim.push_back({"gradients staged for the CPU optimizer", z.param_bytes * n});
+    if (pt == Tier::gpu) {
+      if (c.optimizer_overlap == OptimizerOverlap::dpu)  // every chunk's parameters wait for the last compute
+        passes.push_back({"updated parameters waiting for the GPU (delayed update)", z.param_bytes * n});
+      else optim.push_back({"updated parameters on their way to the GPU (one chunk)", z.param_bytes * chunk});
+    }
+    if (one_at_a_time) {
+      for (const MemoryPart& part : optim) overlapped_chunk += part.bytes;
+      chunk_parts = optim;
+      optim.clear();
+    }
+  }
+  // the fullest of: the start of a pass (depth + 1 reads), a gradient's write beside a read, and
+  // (backward overlap) a chunk's update beside a read, which bounds it from above
+  const double start = nc_staged ? std::max(nc_start, nc_pair) : 0;
+  const double one = nc_staged && depth >= 1 ? nc_one : 0;
+  const double chunk_moment = overlapped_chunk > 0 ? overlapped_chunk + one : 0;
+  if (start > 0 && start >= gc_pair && start >= chunk_moment) {
+    passes.push_back({nc_start >= nc_pair ? "parameters staged from NVMe (the first depth + 1 groups of a pass)"
+                                          : "parameters staged from NVMe (two groups read ahead)",
+                      start});
+  } else if (gc_pair > 0 && gc_pair >= chunk_moment) {
+    passes.push_back({"gradient staged for NVMe (one group)", gc_alone});
+    if (gc_pair > gc_alone) passes.push_back({"parameters staged from NVMe (the group depth ahead)", gc_pair - gc_alone});
+  } else if (chunk_moment > 0) {
+    if (one > 0) passes.push_back({"parameters staged from NVMe (one group, at most)", one});
+    passes.insert(passes.end(), chunk_parts.begin(), chunk_parts.end());
+  }
+  auto sum = [](const std::vector<MemoryPart>& v) {
+    double s = 0;
+    for (const MemoryPart& part : v) s += part.bytes;
+    return s;
+  };
+  const bool optim_binds = c.optimizer_overlap == OptimizerOverlap::none && sum(optim) > sum(passes);
+  const std::vector<MemoryPart>& chosen = optim_binds ? optim : passes;
+  cpu.parts.insert(cpu.parts.end(), chosen.begin(), chosen.end());
+  cpu.buffer_parts = chosen.size();
+  out.cpu_buffer_bytes = sum(chosen);
+  cpu.peak_bytes = cpu_persistent + out.cpu_buffer_bytes;
+  cpu.moment = chosen.empty() ? "" : optim_binds ? "optimizer" : "forward and backward";
+
+  TierMemory& nvme = out.tiers[size_t(Tier::nvme)];
+  for (double b : nvme.persistent) nvme.peak_bytes += b;
+  return out;
+}
+
+}  // namespace memwall
