@@ -8,6 +8,7 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "model/memory.hpp"
 #include "model/schedule.hpp"
 #include "model/units.hpp"
 
@@ -25,7 +26,7 @@ struct ScheduleFlags {
   std::string output;
 };
 
-nlohmann::ordered_json schedule_json(const Schedule& s) {
+nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   for (const Step& st : s.steps) {
     nlohmann::ordered_json j = {{"id", st.id}, {"kind", to_string(st.kind)}, {"phase", to_string(st.phase)},
@@ -37,29 +38,32 @@ nlohmann::ordered_json schedule_json(const Schedule& s) {
     if (st.micro_batch >= 0) j["micro_batch"] = st.micro_batch;
     steps.push_back(std::move(j));
   }
-  nlohmann::ordered_json peak, cap, traffic;
+  nlohmann::ordered_json peak, cap, traffic, when;
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
     peak[to_string(t)] = s.peak_bytes[int(t)];
     cap[to_string(t)] = s.capacity_bytes[int(t)];
+    when[to_string(t)] = mm.of(t).moment;
   }
   for (int l = 1; l < kLinkClasses; ++l) traffic[to_string(LinkClass(l))] = s.traffic_bytes[l];
   nlohmann::ordered_json j = {{"strategy", s.strategy}, {"rank", s.rank}, {"dp", s.dp}, {"mp", s.mp},
                               {"pp", s.pp}, {"stage", s.stage}, {"grad_accum", s.grad_accum},
-                              {"compute_flops", s.compute_flops}, {"peak_bytes", peak}, {"capacity_bytes", cap},
+                              {"compute_flops", s.compute_flops}, {"peak_bytes", peak}, {"peak_moment", when},
+                              {"capacity_bytes", cap},
                               {"traffic_bytes", traffic}, {"fits", !s.overflow.has_value()}};
   if (s.overflow) j["overflow"] = s.overflow->message;
   j["steps"] = steps;
   return j;
 }
 
-std::string summary_text(const Schedule& s) {
+std::string summary_text(const Schedule& s, const MemoryModel& mm) {
   std::ostringstream o;
   o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp
     << (s.pp > 1 ? ", stage " + std::to_string(s.stage) + " of pp " + std::to_string(s.pp) : std::string()) << "), " << s.steps.size() << " steps, "
     << format_sig(s.compute_flops / 1e12) << " TFLOP on the GPU\n";
-  std::vector<std::vector<std::string>> rows = {{"tier", "peak", "capacity per rank"}};
+  std::vector<std::vector<std::string>> rows = {{"tier", "peak", "capacity per rank", "peaks in (memory model)"}};
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
-    rows.push_back({to_string(t), format_bytes(s.peak_bytes[int(t)]), format_bytes(s.capacity_bytes[int(t)])});
+    rows.push_back({to_string(t), format_bytes(s.peak_bytes[int(t)]), format_bytes(s.capacity_bytes[int(t)]),
+                    mm.of(t).moment.empty() ? "-" : mm.of(t).moment});
   o << render_table(rows);
   rows = {{"link class", "bytes per iteration"}};
   for (int l = 1; l < kLinkClasses; ++l) rows.push_back({to_string(LinkClass(l)), format_bytes(s.traffic_bytes[l])});
@@ -82,7 +86,7 @@ Command add_schedule(CLI::App& app) {
   f->run.add(*sub);
   add_int(*sub, "--rank", f->rank, 0, kMaxGpus - 1, "Which data-parallel rank to print");
   add_int(*sub, "--stage", f->stage, 0, kMaxPp - 1, "With --pp: which pipeline stage to print");
-  sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, traffic_bytes");
+  sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, peak_moment, traffic_bytes");
   sub->add_flag("--text", f->text, "Text: one step per line (the default)");
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
   return {sub, [f]() {
@@ -95,7 +99,10 @@ Command add_schedule(CLI::App& app) {
             Schedule s = take(build_schedule(m, pl, c, p, f->rank, MemorySizes{}, f->stage));
             std::vector<std::string> bad = check_invariants(s);
             if (!bad.empty()) throw std::logic_error("schedule breaks an invariant: " + bad.front());  // a bug: exit 1
-            std::string out = f->json ? schedule_json(s).dump(1) + "\n" : schedule_text(s) + summary_text(s);
+            TrainingConfig resolved = c;
+            resolved.dp = s.dp;
+            const MemoryModel mm = memory_model(m, pl, resolved, p, f->rank, MemorySizes{}, f->stage);
+            std::string out = f->json ? schedule_json(s, mm).dump(1) + "\n" : schedule_text(s) + summary_text(s, mm);
             write_output(f->output, out);
             return s.overflow ? 1 : 0;
           }};
