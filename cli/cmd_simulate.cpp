@@ -40,7 +40,8 @@ Command add_simulate(CLI::App& app) {
   sub->add_option("--plan", f->plan, "A plan file from `memwall plan -o` instead of --model and the training flags");
   sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
   sub->add_flag("--full", f->full,
-                "Replay every GPU, not one GPU with its share of the node (the symmetric shortcut's ground truth; slow)");
+                "Replay every GPU, not one GPU (one per pipeline stage) with its share of the node (the symmetric\n"
+                "shortcut's ground truth; slow; at most 256 GPUs)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
   return {sub, [f, sub]() {
@@ -105,7 +106,8 @@ Command add_simulate(CLI::App& app) {
                                                 format_g(c.bsz * c.grad_accum * r.dp) + ")"
                                           : std::string())
                      << (o.overlap ? "" : ", no overlap")
-                     << (r.full ? ", every GPU replayed" : "") << "\n";
+                     << (r.full ? ", every GPU replayed"
+                                : r.pp > 1 ? ", one GPU per stage replayed" : "") << "\n";
               o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)
                      << " TFLOPS per GPU, " << format_sig(100 * r.efficiency, 3) << " % of the achievable "
                      << format_flops_rate(r.peak_flops_per_s) << "\n";

@@ -126,7 +126,7 @@ struct Layout {
 // One replayed GPU: pipeline stage `s`, dp rank `d`, tensor slice `m`, at `node`/`local` of the
 // platform.
 struct Gpu {
-  int index = 0;  // into the platform's GPUs (full: (s * dp + d) * mp + m)
+  int index = 0;  // among all dp x mp x pp GPUs: (s * dp + d) * mp + m
   int s = 0, d = 0, m = 0, node = 0;
   sg4::Host* host = nullptr;
   std::string name;  // "gpu3"
@@ -236,6 +236,7 @@ class Replayer {
       : p_(p), pf_(pf), o_(o), lay_(lay), costs_(costs), sym_(symmetric), peak_(pf.gpu[0]->get_speed()) {}
 
   void add_gpu(const Schedule& s, const Gpu& g) {
+    position_[g.index] = int(gpus_.size());
     gpus_.push_back(g);
     std::vector<StepActs> acts(s.steps.size());
     for (const Step& st : s.steps) {
@@ -286,13 +287,13 @@ class Replayer {
         return make_error("simulate: the ranks' schedules disagree on their collectives (" + in.hop + ": " +
                           std::to_string(in.arrived) + " of " + std::to_string(in.gpus.size()) + " members)");
       if (in.p2p) {  // one flow from the sending stage's GPU to the receiving one's
-        const int flow = dag_.add(comm(gpus_[size_t(in.gpus[0])].host, gpus_[size_t(in.gpus[1])].host, in.op.bytes));
+        const int flow = dag_.add(comm(host(in.gpus[0]), host(in.gpus[1]), in.op.bytes));
         dag_.edge(in.start, flow);
         dag_.edge(flow, in.done);
         continue;
       }
       std::vector<sg4::Host*> hosts;
-      for (int gi : in.gpus) hosts.push_back(gpus_[size_t(gi)].host);
+      for (int gi : in.gpus) hosts.push_back(host(gi));
       lay_out_every_member(dag_, pf_, in.op, in.dp_group ? lay_.dp_rates : lay_.mp_rates, hosts, p_.gpu_memory_Bps,
                            in.start, in.done);
     }
@@ -372,6 +373,7 @@ class Replayer {
   }
 
   Proto delay(double s) const { return sim::delay(pf_, s); }
+  sg4::Host* host(int index) const { return gpus_[size_t(position_.at(index))].host; }
   void own(StepActs& a, const Proto& p) { a.heads.push_back(dag_.add(p)); }
 
   // FLOP-equivalents of a compute step: at the rate the profile measured for its operator kind
@@ -539,7 +541,8 @@ class Replayer {
   const std::unordered_map<std::string, OpCost>& costs_;
   bool sym_;
   double peak_;
-  std::vector<Gpu> gpus_;  // in the order added; Gpu::index is the platform's
+  std::vector<Gpu> gpus_;  // in the order added
+  std::unordered_map<int, int> position_;  // Gpu::index (of all dp x mp x pp) -> gpus_
   std::vector<Rec> steps_;
   std::vector<Instance> instances_;
   std::map<std::pair<int, int>, size_t> index_;  // (group, sequence number) -> instance
@@ -578,8 +581,6 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   const bool broadcast = placement.fetch == ParamFetch::broadcast && dp > 1;
   if (broadcast && pp > 1)
     return make_error("--pp: pipeline stages with the broadcast fetch (ZeRO-Offload's owners) are not replayed");
-  // pipeline stages run different schedules, and wait for each other: every GPU is replayed
-  const bool symmetric = !options.full && !broadcast && pp == 1;
 
   SimReport rep;
   rep.strategy = placement.name;
@@ -588,7 +589,6 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   rep.gpus = dp * c.mp * pp;
   rep.pp = pp;
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
-  rep.full = !symmetric;
 
   // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ,
   // and so do pipeline stages (one schedule per stage, the same for its dp ranks).
@@ -615,7 +615,16 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   lay.mp_group = {c.mp, c.mp};
   lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);
 
+  // One GPU per pipeline stage (one in all without pipelining) stands for the dp x mp GPUs of its
+  // stage, which run its schedule in step, when the stages tile the nodes: each stage of whole
+  // nodes, or several stages to a node. Otherwise, with the broadcast variant, or asked for, every
+  // GPU is replayed.
   const int nodes = (rep.gpus + profile.gpus_per_node - 1) / profile.gpus_per_node;
+  const int per_stage = dp * c.mp;
+  const int busy = lay.busy_per_node;
+  const bool stages_tile = per_stage % busy == 0 || busy % per_stage == 0;
+  const bool symmetric = !options.full && !broadcast && (pp == 1 || stages_tile);
+  const int stages_per_node = per_stage >= busy ? 1 : busy / per_stage;
   if (!symmetric && rep.gpus > kMaxFullReplayGpus)
     return make_error("simulate: " + std::string(broadcast ? "the broadcast variant" : "--full") +
                       " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) + "; got " +
@@ -634,7 +643,9 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   configure_engine(engine);
   PlatformShape shape;
   if (symmetric) {
-    shape.share = lay.busy_per_node;
+    shape.nodes = (pp + stages_per_node - 1) / stages_per_node;
+    shape.gpus_per_node = std::min(pp, stages_per_node);
+    shape.share = std::min(busy, per_stage);
     shape.stand_ins = true;
   } else {
     shape.nodes = nodes;
@@ -642,22 +653,23 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   }
   Platform pf = build_platform(engine, profile, shape, rep.peak_flops_per_s);
   Replayer rp(profile, pf, options, lay, costs, symmetric);
-  const int replayed = symmetric ? 1 : rep.gpus;
-  for (int i = 0; i < replayed; ++i) {
+  const int replayed = symmetric ? pp : rep.gpus;
+  for (int r = 0; r < replayed; ++r) {
     Gpu g;
-    g.index = i;
-    g.s = i / (dp * c.mp);
-    g.d = i % (dp * c.mp) / c.mp;
-    g.m = i % c.mp;
-    g.node = i / profile.gpus_per_node;
-    g.host = pf.gpu_at(g.node, i % profile.gpus_per_node);
-    g.name = "gpu" + std::to_string(i);
+    g.index = symmetric ? r * per_stage : r;  // the stage's first GPU: dp rank 0, slice 0
+    g.s = g.index / per_stage;
+    g.d = g.index % per_stage / c.mp;
+    g.m = g.index % c.mp;
+    g.node = symmetric ? r / stages_per_node : r / profile.gpus_per_node;
+    g.host = pf.gpu_at(g.node, symmetric ? r % stages_per_node : r % profile.gpus_per_node);
+    g.name = "gpu" + std::to_string(g.index);
     rp.add_gpu(schedules[std::min(size_t(pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
   }
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
   if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
   rep.ranks_simulated = replayed;
-  rep.nodes_simulated = symmetric ? 1 : nodes;
+  rep.nodes_simulated = shape.nodes;
+  rep.full = !symmetric;
   rp.fill(rep);
   double flops = schedules[0].compute_flops;  // per GPU; with stages their mean
   if (pp > 1) {

@@ -10,12 +10,15 @@
 //              when all its members have reached it (so a non-owner's broadcast waits for the
 //              owner's fetch) and runs its algorithm's flows step by step. Always used for the
 //              broadcast variant (ZeRO-Offload), whose ranks differ, and for pipeline stages
-//              (config.pp), each running its own schedule: a stage's send and its neighbour's
-//              receive meet as one flow between their GPUs.
+//              (config.pp) that do not tile the nodes. A stage's send and its neighbour's receive
+//              meet as one flow between their GPUs.
 //   symmetric  bandwidth-centric partitioning makes every GPU run the same steps at the same time,
 //              so one GPU is replayed with 1/g of each resource its node's g busy GPUs share, and
-//              stand-in hosts send and receive the other members' halves of each collective.
-//              tests/sim/test_ground_truth.cpp holds it to the full replay within 1 %.
+//              stand-in hosts send and receive the other members' halves of each collective. With
+//              pipeline stages, one GPU per stage stands for its stage's dp x mp GPUs (when the
+//              stages tile the nodes: each of whole nodes, or several to a node), its node's
+//              resources shared by as many, and its sends and receives meet its neighbour's as flows.
+//              tests/sim/test_ground_truth.cpp holds both to the full replay within 1 %.
 // SimGrid allows one engine per process: call simulate() once per process (or simulate_isolated).
 #pragma once
 

@@ -13,6 +13,7 @@ namespace {
 struct Run {
   Placement placement;
   SimReport report;
+  TrainingConfig config;  // as simulated (three_d: the micro-batch, stages and checkpoint interval chosen)
 };
 
 Placement with_ckpt(Placement p, Tier t) {
@@ -53,7 +54,7 @@ Result<Run> run(const ModelSpec& m, Placement pl, TrainingConfig c, const Hardwa
       Result<SimReport> r = simulate_isolated(m, candidate, c, p, o);
       if (!r) return make_error(r.error());
       if (tiling > 1) candidate.name += "+tiling=" + std::to_string(tiling);
-      return Run{candidate, *r};
+      return Run{candidate, *r, c};
     }
   return make_error("unreachable");
 }
@@ -95,6 +96,44 @@ ReproRow row(const std::string& fig, const std::string& label, const ModelSpec& 
 
 using Rows = std::vector<ReproRow>;
 
+// Fig. 5a's 3D parallelism baseline (Sec. 8.1: Megatron-LM's tensor slicing with pipeline stages):
+// three_d keeps the model states whole on every GPU of a slice and stage (no ZeRO), so 0.5T takes
+// the memory of all 512 GPUs: dp 1, mp 8 or 16 inside a node, pp for the rest. It trains the global
+// batch of the ZeRO-Infinity row beside it, 1F1B over micro-batches of the fewest samples that keep
+// them at most kThreeDMicroBatches (smaller micro-batches: a smaller bubble and fewer checkpoint
+// bytes in flight), at the smallest checkpoint interval that fits; the faster mp is the row.
+// Returns the runs' last overflow when none fits.
+constexpr int kThreeDMicroBatches = 256;  // the schedules of 124 layers x 256 micro-batches: ~1.5 GB
+
+Result<Run> three_d(const ModelSpec& m, int gpus, long global_batch, const HardwareProfile& p) {
+  std::optional<Run> best;
+  Run last;
+  for (int mp : {8, 16}) {
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.mp = mp;
+    c.dp = 1;
+    c.pp = gpus / mp;
+    long bsz = (global_batch + kThreeDMicroBatches - 1) / kThreeDMicroBatches;
+    while (global_batch % bsz != 0) ++bsz;
+    c.bsz = double(bsz);
+    c.grad_accum = int(global_batch / bsz);
+    const int blocks = (m.layers + c.pp - 1) / c.pp;  // per stage, at most
+    for (int ci = 1; ci <= blocks; ci *= 2) {
+      c.ci = ci;
+      Placement pl = *preset("three_d");
+      Result<SimReport> r = simulate_isolated(m, pl, c, p, SimOptions{});
+      if (!r) return make_error(r.error());
+      pl.name += "+pp=" + std::to_string(c.pp) + "+ci=" + std::to_string(ci) + "+micro_batches=" + std::to_string(c.grad_accum);
+      last = Run{pl, *r, c};
+      if (r->overflow) continue;
+      if (!best || r->tflops_per_gpu > best->report.tflops_per_gpu) best = last;
+      break;
+    }
+  }
+  return best ? *best : last;
+}
+
 Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
   Rows rows;
   const std::pair<const char*, double> paper[] = {{"table1-0.5T", 0}, {"table1-1T", 0}, {"table1-5T", 0},
@@ -120,6 +159,23 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                        r->report.tflops_per_gpu, tflops,
                        tflops > 0 ? format_g(tflops) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
+    // Sec. 8.1: "For the 500B model (close to the largest that 3D parallelism can run on these
+    // resources), ZeRO-Infinity and 3D parallelism achieve nearly identical throughput. When
+    // increasing the model size further, 3D parallelism simply runs out of memory."
+    if (std::string(name) != "table1-0.5T" && std::string(name) != "table1-1T") continue;
+    if (progress) progress(std::string("fig5a: ") + name + " with 3D parallelism on 512 GPUs");
+    const ReproRow inf = rows.back();
+    const long global = std::lround(s.bsz * s.gpus / s.mp);
+    Result<Run> d = three_d(e.spec, s.gpus, global, nodes(node, s.gpus));
+    if (!d) return make_error(d.error());
+    const bool fits = !d->report.overflow;
+    ReproRow x = row("fig5a", std::string(name).substr(7) + " on 512 GPUs, 3D parallelism", e.spec, *d,
+                     d->config.bsz, "tflops_per_gpu", fits ? d->report.tflops_per_gpu : 0, 0,
+                     std::string(name) == "table1-0.5T" ? "nearly identical to ZeRO-Infinity (no number)"
+                                                        : "runs out of memory");
+    x.note = fits ? format_sig(x.value / inf.value, 2) + "x ZeRO-Infinity's row, global batch " + std::to_string(global)
+                  : "does not fit at mp 8 or 16 and any checkpoint interval: " + d->report.overflow->message;
+    rows.push_back(x);
   }
   return rows;
 }
@@ -266,7 +322,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
     Result<SimReport> b = simulate_isolated(e.spec, pl, onebit, p, SimOptions{});
     if (!a) return make_error(a.error());
     if (!b) return make_error(b.error());
-    const Run run{pl, *b};
+    const Run run{pl, *b, onebit};
     const double end_to_end = a->iteration_s / onebit_end_to_end(a->iteration_s, b->iteration_s, onebit.what_if.onebit_warmup);
     ReproRow x = row("seed004", "10B on " + std::to_string(gpus) + " GPUs, 1-bit Adam", e.spec, run, c.bsz,
                      "onebit_speedup", a->iteration_s / b->iteration_s, 0,
@@ -311,13 +367,13 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
   Result<SimReport> b = simulate_isolated(m, pl, sa, node, SimOptions{});
   if (!a) return make_error(a.error());
   if (!b) return make_error(b.error());
-  ReproRow d = row("seed004", "10B on 16 GPUs, longest sequence, dense", e.spec, Run{pl, *a}, 1, "max_seq", double(dense),
+  ReproRow d = row("seed004", "10B on 16 GPUs, longest sequence, dense", e.spec, Run{pl, *a, c}, 1, "max_seq", double(dense),
                    0, "the dense limit");
-  ReproRow x = row("seed004", "10B on 16 GPUs, longest sequence, density 0.1", e.spec, Run{pl, *b}, 1, "max_seq",
+  ReproRow x = row("seed004", "10B on 16 GPUs, longest sequence, density 0.1", e.spec, Run{pl, *b, sa}, 1, "max_seq",
                    double(sparse), 0, "10x (BERT-Base) and 16x (BERT-Large) longer than dense (blog)");
   x.note = format_sig(double(sparse) / double(dense), 3) + "x the dense limit";
   ReproRow t = row("seed004", "10B on 16 GPUs, sequence " + std::to_string(dense) + ", density 0.1", e.spec,
-                   Run{pl, *b}, 1, "sparse_attention_speedup", a->iteration_s / b->iteration_s, 0,
+                   Run{pl, *b, sa}, 1, "sparse_attention_speedup", a->iteration_s / b->iteration_s, 0,
                    "up to 6.3x (BERT-Base) and 5.3x (BERT-Large) faster (blog)");
   t.note = format_sig(a->iteration_s, 4) + " s vs " + format_sig(b->iteration_s, 4) + " s per iteration";
   rows.insert(rows.end(), {d, x, t});

@@ -3,7 +3,8 @@
 // own schedules, real collective flows between real GPUs, and each node's PCIe root, DRAM, NVMe,
 // CPU and NICs shared by the GPUs that use them: within 1 %, for every placement at mp 1, 2 and 4.
 // The broadcast variant (zero_offload) is always replayed in full; for it the test checks that
-// each rank's steps ran. Each simulation runs in a child process (simulate_isolated).
+// each rank's steps ran. The same for pipeline stages, one GPU per stage (StageGroundTruth). Each
+// simulation runs in a child process (simulate_isolated).
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -80,6 +81,57 @@ INSTANTIATE_TEST_SUITE_P(TwoNodesOfFour, GroundTruth, ::testing::ValuesIn(cases(
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return i.param.placement + "_mp" + std::to_string(i.param.mp);
                          });
+
+// Pipeline stages: one GPU per stage with its share against every GPU replayed. dp x mp x pp = 8 on
+// the two nodes of four: stages of a whole node each (p2p over the NICs), or two stages to a node
+// (p2p over NVLink inside a node, over the NICs between them), with the optimizer states and
+// checkpoints on the GPU or in CPU memory (the node's PCIe root, DRAM and CPU shared by its stages).
+struct StageCase {
+  std::string name;
+  int mp, dp, pp;
+  Tier optim, ckpt;
+};
+
+void PrintTo(const StageCase& c, std::ostream* os) { *os << c.name; }
+
+class StageGroundTruth : public ::testing::TestWithParam<StageCase> {};
+
+TEST_P(StageGroundTruth, OneGpuPerStageMatchesEveryGpuReplayed) {
+  const StageCase& k = GetParam();
+  const HardwareProfile p = two_small_nodes();
+  const ModelSpec m = ground_truth_model();
+  Placement pl = *preset("data_parallel");
+  pl.optim32 = {k.optim, k.optim != Tier::gpu};
+  pl.act_ckpt.tier = k.ckpt;
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.mp = k.mp;
+  c.dp = k.dp;
+  c.pp = k.pp;
+  c.grad_accum = 4;
+  SimOptions full;
+  full.full = true;
+  Result<SimReport> all = simulate_isolated(m, pl, c, p, full);
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_FALSE(all->overflow) << all->overflow->message;
+  EXPECT_EQ(all->ranks_simulated, 8);
+  Result<SimReport> staged = simulate_isolated(m, pl, c, p, SimOptions{});
+  ASSERT_TRUE(staged.ok()) << staged.error();
+  EXPECT_EQ(staged->ranks_simulated, k.pp);
+  EXPECT_FALSE(staged->full);
+  EXPECT_NEAR(staged->iteration_s / all->iteration_s, 1.0, 0.01)
+      << k.name << ": one GPU per stage " << staged->iteration_s << " s, every GPU " << all->iteration_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TwoNodesOfFour, StageGroundTruth,
+    ::testing::Values(StageCase{"pp2_mp2_dp2", 2, 2, 2, Tier::gpu, Tier::gpu},
+                      StageCase{"pp2_mp1_dp4_optim_cpu", 1, 4, 2, Tier::cpu, Tier::gpu},
+                      StageCase{"pp4_mp1_dp2", 1, 2, 4, Tier::gpu, Tier::gpu},
+                      StageCase{"pp4_mp2_dp1_ckpt_cpu", 2, 1, 4, Tier::gpu, Tier::cpu},
+                      StageCase{"pp4_mp1_dp2_optim_cpu_ckpt_cpu", 1, 2, 4, Tier::cpu, Tier::cpu}),
+    [](const ::testing::TestParamInfo<StageCase>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace memwall::sim
