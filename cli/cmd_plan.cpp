@@ -160,6 +160,9 @@ int run_max_model(const PlanFlags& f) {
     nlohmann::ordered_json j = {{"strategy", mm.strategy}, {"profile", p.name}, {"gpus", p.total_gpus()},
                                 {"max_params", mm.max_params}, {"layers", mm.layers}, {"hidden", mm.hidden},
                                 {"heads", mm.heads}, {"plan", evaluated_json(mm.plan)}};
+    if (mm.table4_row >= 0)
+      j["table4_model"] = {{"label", mm.table4_label}, {"params", mm.table4_params}, {"layers", mm.table4_layers},
+                           {"hidden", mm.table4_hidden}};
     write_output(f.output, j.dump(1) + "\n");
     return 0;
   }
@@ -167,6 +170,11 @@ int run_max_model(const PlanFlags& f) {
   o2 << "memwall plan --max-model-size: " << mm.strategy << " on " << p.name << " (" << p.total_gpus() << " GPUs)\n"
      << "  largest model: " << format_count(mm.max_params) << " parameters (Eq. 1), " << mm.layers << " layers x hidden "
      << mm.hidden << ", " << mm.heads << " heads (grown along Table 4's rows)\n"
+     << "  of Table 4's models (the sizes the paper tried): "
+     << (mm.table4_row >= 0 ? mm.table4_label + " (" + std::to_string(mm.table4_layers) + " layers x hidden " +
+                                  std::to_string(mm.table4_hidden) + ", " + format_count(mm.table4_params) + " by Eq. 1)"
+                            : std::string("none fits"))
+     << "\n"
      << "  fits with " << config_words(mm.plan) << ": " << mm.plan.fit.binding().sentence() << "\n";
   write_output(f.output, o2.str());
   return 0;

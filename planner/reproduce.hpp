@@ -15,7 +15,8 @@ namespace memwall::planner {
 // Fig. 6: the largest model one strategy trains on a profile, grown as in Table 4: along Table 4's
 // rows, layers grow at a row's hidden size (and heads) until the next row's parameter count, then
 // that row takes over. bsz 1, mp 1 (4 for three_d, as in Table 4), act_ckpt gpu or cpu, ci and
-// tiling free. Parameters are Eq. 1's.
+// tiling free. Parameters are Eq. 1's. Also the largest of Table 4's own models that fits: the
+// paper tried those six sizes (1.4B, 10B, 13B, 20B, 70B, 1T), so each bar of Fig. 6 is one of them.
 struct MaxModel {
   std::string strategy;
   double max_params = 0;  // Eq. 1
@@ -24,6 +25,11 @@ struct MaxModel {
   int heads = 0;
   Evaluated plan;         // the configuration that fits it
   std::string stops_because;  // the binding limit of the next model on the path
+  int table4_row = -1;        // the largest of Table 4's models that fits, its index (-1: none)
+  std::string table4_label;   // Table 4's name for it ("20B")
+  double table4_params = 0;   // its Eq. 1 count
+  int table4_layers = 0;
+  long table4_hidden = 0;
 };
 Result<MaxModel> max_model_size(const std::string& strategy, const HardwareProfile& p, const FitOptions& o = {});
 
