@@ -202,8 +202,18 @@ TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& 
   c.seq = model.seq;
   if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
   c = take(validate(c, model.layers));
+  check_ckpt_partition(pl, c.mp);
   c = take(fit_to_profile(c, p));
   return take(check_schedule_size(model, pl, c, p));
+}
+
+void StrategyFlags::check_ckpt_partition(const Placement& pl, int mp) const {
+  if (!pl.act_ckpt.partitioned || mp > 1) return;  // the schedule refuses it too; here the input is named
+  const bool file = strategy.ends_with(".yaml") || strategy.ends_with(".yml");
+  const bool by_flag = std::any_of(place.begin(), place.end(), [](const std::string& o) { return o.starts_with("act_ckpt="); });
+  throw UsageError((file && !by_flag ? strategy + ": act_ckpt.partitioned" : std::string("--place act_ckpt")) +
+                   ": partitioned checkpoints are split across the tensor-slicing ranks (DeepSpeed's "
+                   "partition_activations); with --mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
 }
 
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent) {

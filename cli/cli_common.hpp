@@ -84,6 +84,9 @@ struct StrategyFlags {
   Placement placement() const;  // preset or YAML plus --place overrides
   // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits).
   TrainingConfig training(const ModelSpec& model, const Placement& placement, const HardwareProfile& profile) const;
+  // Checkpoints partitioned across the tensor-slicing ranks need mp > 1: a UsageError naming the
+  // placement file or --place otherwise.
+  void check_ckpt_partition(const Placement& placement, int mp) const;
 };
 
 // A plain text table: first row is the header; columns after the first are right-aligned.

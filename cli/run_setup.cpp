@@ -87,6 +87,7 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     if (sub.count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
     o.config.seq = rc.seq;
     o.config = take(validate(o.config, rc.model.layers));
+    in.run.check_ckpt_partition(o.placement, o.config.mp);
     rc.bsz = int(o.config.bsz);
   }
   // Seed 004's what-ifs change the schedule's collective bytes and attention FLOPs; the

@@ -20,9 +20,10 @@ struct Group {
   bool backward = false;  // a backward compute: it makes the group's gradient
   bool lm_head = false;   // the tied LM head (its parameters and gradient are the embedding's)
   bool embed_backward = false;  // the embedding's backward
-  int ckpts = 0;          // checkpoints of this micro-step on the GPU while it runs
+  int ckpts = 0;          // checkpoints of this micro-step on the GPU while it runs (kept: 1/mp when partitioned)
   double act = 0;         // activation working memory while it runs
   bool evaluate = true;   // a moment the prediction takes (false: only seen by earlier windows)
+  int whole = 0;          // partitioned checkpoints all-gathered whole for this segment's recompute
 };
 
 // The operators of a transformer block that own parameters, in forward order, with their elements
@@ -281,7 +282,11 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
 
   // ---- sizes of what comes and goes ----
   const double C = double(m.hidden);
-  const double ckpt = z.act_bytes * c.bsz * double(c.seq) * C;  // Eq. 3 per checkpoint
+  const double whole_ckpt = z.act_bytes * c.bsz * double(c.seq) * C;  // Eq. 3 per checkpoint
+  // partitioned (DeepSpeed's partition_activations): each tensor-slicing rank keeps 1/mp of it and
+  // all-gathers it whole for its segment's recompute
+  const bool gathered = pl.act_ckpt.partitioned && mp > 1;
+  const double ckpt = gathered ? whole_ckpt / mp : whole_ckpt;
   const bool workspace = z.workspace_bytes >= 0;
   const double awm_block = workspace ? 0 : awm_bytes_eq5(c.bsz, c.seq, 1, m.hidden, m.heads, c.what_if.attention_density) / mp;
   const double embed = z.param_bytes * (double(m.vocab) + double(c.seq)) * C / mp;
@@ -350,19 +355,20 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
       for (int j = 0; j < g.count; j = std::max(j + 1, g.count - lookahead - 1)) {
         int groups = 0;
         const double window = window_from(r, j, groups);
-        const double total = window + grad + tied + ckpts * ckpt + g.act;
+        const double total = window + grad + tied + ckpts * ckpt + g.whole * whole_ckpt + g.act;
         if (total > best.total) best = {total, window, grad, tied, g.act, ckpts, groups, j, g, phase};
       }
     }
   };
   auto add_block = [&](std::vector<Group>& list, int b, bool reverse, bool backward, int ckpts, double act,
-                       bool eval) {
+                       bool eval, int whole = 0) {
     const size_t at = list.size();
     for (const Group& g0 : block_fwd) {
       Group g = g0;
       g.block = b;
       g.backward = backward;
       g.ckpts = ckpts;
+      g.whole = whole;
       g.act = act;
       g.evaluate = eval;
       list.push_back(g);
@@ -371,10 +377,10 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
   };
   // blocks [b0, b1) in order (or reversed), the middle ones of a long run left out
   auto add_blocks = [&](std::vector<Group>& list, int b0, int b1, bool reverse, bool backward, int ckpts, double act,
-                        bool eval) {
+                        bool eval, int whole) {
     for (int i = 0; i < b1 - b0; ++i) {
       if (i >= keep && i < b1 - b0 - keep) continue;
-      add_block(list, reverse ? b1 - 1 - i : b0 + i, reverse, backward, ckpts, act, eval);
+      add_block(list, reverse ? b1 - 1 - i : b0 + i, reverse, backward, ckpts, act, eval, whole);
     }
   };
 
@@ -411,8 +417,9 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
       const int b0 = sb.first + sg * ci, b1 = std::min(sb.last, b0 + ci);
       const int ckpts = ckpt_gpu ? (sg + 1) * mb : mb;  // offloaded: this segment's, loaded back
       const double act = awm_block * (b1 - b0) * mb;
-      add_blocks(list, b0, b1, false, false, ckpts, act, eval);
-      add_blocks(list, b0, b1, true, true, ckpts, act, eval);
+      const int whole = gathered ? mb : 0;
+      add_blocks(list, b0, b1, false, false, ckpts, act, eval, whole);
+      add_blocks(list, b0, b1, true, true, ckpts, act, eval, whole);
     }
     if (first) list.push_back({embed, "embed", -1, 1, true, false, true, 0, 0, true});
     evaluate(list, "recompute");
@@ -426,8 +433,10 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
   if (best.tied > 0) best_parts.push_back({"tied embedding gradient (LM head to embedding backward)", best.tied});
   if (best.ckpts > 0)
     best_parts.push_back({"activation checkpoints on the GPU (" + std::to_string(best.ckpts) + " of Eq. 3's " +
-                              std::to_string(segments * mb * in_flight) + ")",
+                              std::to_string(segments * mb * in_flight) + (gathered ? ", 1/mp of each" : "") + ")",
                           best.ckpts * ckpt});
+  if (best.g.whole > 0)
+    best_parts.push_back({"checkpoints all-gathered whole for the segment's recompute", best.g.whole * whole_ckpt});
   if (best.act > 0)
     best_parts.push_back({best.phase == std::string("forward") ? "AWM (Eq. 5) of one block" : "AWM (Eq. 5) of a segment's blocks",
                           best.act});

@@ -100,8 +100,7 @@ Result<Placement> validate(const Placement& p) {
   const std::string who = "placement " + p.name + ": ";
   if (p.act_ckpt.tier == Tier::nvme)
     return make_error(who + "act_ckpt on nvme is not supported: checkpoints go to gpu or cpu (paper Sec. 5.1.2)");
-  if (p.act_ckpt.partitioned)
-    return make_error(who + "act_ckpt cannot be partitioned: each rank saves the checkpoints of its own micro-batch");
+
   // ZeRO's stages nest: partitioned parameters imply partitioned gradients imply partitioned
   // optimizer states (stage 3 > 2 > 1).
   if (p.param16.partitioned && !p.grad16.partitioned)
@@ -186,9 +185,14 @@ Result<Placement> load_placement(const std::string& name_or_path, const std::vec
     else if (key == "act_ckpt") s = State::act_ckpt;
     else return make_error("--place: expected STATE=TIER with STATE one of param16, grad16, optim32, act_ckpt, got \"" + o + "\"");
     if (eq == std::string::npos) return make_error("--place: expected STATE=TIER, got \"" + o + "\"");
-    Result<Tier> t = parse_tier(o.substr(eq + 1));
-    if (!t) return make_error("--place " + key + ": " + t.error());
+    std::string tier = o.substr(eq + 1);
+    // act_ckpt=TIER/p: each tensor-slicing rank keeps 1/mp of every checkpoint (partition_activations)
+    const bool sliced = s == State::act_ckpt && tier.ends_with("/p");
+    if (sliced) tier.resize(tier.size() - 2);
+    Result<Tier> t = parse_tier(tier);
+    if (!t) return make_error("--place " + key + ": " + t.error() + (s == State::act_ckpt ? " (or TIER/p: partitioned across mp)" : ""));
     p.of(s).tier = *t;
+    if (s == State::act_ckpt) p.act_ckpt.partitioned = sliced;
     if (s != State::act_ckpt && *t != Tier::gpu && !p.layer_major) p.of(s).partitioned = true;
     p.name += "+" + o;
   }

@@ -1,5 +1,6 @@
 // Placement: for each state (param16, grad16, optim32, act_ckpt) a tier and whether it is
-// partitioned across data-parallel ranks; the presets of the paper's Table 2 plus three_d and
+// partitioned across data-parallel ranks (activation checkpoints: across the tensor-slicing ranks,
+// whose inputs are the same, as DeepSpeed's partition_activations); the presets of the paper's Table 2 plus three_d and
 // l2l; custom placements from YAML or flags, rejected with a reason when not meaningful.
 // Value types and pure functions: thread-safe.
 #pragma once

@@ -521,6 +521,11 @@ class Generator {
     return out;
   }
   double ckpt_bytes() const { return z_.act_bytes * c_.bsz * double(c_.seq) * double(m_.hidden); }
+  // act_ckpt partitioned (DeepSpeed's partition_activations): each tensor-slicing rank keeps 1/mp
+  // of a checkpoint (its inputs are the same on every slice) and the slices are all-gathered over
+  // the mp group before the recompute.
+  bool ckpt_gathered() const { return pl_.act_ckpt.partitioned && c_.mp > 1; }
+  double kept_ckpt_bytes() const { return ckpt_bytes() / (ckpt_gathered() ? c_.mp : 1); }
   // Several micro-steps' checkpoints are alive at once in a pipeline (1F1B): named apart.
   std::string ckpt_name(int b, int u) const {
     return "block" + std::to_string(b) + ".input" + (micro_batches_ > 1 ? " mb" + std::to_string(u) : "") +
@@ -578,11 +583,11 @@ class Generator {
         for (int u = 0; u < micro_batches_; ++u) {
           const std::string buf = "ckpt:" + ckpt_name(b, u);
           Step st = transfer(StepKind::save_ckpt, Phase::forward, "block" + std::to_string(b) + ".input",
-                             ct == Tier::gpu ? "" : "gc", State::act_ckpt, ckpt_bytes(), Tier::gpu, ct,
+                             ct == Tier::gpu ? "" : "gc", State::act_ckpt, kept_ckpt_bytes(), Tier::gpu, ct,
                              link_between(Tier::gpu, ct), deps({last_compute_}), "", buf);
           st.micro_batch = micro_batches_ > 1 ? u : -1;
           int id = emit(std::move(st));
-          alloc(id, buf, ct, ckpt_bytes());
+          alloc(id, buf, ct, kept_ckpt_bytes());
           saved_[ckpt_key(b, u)] = id;
           saves_of_open.push_back(id);
         }
@@ -633,16 +638,26 @@ class Generator {
         const std::string saved = "ckpt:" + ckpt_name(b0, u);
         const std::string loaded = ct == Tier::gpu ? saved : "ckpt@gpu:" + ckpt_name(b0, u);
         Step st = transfer(StepKind::load_ckpt, Phase::recompute, "block" + std::to_string(b0) + ".input",
-                           ct == Tier::gpu ? "" : "cg", State::act_ckpt, ckpt_bytes(), ct, Tier::gpu,
+                           ct == Tier::gpu ? "" : "cg", State::act_ckpt, kept_ckpt_bytes(), ct, Tier::gpu,
                            link_between(ct, Tier::gpu), deps({saved_.at(ckpt_key(b0, u)), last_compute_}), saved, loaded);
         // Not prefetched: the checkpoint's buffer is free only once the later segment is done.
         st.micro_batch = micro_batches_ > 1 ? u : -1;
         int id = emit(std::move(st));
         if (ct != Tier::gpu) {
-          alloc(id, loaded, Tier::gpu, ckpt_bytes());
+          alloc(id, loaded, Tier::gpu, kept_ckpt_bytes());
           open.push_back(loaded);
         }
         open.push_back(saved);
+        if (ckpt_gathered()) {  // the other slices' parts, over the mp group, into a whole checkpoint
+          const std::string whole = "ckpt@mp:" + ckpt_name(b0, u);
+          Step g = transfer(StepKind::fetch, Phase::recompute, "block" + std::to_string(b0) + ".input", "mp",
+                            State::act_ckpt, ckpt_bytes() - kept_ckpt_bytes(), Tier::gpu, Tier::gpu,
+                            LinkClass::gpu_gpu, deps({id}), loaded, whole);
+          g.micro_batch = st.micro_batch;
+          id = emit(std::move(g));
+          alloc(id, whole, Tier::gpu, ckpt_bytes());
+          open.push_back(whole);
+        }
         next_compute_deps_.push_back(id);
       }
       const double awm = block_activation_bytes() * std::min(c_.ci, blocks_.last - b0) * micro_batches_;
@@ -971,6 +986,9 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
     return make_error("--pp: the layer-major l2l schedule relays every layer through one GPU; no pipeline stages");
   if (config.micro_batches > 1 && !placement.layer_major)
     return make_error("--micro-batches: only the layer-major l2l schedule loops over micro-batches inside an iteration");
+  if (placement.act_ckpt.partitioned && config.mp <= 1)
+    return make_error("act_ckpt: partitioned checkpoints are split across the tensor-slicing ranks (DeepSpeed's "
+                      "partition_activations); with mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
   if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());

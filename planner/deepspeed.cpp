@@ -102,6 +102,11 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
     zero["offload_optimizer"] = oo;
   }
   const bool cpu_ckpt = pl.act_ckpt.tier != Tier::gpu;
+  if (cpu_ckpt && !pl.act_ckpt.partitioned && k.mp > 1)
+    out.differences.push_back("activation checkpoints: DeepSpeed's cpu_checkpointing needs partition_activations, "
+                              "so each of the " + std::to_string(k.mp) + " tensor-slicing ranks offloads 1/" +
+                              std::to_string(k.mp) + " of each checkpoint and all-gathers it for the recompute; the "
+                              "plan counts whole checkpoints (act_ckpt=cpu/p is the plan DeepSpeed runs)");
   out.config = {
       {"train_micro_batch_size_per_gpu", long(k.bsz)},
       {"gradient_accumulation_steps", k.grad_accum},
@@ -113,7 +118,7 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
       {"fp16", {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}}},
       {"zero_optimization", zero},
       {"activation_checkpointing",
-       {{"partition_activations", k.mp > 1 || cpu_ckpt},  // cpu_checkpointing works only with it
+       {{"partition_activations", pl.act_ckpt.partitioned || cpu_ckpt},  // cpu_checkpointing works only with it
         {"cpu_checkpointing", cpu_ckpt},
         {"contiguous_memory_optimization", false},
         {"synchronize_checkpoint_boundary", false},

@@ -185,8 +185,10 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     case Tier::nvme: t_grad = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, "nvme")); break;
   }
   tb.param_grad_s = t_param + t_grad;
+  // Partitioned checkpoints (partition_activations): each slice moves 1/mp of them
+  const bool ckpt_sliced = pl.act_ckpt.partitioned && k.mp > 1;
   if (pl.act_ckpt.tier != Tier::gpu)
-    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt_eq11(m.hidden, k.ci),
+    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt_eq11(m.hidden, k.ci) / (ckpt_sliced ? mp : 1),
                                bw_of(eff, AitState::act_ckpt, to_string(pl.act_ckpt.tier)));
   const double overlapped = tb.param_grad_s + tb.act_ckpt_s;
   const double exposed_fb = k.prefetch_depth > 0 ? std::max(0.0, overlapped - tb.compute_s) : overlapped;
@@ -200,9 +202,12 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, host_path));
   }
-  if (k.mp > 1)  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
-    tb.mp_allreduce_s = transfer_s(m.layers / pp * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden),
-                                   p.gpu_gpu_Bps);
+  if (k.mp > 1) {  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
+    double bytes = m.layers / pp * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
+    if (ckpt_sliced)  // and each partitioned checkpoint all-gathered before its segment's recompute
+      bytes += std::ceil(m.layers / pp / k.ci) * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
+    tb.mp_allreduce_s = transfer_s(bytes, p.gpu_gpu_Bps);
+  }
   if (pp > 1) {  // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter)
     const bool across = dp * mp >= p.gpus_per_node && p.nodes > 1;
     const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;

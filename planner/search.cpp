@@ -30,9 +30,11 @@ size_t SearchSpace::size() const {
   for (const Placement& p : placements) {
     size_t allowed = 0;
     for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov).ok();
-    n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1);
+    const size_t mps = p.act_ckpt.partitioned ? size_t(std::count_if(mp.begin(), mp.end(), [](int x) { return x > 1; }))
+                                              : mp.size();
+    n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1) * mps;
   }
-  return n * bsz.size() * ci.size() * mp.size();
+  return n * bsz.size() * ci.size();
 }
 
 std::string placement_label(const Placement& pl) {
@@ -51,7 +53,8 @@ std::string placement_label(const Placement& pl) {
            (st == State::optim32 ? "" : ",");
     base = s + (pl.fetch == ParamFetch::broadcast ? ",broadcast" : "") + ")";
   }
-  if (pl.act_ckpt.tier != Tier::gpu) base += "+act_ckpt=" + std::string(to_string(pl.act_ckpt.tier));
+  if (pl.act_ckpt.tier != Tier::gpu || pl.act_ckpt.partitioned)
+    base += "+act_ckpt=" + std::string(to_string(pl.act_ckpt.tier)) + (pl.act_ckpt.partitioned ? "/p" : "");
   return base;
 }
 
@@ -149,6 +152,20 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
   } else if (fx.strategy == "three_d") {  // 3D parallelism: tensor slicing, pipeline and data
     s.pp.clear();
     for (int pp = 1; pp <= m.layers && p.total_gpus() % pp == 0; pp *= 2) s.pp.push_back(pp);
+  }
+  // Pipelines keep the checkpoints of their micro-batches in flight: where pipeline stages are
+  // searched, the placements that allow them also come with their checkpoints partitioned across
+  // the tensor-slicing ranks (DeepSpeed's partition_activations), tried at mp > 1 only.
+  if (std::any_of(s.pp.begin(), s.pp.end(), [](int pp) { return pp > 1; }) &&
+      std::any_of(s.mp.begin(), s.mp.end(), [](int mp) { return mp > 1; })) {
+    const size_t n = s.placements.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (!pipeline_allowed(s.placements[i])) continue;
+      Placement q = s.placements[i];
+      q.act_ckpt.partitioned = true;
+      q.name = fx.strategy ? q.name + "+act_ckpt=" + to_string(q.act_ckpt.tier) + "/p" : placement_label(q);
+      s.placements.push_back(q);
+    }
   }
   // ---- bsz, ci, tiling ----
   if (fx.bsz) s.bsz = {*fx.bsz};
@@ -355,6 +372,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     const std::vector<int>& stages = pipeline_allowed(pl) ? space.pp : untiled;
     for (int mp : space.mp)
       for (int pp : stages)
+      if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
       for (int ci : space.ci)
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {

@@ -101,7 +101,8 @@ using Rows = std::vector<ReproRow>;
 // the memory of all 512 GPUs: dp 1, mp 8 or 16 inside a node, pp for the rest. It trains the global
 // batch of the ZeRO-Infinity row beside it, 1F1B over micro-batches of the fewest samples that keep
 // them at most kThreeDMicroBatches (smaller micro-batches: a smaller bubble and fewer checkpoint
-// bytes in flight), at the smallest checkpoint interval that fits; the faster mp is the row.
+// bytes in flight), at the smallest checkpoint interval that fits, checkpoints partitioned across
+// the slices (DeepSpeed's partition_activations, which its 3D runs use); the faster mp is the row.
 // Returns the runs' last overflow when none fits.
 constexpr int kThreeDMicroBatches = 256;  // the schedules of 124 layers x 256 micro-batches: ~1.5 GB
 
@@ -122,9 +123,10 @@ Result<Run> three_d(const ModelSpec& m, int gpus, long global_batch, const Hardw
     for (int ci = 1; ci <= blocks; ci *= 2) {
       c.ci = ci;
       Placement pl = *preset("three_d");
+      pl.act_ckpt.partitioned = true;  // DeepSpeed's partition_activations, as its 3D runs (seed 004)
       Result<SimReport> r = simulate_isolated(m, pl, c, p, SimOptions{});
       if (!r) return make_error(r.error());
-      pl.name += "+pp=" + std::to_string(c.pp) + "+ci=" + std::to_string(ci) + "+micro_batches=" + std::to_string(c.grad_accum);
+      pl.name += "+act_ckpt=gpu/p+pp=" + std::to_string(c.pp) + "+ci=" + std::to_string(ci) + "+micro_batches=" + std::to_string(c.grad_accum);
       last = Run{pl, *r, c};
       if (r->overflow) continue;
       if (!best || r->tflops_per_gpu > best->report.tflops_per_gpu) best = last;

@@ -138,8 +138,11 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
       for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu})
         for (int depth : {0, 1, 5})
           for (int pp : {1, 3})
-            for (bool executor : {false, true}) {
-              const Placement pl = *preset(pn);
+            for (bool executor : {false, true})
+            for (int ckpt : {0, 1, 2}) {  // three_d also with checkpoints partitioned over mp, on GPU and CPU
+              if (ckpt > 0 && pn != "three_d") continue;
+              Placement pl = *preset(pn);
+              if (ckpt > 0) pl.act_ckpt = {ckpt == 1 ? Tier::gpu : Tier::cpu, true};
               if (!check_optimizer_overlap(pl, ov)) continue;
               if (pp > 1 && (pl.layer_major || pl.param16.partitioned || pl.grad16.partitioned)) continue;
               TrainingConfig c;
@@ -163,7 +166,8 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
                   const std::string what = std::to_string(nodes) + " node(s) " + pn + " overlap " + to_string(ov) +
                                            " depth " + std::to_string(depth) + " stage " + std::to_string(stage) +
                                            "/" + std::to_string(pp) + " rank " + std::to_string(rank) +
-                                           (executor ? " executor sizes" : "");
+                                           (executor ? " executor sizes" : "") +
+                                           (ckpt > 0 ? std::string(" act_ckpt ") + to_string(pl.act_ckpt.tier) + "/p" : "");
                   expect_persistent_equal(mm, s, what);
                   const double wg = s.peak_bytes[int(Tier::gpu)], wc = s.peak_bytes[int(Tier::cpu)];
                   EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, wg, 0.03 * wg) << what;

@@ -5,8 +5,10 @@
 // alive at once are those of the micro-batches in flight.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <set>
 
+#include "model/memory.hpp"
 #include "model/schedule.hpp"
 
 namespace memwall {
@@ -168,6 +170,85 @@ TEST(Pipeline, BadStagesAreRefusedWithTheFlag) {
   r = build_schedule(m, *preset("zero3"), c, p);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("--dp/--mp/--pp: 8 x 1 x 4 GPUs asked"), std::string::npos) << r.error();
+}
+
+// Checkpoints partitioned across the tensor-slicing ranks (act_ckpt partitioned: DeepSpeed's
+// partition_activations): each rank saves and loads 1/mp of a checkpoint and all-gathers the rest
+// over the mp group before the segment's recompute, into a whole one.
+TEST(Pipeline, PartitionedCheckpointsAreSlicedAndGatheredOverTheMpGroup) {
+  const HardwareProfile p = dgx2_nodes();
+  Placement sliced = *preset("three_d");
+  sliced.act_ckpt = {Tier::cpu, true};
+  Placement whole = sliced;
+  whole.act_ckpt.partitioned = false;
+  const TrainingConfig c = stage_config(2, 3, 4);
+  const Schedule a = *build_schedule(stage_model(), sliced, c, p, 0, MemorySizes{}, 0);
+  const Schedule b = *build_schedule(stage_model(), whole, c, p, 0, MemorySizes{}, 0);
+  double saved_a = 0, saved_b = 0, gathered = 0, loads = 0, gathers = 0;
+  for (const Step& x : a.steps) {
+    if (x.kind == StepKind::save_ckpt) saved_a += x.bytes;
+    if (x.kind == StepKind::load_ckpt) ++loads;
+    if (x.kind == StepKind::fetch && x.hop == "mp" && x.state == State::act_ckpt) {
+      ++gathers;
+      gathered += x.bytes;
+      EXPECT_EQ(x.link, LinkClass::gpu_gpu);
+      EXPECT_EQ(a.steps[size_t(x.deps.at(0))].kind, StepKind::load_ckpt);
+    }
+  }
+  for (const Step& x : b.steps) {
+    if (x.kind == StepKind::save_ckpt) saved_b += x.bytes;
+    EXPECT_FALSE(x.kind == StepKind::fetch && x.hop == "mp");
+  }
+  EXPECT_GT(loads, 0);
+  EXPECT_EQ(gathers, loads);
+  EXPECT_DOUBLE_EQ(saved_a * 4, saved_b);      // 1/mp offloaded
+  EXPECT_DOUBLE_EQ(gathered, saved_b - saved_a);  // the other 3/4 over the mp group
+  EXPECT_LT(a.peak_bytes[int(Tier::cpu)], b.peak_bytes[int(Tier::cpu)]);
+  // with mp 1 there is nothing to split
+  Result<Schedule> one = build_schedule(stage_model(), sliced, stage_config(2, 3, 1), p);
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.error().find("act_ckpt: partitioned checkpoints"), std::string::npos) << one.error();
+}
+
+// Seed 004, DeepSpeed's 3D parallelism blog. (1) "In our trillion-parameter example with a
+// micro-batch size of 1, our model would consume 30 GB of memory for model states and 2.5 GB for
+// partitioned activations after activation checkpointing" (mp 8 x pp 64 x dp 8 on 4096 A100s; the
+// blog's trillion-parameter model: 298 layers, hidden 17408, sequence 2048): the first stage's
+// checkpoints of its 64 micro-batches in flight. (2) DeepSpeed trained that model on 800 V100s of
+// 32 GB with mp 16 and pp 50: it fits with the checkpoints partitioned, not without.
+TEST(Pipeline, DeepSpeedBlogsTrillionParameterThreeD) {
+  const ModelSpec m = *model_from_shape(298, 17408, 128, 2048);
+  Placement sliced = *preset("three_d");
+  sliced.act_ckpt.partitioned = true;
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 1;
+  c.mp = 8;
+  c.pp = 64;
+  c.dp = 8;
+  c.grad_accum = 8 * 64;  // "a gradient accumulation step of 8x the pipeline parallelism degree"
+  const HardwareProfile a100 = *scale_to_nodes(*load_profile("dgx-a100"), 512);
+  const MemoryModel mm = memory_model(m, sliced, c, a100);
+  double ckpt = 0;
+  for (const MemoryPart& part : mm.of(Tier::gpu).parts)
+    if (part.what.starts_with("activation checkpoints on the GPU")) ckpt = part.bytes;
+  std::printf("first stage's partitioned checkpoints: %.2f GB (the blog: 2.5 GB)\n", ckpt / 1e9);
+  EXPECT_NEAR(ckpt / 2.5e9, 1.0, 0.15);
+
+  const HardwareProfile v100 = *scale_to_nodes(*load_profile("dgx2"), 50);
+  c.mp = 16;
+  c.pp = 50;
+  c.dp = 1;
+  c.grad_accum = 2048;  // batch size 2048
+  for (int stage : {0, 49}) {
+    const MemoryModel with = memory_model(m, sliced, c, v100, 0, MemorySizes{}, stage);
+    const MemoryModel without = memory_model(m, *preset("three_d"), c, v100, 0, MemorySizes{}, stage);
+    std::printf("stage %d: %.1f GiB partitioned, %.1f GiB whole, of %.1f GiB\n", stage,
+                with.of(Tier::gpu).peak_bytes / (1 << 30), without.of(Tier::gpu).peak_bytes / (1 << 30),
+                with.of(Tier::gpu).capacity_bytes / (1 << 30));
+    EXPECT_LE(with.of(Tier::gpu).peak_bytes, with.of(Tier::gpu).capacity_bytes) << stage;
+    if (stage == 0) EXPECT_GT(without.of(Tier::gpu).peak_bytes, without.of(Tier::gpu).capacity_bytes);
+  }
 }
 
 TEST(Pipeline, BubbleIsPMinusOneOverMPlusPMinusOne) {

@@ -90,6 +90,7 @@ struct StageCase {
   std::string name;
   int mp, dp, pp;
   Tier optim, ckpt;
+  bool ckpt_partitioned = false;  // across the mp ranks, all-gathered over NVLink for the recompute
 };
 
 void PrintTo(const StageCase& c, std::ostream* os) { *os << c.name; }
@@ -102,7 +103,7 @@ TEST_P(StageGroundTruth, OneGpuPerStageMatchesEveryGpuReplayed) {
   const ModelSpec m = ground_truth_model();
   Placement pl = *preset("data_parallel");
   pl.optim32 = {k.optim, k.optim != Tier::gpu};
-  pl.act_ckpt.tier = k.ckpt;
+  pl.act_ckpt = {k.ckpt, k.ckpt_partitioned};
   TrainingConfig c;
   c.seq = m.seq;
   c.bsz = 2;
@@ -130,6 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
                       StageCase{"pp2_mp1_dp4_optim_cpu", 1, 4, 2, Tier::cpu, Tier::gpu},
                       StageCase{"pp4_mp1_dp2", 1, 2, 4, Tier::gpu, Tier::gpu},
                       StageCase{"pp4_mp2_dp1_ckpt_cpu", 2, 1, 4, Tier::gpu, Tier::cpu},
+                      StageCase{"pp2_mp2_dp2_ckpt_cpu_partitioned", 2, 2, 2, Tier::gpu, Tier::cpu, true},
                       StageCase{"pp4_mp1_dp2_optim_cpu_ckpt_cpu", 1, 2, 4, Tier::cpu, Tier::cpu}),
     [](const ::testing::TestParamInfo<StageCase>& i) { return i.param.name; });
 
