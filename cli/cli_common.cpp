@@ -196,15 +196,18 @@ void StrategyFlags::add(CLI::App& app) {
 
 Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }
 
-TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl, const HardwareProfile& p) const {
+TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& pl, const HardwareProfile& p,
+                                       bool one_stage) const {
   TrainingConfig c = config;
   c.optimizer_overlap = take(parse_optimizer_overlap(overlap));
   c.seq = model.seq;
   if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
-  c = take(validate(c, model.layers));
+  c = take(validate_ranges(c, model.layers));
   check_ckpt_partition(pl, c.mp);
   c = take(fit_to_profile(c, p));
-  return take(check_schedule_size(model, pl, c, p));
+  ModelSpec built = model;  // the blocks whose steps are built
+  if (one_stage && c.pp > 1) built.layers = (model.layers + c.pp - 1) / c.pp;
+  return take(check_schedule_size(built, pl, c, p));
 }
 
 void StrategyFlags::check_ckpt_partition(const Placement& pl, int mp) const {

@@ -82,8 +82,11 @@ struct StrategyFlags {
   TrainingConfig config;
   void add(CLI::App& app);
   Placement placement() const;  // preset or YAML plus --place overrides
-  // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits).
-  TrainingConfig training(const ModelSpec& model, const Placement& placement, const HardwareProfile& profile) const;
+  // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits),
+  // and the schedule's size against this machine's memory: of every pipeline stage, or of the
+  // largest one when only one is built (`one_stage`).
+  TrainingConfig training(const ModelSpec& model, const Placement& placement, const HardwareProfile& profile,
+                          bool one_stage = false) const;
   // Checkpoints partitioned across the tensor-slicing ranks need mp > 1: a UsageError naming the
   // placement file or --place otherwise.
   void check_ckpt_partition(const Placement& placement, int mp) const;

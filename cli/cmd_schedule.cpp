@@ -95,7 +95,7 @@ Command add_schedule(CLI::App& app) {
             if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
             ModelSpec m = f->model.load();
             Placement pl = f->run.placement();
-            TrainingConfig c = f->run.training(m, pl, p);
+            TrainingConfig c = f->run.training(m, pl, p, /*one_stage=*/true);
             Schedule s = take(build_schedule(m, pl, c, p, f->rank, MemorySizes{}, f->stage));
             std::vector<std::string> bad = check_invariants(s);
             if (!bad.empty()) throw std::logic_error("schedule breaks an invariant: " + bad.front());  // a bug: exit 1

@@ -969,8 +969,13 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
                                 const HardwareProfile& profile, int rank, const MemorySizes& sizes, int stage) {
   Result<Placement> ok = validate(placement);
   if (!ok) return make_error(ok.error());
-  Result<TrainingConfig> cfg = validate(config, model.layers);
+  Result<TrainingConfig> cfg = validate_ranges(config, model.layers);
   if (!cfg) return make_error(cfg.error());
+  if (stage >= 0 && stage < std::max(1, config.pp)) {  // the size of what is built: this stage's blocks
+    const StageBlocks sb = stage_blocks(model.layers, std::max(1, config.pp), stage);
+    cfg = schedule_size_check(config, std::max(1, sb.last - sb.first), machine_memory_bytes());
+    if (!cfg) return make_error(cfg.error());
+  }
   if (config.mp > profile.gpus_per_node)
     return make_error("--mp: tensor slicing stays inside a node of " + std::to_string(profile.gpus_per_node) +
                       " GPUs, got " + std::to_string(config.mp));

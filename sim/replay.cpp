@@ -591,7 +591,11 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
 
   // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ,
-  // and so do pipeline stages (one schedule per stage, the same for its dp ranks).
+  // and so do pipeline stages (one schedule per stage, the same for its dp ranks): all of them are
+  // held at once, as large as the whole model's.
+  if (pp > 1)
+    if (Result<TrainingConfig> ok = schedule_size_check(c, model.layers, machine_memory_bytes()); !ok)
+      return make_error(ok.error());
   std::vector<Schedule> schedules;
   for (int r = 0; r < (broadcast ? dp : pp); ++r) {
     Result<Schedule> s = build_schedule(model, placement, c, profile, broadcast ? r : 0,
