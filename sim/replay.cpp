@@ -629,10 +629,15 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   const bool stages_tile = per_stage % busy == 0 || busy % per_stage == 0;
   const bool symmetric = !options.full && !broadcast && (pp == 1 || stages_tile);
   const int stages_per_node = per_stage >= busy ? 1 : busy / per_stage;
-  if (!symmetric && rep.gpus > kMaxFullReplayGpus)
-    return make_error("simulate: " + std::string(broadcast ? "the broadcast variant" : "--full") +
-                      " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) + "; got " +
-                      std::to_string(rep.gpus));
+  if (!symmetric && rep.gpus > kMaxFullReplayGpus) {
+    const std::string why = options.full ? "--full"
+                            : broadcast  ? "the broadcast variant"
+                                         : "--pp " + std::to_string(pp) + " with stages of " + std::to_string(per_stage) +
+                                             " GPUs (dp x mp) that do not tile nodes of " + std::to_string(busy) +
+                                             " (each stage whole nodes, or whole stages to a node)";
+    return make_error("simulate: " + why + " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) +
+                      "; got " + std::to_string(rep.gpus));
+  }
 
   std::unordered_map<std::string, OpCost> costs;
   const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq, c.what_if.attention_density);

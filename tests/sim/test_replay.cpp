@@ -149,6 +149,32 @@ TEST(Replay, PipelineStagesIdleForOneFOneBsBubble) {
     EXPECT_NEAR(t[pp] / t[1], double(micro + pp - 1) / (double(pp) * micro), 0.03) << "pp " << pp;
 }
 
+// Stages that straddle nodes (6 or 24 GPUs on nodes of 16): one GPU cannot stand for its stage,
+// so every GPU is replayed; beyond what the full replay takes (384 GPUs) the message says why.
+TEST(Replay, StagesThatDoNotTileTheNodesAreReplayedInFullOrRefused) {
+  const ModelSpec m = *model_from_shape(16, 256, 4, 64, 512);
+  TrainingConfig six;
+  six.seq = m.seq;
+  six.mp = 2;
+  six.dp = 3;
+  six.pp = 4;
+  six.grad_accum = 4;
+  Result<SimReport> all = simulate_isolated(m, *preset("three_d"), six, *scale_to_nodes(*load_profile("dgx2"), 2), SimOptions{});
+  ASSERT_TRUE(all.ok()) << all.error();
+  EXPECT_TRUE(all->full);
+  EXPECT_EQ(all->ranks_simulated, 24);
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.mp = 2;
+  c.pp = 16;
+  c.dp = 12;
+  c.grad_accum = 16;
+  Result<SimReport> r = simulate(m, *preset("three_d"), c, *scale_to_nodes(*load_profile("dgx2"), 24), SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("--pp 16 with stages of 24 GPUs (dp x mp) that do not tile nodes of 16"), std::string::npos)
+      << r.error();
+}
+
 TEST(Replay, ScheduleThatDoesNotFitIsNotSimulated) {
   Result<SimReport> r = simulate(*load_model("table1-1T"), *preset("zero3"), TrainingConfig{}, *load_profile("dgx2"),
                                  SimOptions{});
