@@ -153,23 +153,21 @@ TEST(Replay, PipelineStagesIdleForOneFOneBsBubble) {
 // so every GPU is replayed; beyond what the full replay takes (384 GPUs) the message says why.
 TEST(Replay, StagesThatDoNotTileTheNodesAreReplayedInFullOrRefused) {
   const ModelSpec m = *model_from_shape(16, 256, 4, 64, 512);
-  TrainingConfig six;
-  six.seq = m.seq;
-  six.mp = 2;
-  six.dp = 3;
-  six.pp = 4;
-  six.grad_accum = 4;
-  Result<SimReport> all = simulate_isolated(m, *preset("three_d"), six, *scale_to_nodes(*load_profile("dgx2"), 2), SimOptions{});
+  auto stages = [&](int dp, int pp) {  // mp 2, one micro-batch per stage
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.mp = 2;
+    c.dp = dp;
+    c.pp = c.grad_accum = pp;
+    return c;
+  };
+  Result<SimReport> all =
+      simulate_isolated(m, *preset("three_d"), stages(3, 4), *scale_to_nodes(*load_profile("dgx2"), 2), SimOptions{});
   ASSERT_TRUE(all.ok()) << all.error();
   EXPECT_TRUE(all->full);
   EXPECT_EQ(all->ranks_simulated, 24);
-  TrainingConfig c;
-  c.seq = m.seq;
-  c.mp = 2;
-  c.pp = 16;
-  c.dp = 12;
-  c.grad_accum = 16;
-  Result<SimReport> r = simulate(m, *preset("three_d"), c, *scale_to_nodes(*load_profile("dgx2"), 24), SimOptions{});
+  Result<SimReport> r =
+      simulate(m, *preset("three_d"), stages(12, 16), *scale_to_nodes(*load_profile("dgx2"), 24), SimOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("--pp 16 with stages of 24 GPUs (dp x mp) that do not tile nodes of 16"), std::string::npos)
       << r.error();
