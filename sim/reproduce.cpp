@@ -104,7 +104,10 @@ using Rows = std::vector<ReproRow>;
 // bytes in flight), at the smallest checkpoint interval that fits, checkpoints partitioned across
 // the slices (DeepSpeed's partition_activations, which its 3D runs use); the faster mp is the row.
 // Returns the runs' last overflow when none fits.
-constexpr int kThreeDMicroBatches = 256;  // the schedules of 124 layers x 256 micro-batches: ~1.5 GB
+// Every stage's schedule is held at once: 0.5T's 124 layers x 256 micro-batches estimate 2.9 GB,
+// within the eighth of 24 GB a schedule may take (schedule_size_check; the replay of 224 took 0.9 GB).
+// A machine with less memory refuses the row with the --grad-accum message.
+constexpr int kThreeDMicroBatches = 256;
 
 Result<Run> three_d(const ModelSpec& m, int gpus, long global_batch, const HardwareProfile& p) {
   std::optional<Run> best;
