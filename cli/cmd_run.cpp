@@ -193,10 +193,14 @@ Command add_run(CLI::App& app) {
                                    format_sig(last.overlap.exposed_s[size_t(c)] * 1e3, 3) + " ms"});
             }
             nlohmann::ordered_json peak = nlohmann::ordered_json::object();
-            std::vector<std::vector<std::string>> tier_rows = {{"tier", "peak held", "schedule peak"}};
+            std::vector<std::vector<std::string>> tier_rows = {{"tier", "held", "memory plan", "schedule peak"}};
             for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
-              peak[to_string(t)] = {{"held_bytes", last.peak_bytes[int(t)]}, {"schedule_bytes", s.peak_bytes[int(t)]}};
-              tier_rows.push_back({to_string(t), format_bytes(last.peak_bytes[int(t)]), format_bytes(s.peak_bytes[int(t)])});
+              double planned = double(s.arena_bytes[int(t)]);
+              for (double b : s.persistent_bytes[int(t)]) planned += b;
+              peak[to_string(t)] = {{"held_bytes", last.held_bytes[int(t)]}, {"live_bytes", last.live_bytes[int(t)]},
+                                    {"plan_bytes", planned}, {"schedule_bytes", s.peak_bytes[int(t)]}};
+              tier_rows.push_back({to_string(t), format_bytes(last.held_bytes[int(t)]), format_bytes(planned),
+                                   format_bytes(s.peak_bytes[int(t)])});
             }
             // every rank's bytes per link class against its own schedule (a collective: all ranks)
             Result<std::vector<exec::RankTraffic>> by_rank = engine->traffic_by_rank(last);
@@ -224,7 +228,7 @@ Command add_run(CLI::App& app) {
                 out << "no transfers (every state on the device)\n";
               out << render_table(tier_rows);
               if (engine->ranks() > 1) out << "per rank (each against its own schedule):\n" << render_table(rank_rows);
-              out << "device high-water " << format_bytes(double(st.device_high_water_bytes)) << " of "
+              out << "device memory used " << format_bytes(double(st.device_extent_bytes)) << " of "
                   << format_bytes(double(st.device_capacity_bytes));
               if (st.swap_file_bytes > 0)
                 out << "; io engine read " << format_bytes(double(st.io.bytes_read)) << ", wrote "
@@ -250,6 +254,7 @@ Command add_run(CLI::App& app) {
                   {"links", links},
                   {"peak_bytes", peak},
                   {"device_high_water_bytes", st.device_high_water_bytes},
+                  {"device_extent_bytes", st.device_extent_bytes},
                   {"device_capacity_bytes", st.device_capacity_bytes},
                   {"io_bytes_read", st.io.bytes_read},
                   {"io_bytes_written", st.io.bytes_written},

@@ -30,17 +30,32 @@ nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   for (const Step& st : s.steps) {
     nlohmann::ordered_json j = {{"id", st.id}, {"kind", to_string(st.kind)}, {"phase", to_string(st.phase)},
-                                {"op", st.op}, {"hop", st.hop}, {"bytes", st.bytes}, {"flops", st.flops},
+                                {"op", st.name}, {"hop", to_string(st.hop)}, {"bytes", st.bytes}, {"flops", st.flops},
                                 {"params", st.params}, {"src", to_string(st.src)}, {"dst", to_string(st.dst)},
                                 {"link", to_string(st.link)}, {"deps", st.deps}};
     if (st.state) j["state"] = to_string(*st.state);
     if (st.tile >= 0) j["tile"] = st.tile;
     if (st.micro_batch >= 0) j["micro_batch"] = st.micro_batch;
+    if (st.accum_step >= 0) j["accum_step"] = st.accum_step;
+    if (is_collective(st))
+      j["collective"] = {{"kind", to_string(st.collective.kind)}, {"group", to_string(st.collective.group)},
+                         {"members", st.collective.members}, {"root", st.collective.root},
+                         {"bytes_per_rank", st.collective.bytes_per_rank}};
+    for (const auto& [key, ids] : {std::pair{"allocs", &st.allocs}, {"frees", &st.frees}, {"uses", &st.uses}})
+      if (!ids->empty()) j[key] = *ids;
+    if (st.src_buf >= 0) j["src_buf"] = st.src_buf;
+    if (st.dst_buf >= 0) j["dst_buf"] = st.dst_buf;
     steps.push_back(std::move(j));
   }
-  nlohmann::ordered_json peak, cap, traffic, when;
+  nlohmann::ordered_json buffers = nlohmann::ordered_json::array();
+  for (const Buffer& b : s.buffers)
+    buffers.push_back({{"name", b.name}, {"kind", to_string(b.kind)}, {"tier", to_string(b.tier)}, {"bytes", b.bytes},
+                       {"offset", b.offset}, {"arena_bytes", b.arena_bytes}, {"made_at", b.made_at},
+                       {"freed_at", b.freed_at}});
+  nlohmann::ordered_json peak, cap, traffic, when, arena;
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
     peak[to_string(t)] = s.peak_bytes[int(t)];
+    arena[to_string(t)] = s.arena_bytes[int(t)];
     cap[to_string(t)] = s.capacity_bytes[int(t)];
     when[to_string(t)] = mm.of(t).moment;
   }
@@ -51,6 +66,7 @@ nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
                               {"capacity_bytes", cap},
                               {"traffic_bytes", traffic}, {"fits", !s.overflow.has_value()}};
   if (s.overflow) j["overflow"] = s.overflow->message;
+  j["memory_plan"] = {{"arena_bytes", arena}, {"edges", s.memory_edges}, {"buffers", buffers}};
   j["steps"] = steps;
   return j;
 }
@@ -60,11 +76,14 @@ std::string summary_text(const Schedule& s, const MemoryModel& mm) {
   o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp
     << (s.pp > 1 ? ", stage " + std::to_string(s.stage) + " of pp " + std::to_string(s.pp) : std::string()) << "), " << s.steps.size() << " steps, "
     << format_sig(s.compute_flops / 1e12) << " TFLOP on the GPU\n";
-  std::vector<std::vector<std::string>> rows = {{"tier", "peak", "capacity per rank", "peaks in (memory model)"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"tier", "peak", "buffer arena (plan)", "capacity per rank", "peaks in (memory model)"}};
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
-    rows.push_back({to_string(t), format_bytes(s.peak_bytes[int(t)]), format_bytes(s.capacity_bytes[int(t)]),
-                    mm.of(t).moment.empty() ? "-" : mm.of(t).moment});
+    rows.push_back({to_string(t), format_bytes(s.peak_bytes[int(t)]), format_bytes(double(s.arena_bytes[int(t)])),
+                    format_bytes(s.capacity_bytes[int(t)]), mm.of(t).moment.empty() ? "-" : mm.of(t).moment});
   o << render_table(rows);
+  o << "memory plan: " << s.buffers.size() << " buffers placed at fixed offsets, " << s.memory_edges
+    << " dependencies added so that a buffer reusing bytes waits for their last user\n";
   rows = {{"link class", "bytes per iteration"}};
   for (int l = 1; l < kLinkClasses; ++l) rows.push_back({to_string(LinkClass(l)), format_bytes(s.traffic_bytes[l])});
   o << render_table(rows);

@@ -156,7 +156,7 @@ def block_ranks(build):
         out = run([swap if a == "SWAP" else a for a in RANKS], build, env_extra=MPI_ENV)
     links = index_of(out, r"^  link ")
     per_rank = index_of(out, r"^per rank")
-    end = index_of(out, r"^device high-water")
+    end = index_of(out, r"^device memory used")
     cmd = [("/tmp/swap" if a == "SWAP" else a) for a in RANKS]
     return [shown(cmd, 9)] + elide(out, [(links, links + 4), (per_rank, per_rank + 5), (end, None)])
 

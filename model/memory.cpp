@@ -30,16 +30,17 @@ struct Group {
 // (weights and biases) before tensor slicing; LayerNorms are replicated, the rest sliced by mp.
 struct BlockOp {
   const char* name;
+  OpRole role;
   double elems;
   bool linear;
 };
 std::array<BlockOp, 6> block_ops(double C) {
-  return {{{"ln1", 2 * C, false},
-           {"qkv", C * 3 * C + 3 * C, true},
-           {"proj", C * C + C, true},
-           {"ln2", 2 * C, false},
-           {"fc1", C * 4 * C + 4 * C, true},
-           {"fc2", 4 * C * C + C, true}}};
+  return {{{"ln1", OpRole::ln1, 2 * C, false},
+           {"qkv", OpRole::qkv, C * 3 * C + 3 * C, true},
+           {"proj", OpRole::proj, C * C + C, true},
+           {"ln2", OpRole::ln2, 2 * C, false},
+           {"fc1", OpRole::fc1, C * 4 * C + 4 * C, true},
+           {"fc2", OpRole::fc2, 4 * C * C + C, true}}};
 }
 
 std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
@@ -51,8 +52,8 @@ std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
 }  // namespace
 
 namespace {
-// Visits the units of param_units in forward order without naming them: f(op, block, tile, elems)
-// with op "embed", "ln_f" or a block's operator, block -1 outside blocks, tile -1 untiled.
+// Visits the units of param_units in forward order without naming them: f(role, block, tile, elems)
+// with role embed, ln_f or a block's operator, block -1 outside blocks, tile -1 untiled.
 template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
@@ -60,15 +61,15 @@ void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const double C = double(m.hidden), mp = std::max(1, c.mp);
   const int t = std::max(1, c.tiling_factor);
   // the token and position embeddings (the LM head's weight is the token embedding's: tied)
-  if (stage == 0 || stage == pp - 1) f("embed", -1, -1, (double(m.vocab) + double(c.seq)) * C / mp);
+  if (stage == 0 || stage == pp - 1) f(OpRole::embed, -1, -1, (double(m.vocab) + double(c.seq)) * C / mp);
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockOp& op : block_ops(C)) {
-      if (!op.linear) f(op.name, b, -1, op.elems);
-      else if (t == 1) f(op.name, b, -1, op.elems / mp);
+      if (!op.linear) f(op.role, b, -1, op.elems);
+      else if (t == 1) f(op.role, b, -1, op.elems / mp);
       else
-        for (int k = 0; k < t; ++k) f(op.name, b, k, op.elems / mp / t);
+        for (int k = 0; k < t; ++k) f(op.role, b, k, op.elems / mp / t);
     }
-  if (stage == pp - 1) f("ln_f", -1, -1, 2 * C);
+  if (stage == pp - 1) f(OpRole::ln_f, -1, -1, 2 * C);
 }
 // The broadcast variant's owner of the unit [at, at + elems) of `total` elements.
 int unit_owner(double at, double elems, double total, int dp) {
@@ -76,12 +77,16 @@ int unit_owner(double at, double elems, double total, int dp) {
 }
 }  // namespace
 
+std::string unit_name(OpRole role, int block, int tile) {
+  std::string n = op_name(role, block);
+  if (tile >= 0) n += "[tile " + std::to_string(tile) + "]";
+  return n;
+}
+
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage) {
   std::vector<ParamUnit> out;
-  visit_units(m, c, stage, [&](const char* op, int block, int tile, double elems) {
-    std::string name = block >= 0 ? "block" + std::to_string(block) + "." + op : op;
-    if (tile >= 0) name += "[tile " + std::to_string(tile) + "]";
-    out.push_back({std::move(name), elems});
+  visit_units(m, c, stage, [&](OpRole role, int block, int tile, double elems) {
+    out.push_back({unit_name(role, block, tile), role, block, tile, elems});
   });
   return out;
 }
@@ -132,8 +137,8 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
   const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
   if (sp.partitioned && dp > 1 && pl.fetch == ParamFetch::broadcast) {
     double total = 0, at = 0, mine = 0;
-    visit_units(m, c, stage, [&](const char*, int, int, double e) { total += e; });
-    visit_units(m, c, stage, [&](const char*, int, int, double e) {
+    visit_units(m, c, stage, [&](OpRole, int, int, double e) { total += e; });
+    visit_units(m, c, stage, [&](OpRole, int, int, double e) {
       if (unit_owner(at, e, total, dp) == rank) mine += e;
       at += e;
     });
@@ -169,14 +174,14 @@ void visit_chunks(const ModelSpec& m, const Placement& pl, const TrainingConfig&
   const int dp = std::max(1, c.dp);
   const bool owners = pl.fetch == ParamFetch::broadcast && dp > 1 && pl.optim32.partitioned;
   double total = 0, at = 0, start = 0, cur = 0;
-  if (owners) visit_units(m, c, stage, [&](const char*, int, int, double e) { total += e; });
+  if (owners) visit_units(m, c, stage, [&](OpRole, int, int, double e) { total += e; });
   auto close = [&]() {
     if (cur <= 0) return;
     f(start, cur);
     start += cur;
     cur = 0;
   };
-  visit_units(m, c, stage, [&](const char*, int, int, double whole) {
+  visit_units(m, c, stage, [&](OpRole, int, int, double whole) {
     // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
     const double e = owners ? (unit_owner(at, whole, total, dp) == rank ? whole : 0)
                             : whole * (pl.optim32.partitioned ? 1.0 / dp : 1.0);

@@ -24,6 +24,7 @@
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
+#include "model/operator_graph.hpp"
 #include "model/placement.hpp"
 #include "model/training_config.hpp"
 
@@ -42,6 +43,12 @@ struct MemorySizes {
   double act_bytes = 2;         // per activation element: a checkpoint is act_bytes·bsz·seq·hd (Eq. 3)
   double workspace_bytes = -1;  // < 0: Eq. 5's working memory; >= 0: one activation workspace of this
                                 // many bytes held for the whole iteration (an executor's, preallocated)
+  // How an executor lays buffers out in its arenas (the memory plan's offsets and sizes): every
+  // buffer in CPU memory starts on and fills whole `host_align_bytes` (O_DIRECT's 4096), every GPU
+  // buffer `device_align_bytes`; the parts of an optimizer chunk buffer that go to NVMe on their
+  // own each start on a host boundary. 1: bytes as counted.
+  double host_align_bytes = 1;
+  double device_align_bytes = 1;
 };
 
 // One unit of parameters a rank holds: an operator's parameter group, or one tile of it, named as
@@ -50,9 +57,14 @@ struct MemorySizes {
 // and a copy of the tied embedding on the last. In forward order: the schedule's partition order.
 struct ParamUnit {
   std::string name;
+  OpRole role = OpRole::embed;  // the operator owning the parameters (embed for the tied LM head's)
+  int block = -1;
+  int tile = -1;                // -1 untiled
   double elems = 0;
 };
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage = 0);
+// "block3.fc1[tile 2]": how traces and messages name a unit (the one place "[tile N]" is written).
+std::string unit_name(OpRole role, int block, int tile);
 // ZeRO-Offload's broadcast variant: each rank owns one contiguous range of whole units of about
 // 1/dp of the elements (a unit goes to the rank its middle falls in). Owner rank per unit.
 std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp);

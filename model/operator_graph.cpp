@@ -21,6 +21,30 @@ const char* to_string(OpKind k) {
   return "?";
 }
 
+const char* to_string(OpRole r) {
+  switch (r) {
+    case OpRole::embed: return "embed";
+    case OpRole::ln1: return "ln1";
+    case OpRole::qkv: return "qkv";
+    case OpRole::attn_scores: return "attn_scores";
+    case OpRole::attn_context: return "attn_context";
+    case OpRole::proj: return "proj";
+    case OpRole::residual1: return "residual1";
+    case OpRole::ln2: return "ln2";
+    case OpRole::fc1: return "fc1";
+    case OpRole::gelu: return "gelu";
+    case OpRole::fc2: return "fc2";
+    case OpRole::residual2: return "residual2";
+    case OpRole::ln_f: return "ln_f";
+    case OpRole::lm_head: return "lm_head";
+  }
+  return "?";
+}
+
+std::string op_name(OpRole role, int block) {
+  return block >= 0 ? "block" + std::to_string(block) + "." + to_string(role) : to_string(role);
+}
+
 namespace {
 
 constexpr double kAct = kGraphActBytes;  // bytes per fp16 activation element
@@ -37,8 +61,8 @@ class Builder {
     return v;
   }
 
-  Operator linear(const std::string& name, int block, long in, long out) {
-    Operator op{name, OpKind::linear, block, in, out};
+  Operator linear(OpRole role, int block, long in, long out) {
+    Operator op{op_name(role, block), OpKind::linear, block, role, in, out};
     op.weight_elems = double(in) * double(out);
     op.param_elems = op.weight_elems + double(out);
     op.fwd_flops = 2.0 * tokens_ * double(in) * double(out);
@@ -50,9 +74,9 @@ class Builder {
 
   // Elementwise operators: FLOPs are small approximate counts per element (LayerNorm ~8, GeLU ~8,
   // add 1); they matter only to show what Eq. 7 leaves out.
-  Operator elementwise(const std::string& name, OpKind kind, int block, double elems, double flops_per_elem,
+  Operator elementwise(OpRole role, OpKind kind, int block, double elems, double flops_per_elem,
                        double param_elems, int inputs) {
-    Operator op{name, kind, block};
+    Operator op{op_name(role, block), kind, block, role};
     op.param_elems = param_elems;
     op.fwd_flops = flops_per_elem * elems;
     op.bwd_flops = 2.0 * op.fwd_flops;
@@ -64,38 +88,37 @@ class Builder {
   OperatorGraph build() {
     const long C = m_.hidden;
     const double TC = tokens_ * double(C);
-    Operator embed{"embed", OpKind::embedding, -1};
+    Operator embed{"embed", OpKind::embedding, -1, OpRole::embed};
     embed.param_elems = double(m_.vocab) * C + double(seq_) * C;  // token (V, C) + position (T, C)
     embed.act_write_bytes = kAct * TC;
     size_t x = add(embed, {});
     for (int b = 0; b < m_.layers; ++b) {
-      const std::string p = "block" + std::to_string(b) + ".";
-      size_t ln1 = add(elementwise(p + "ln1", OpKind::layernorm, b, TC, 8, 2.0 * C, 1), {x});
-      size_t qkv = add(linear(p + "qkv", b, C, 3 * C), {ln1});
+      size_t ln1 = add(elementwise(OpRole::ln1, OpKind::layernorm, b, TC, 8, 2.0 * C, 1), {x});
+      size_t qkv = add(linear(OpRole::qkv, b, C, 3 * C), {ln1});
       // (B, NH, T, T) = (B, NH, T, C/NH) x (B, NH, C/NH, T): 2·B·T²·C FLOPs, and the same for context;
       // block-sparse attention computes and stores only `density_` of the (T, T) blocks.
-      Operator scores{p + "attn_scores", OpKind::attention_scores, b};
+      Operator scores{op_name(OpRole::attn_scores, b), OpKind::attention_scores, b, OpRole::attn_scores};
       scores.fwd_flops = 2.0 * bsz_ * double(seq_) * double(seq_) * C * density_;
       scores.bwd_flops = 2.0 * scores.fwd_flops;
       scores.act_read_bytes = kAct * 2 * TC;
       scores.act_write_bytes = kAct * bsz_ * m_.heads * double(seq_) * double(seq_) * density_;
       size_t sc = add(scores, {qkv});
-      Operator context{p + "attn_context", OpKind::attention_context, b};
+      Operator context{op_name(OpRole::attn_context, b), OpKind::attention_context, b, OpRole::attn_context};
       context.fwd_flops = scores.fwd_flops;
       context.bwd_flops = scores.bwd_flops;
       context.act_read_bytes = scores.act_write_bytes + kAct * TC;
       context.act_write_bytes = kAct * TC;
       size_t ctx = add(context, {sc, qkv});
-      size_t proj = add(linear(p + "proj", b, C, C), {ctx});
-      size_t res1 = add(elementwise(p + "residual1", OpKind::residual_add, b, TC, 1, 0, 2), {x, proj});
-      size_t ln2 = add(elementwise(p + "ln2", OpKind::layernorm, b, TC, 8, 2.0 * C, 1), {res1});
-      size_t fc1 = add(linear(p + "fc1", b, C, 4 * C), {ln2});
-      size_t gelu = add(elementwise(p + "gelu", OpKind::gelu, b, 4 * TC, 8, 0, 1), {fc1});
-      size_t fc2 = add(linear(p + "fc2", b, 4 * C, C), {gelu});
-      x = add(elementwise(p + "residual2", OpKind::residual_add, b, TC, 1, 0, 2), {res1, fc2});
+      size_t proj = add(linear(OpRole::proj, b, C, C), {ctx});
+      size_t res1 = add(elementwise(OpRole::residual1, OpKind::residual_add, b, TC, 1, 0, 2), {x, proj});
+      size_t ln2 = add(elementwise(OpRole::ln2, OpKind::layernorm, b, TC, 8, 2.0 * C, 1), {res1});
+      size_t fc1 = add(linear(OpRole::fc1, b, C, 4 * C), {ln2});
+      size_t gelu = add(elementwise(OpRole::gelu, OpKind::gelu, b, 4 * TC, 8, 0, 1), {fc1});
+      size_t fc2 = add(linear(OpRole::fc2, b, 4 * C, C), {gelu});
+      x = add(elementwise(OpRole::residual2, OpKind::residual_add, b, TC, 1, 0, 2), {res1, fc2});
     }
-    size_t lnf = add(elementwise("ln_f", OpKind::layernorm, -1, TC, 8, 2.0 * C, 1), {x});
-    Operator head{"lm_head", OpKind::lm_head, -1, C, m_.vocab};
+    size_t lnf = add(elementwise(OpRole::ln_f, OpKind::layernorm, -1, TC, 8, 2.0 * C, 1), {x});
+    Operator head{"lm_head", OpKind::lm_head, -1, OpRole::lm_head, C, m_.vocab};
     head.param_owner = "embed";  // tied to the token embedding: an external parameter
     head.fwd_flops = 2.0 * tokens_ * double(C) * double(m_.vocab);
     head.bwd_flops = 2.0 * head.fwd_flops;

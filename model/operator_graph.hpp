@@ -16,12 +16,18 @@ namespace memwall {
 
 enum class OpKind { embedding, layernorm, linear, attention_scores, attention_context, gelu, residual_add, lm_head };
 const char* to_string(OpKind k);
+// Which operator of the GPT it is: an executor picks its kernel by role and block, never by name.
+enum class OpRole { embed, ln1, qkv, attn_scores, attn_context, proj, residual1, ln2, fc1, gelu, fc2, residual2, ln_f,
+                    lm_head };
+const char* to_string(OpRole r);  // "ln1", "fc2", "lm_head", ...
+std::string op_name(OpRole role, int block);  // "block3.fc1"; "embed", "ln_f", "lm_head" outside blocks
 
 // Shapes use the llm.c key: B micro-batch, T sequence, C hidden, NH heads, V vocabulary.
 struct Operator {
   std::string name;        // "block3.fc1", "embed", "lm_head"
   OpKind kind = OpKind::linear;
   int block = -1;          // transformer block, -1 outside blocks
+  OpRole role = OpRole::embed;
   long in_features = 0;    // linear layers only: (C -> 3C) for qkv, ...
   long out_features = 0;
   double param_elems = 0;  // parameters this operator owns (weights + biases)

@@ -11,30 +11,6 @@
 
 namespace memwall {
 
-std::string step_label(const Step& s) {
-  std::string n = to_string(s.kind);
-  if (!s.hop.empty()) n += "." + s.hop;
-  return n + " " + s.op;
-}
-
-std::string step_resource(const Step& s) {
-  switch (s.kind) {
-    case StepKind::compute: return "gpu_compute";
-    case StepKind::optimizer: return s.src == Tier::cpu ? "cpu" : "gpu_compute";
-    case StepKind::release: return "";
-    default: break;
-  }
-  if (s.bytes <= 0) return "";
-  switch (s.link) {
-    case LinkClass::none: return "";
-    case LinkClass::nvme_cpu: return "nvme";
-    case LinkClass::cpu_gpu: return "pcie";
-    case LinkClass::gpu_gpu: return "nvlink";
-    case LinkClass::network: return "network";
-  }
-  return "";
-}
-
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   std::map<std::string, int> tid;

@@ -14,12 +14,6 @@
 
 namespace memwall {
 
-// "fetch.nc block3.fc1", "compute block3.fc1", "optimizer adam[chunk 2]": what a trace calls a step.
-std::string step_label(const Step& s);
-// The resource a step occupies: "gpu_compute", "pcie", "nvme", "cpu" (CPU Adam), "nvlink",
-// "network", or "" for bookkeeping that occupies nothing (release, a checkpoint kept on the GPU).
-std::string step_resource(const Step& s);
-
 struct TraceEvent {
   std::string name, track;  // step_label; a resource, per GPU where it is one ("gpu0 pcie")
   double start_s = 0, end_s = 0;

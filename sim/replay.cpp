@@ -107,14 +107,6 @@ struct QuietEngineArgs {
   char* argv[3] = {name, quiet, nullptr};
 };
 
-// Per operator: the FLOPs and activation bytes of the operator graph, for the roofline cost.
-struct OpCost {
-  double fwd_flops = 0, bwd_flops = 0;
-  double act_bytes = 0;  // read + written in forward at the schedule's bytes per element; backward
-                         // moves twice that (as its FLOPs)
-  OpKind kind = OpKind::linear;
-};
-
 // Where the replayed GPUs sit and what their collectives span.
 struct Layout {
   int dp = 1, mp = 1, pp = 1, gpus_per_node = 1;
@@ -231,17 +223,20 @@ void lay_out_one_member(Dag& dag, const Platform& pf, const CollectiveOp& op, co
 
 class Replayer {
  public:
-  Replayer(const HardwareProfile& p, const Platform& pf, const SimOptions& o, const Layout& lay,
-           const std::unordered_map<std::string, OpCost>& costs, bool symmetric)
-      : p_(p), pf_(pf), o_(o), lay_(lay), costs_(costs), sym_(symmetric), peak_(pf.gpu[0]->get_speed()) {}
+  Replayer(const HardwareProfile& p, const Platform& pf, const SimOptions& o, const Layout& lay, bool symmetric)
+      : p_(p), pf_(pf), o_(o), lay_(lay), sym_(symmetric), peak_(pf.gpu[0]->get_speed()) {}
 
+  // The one loop: every step of `s` through the handler of its kind, linked by its dependencies.
   void add_gpu(const Schedule& s, const Gpu& g) {
     position_[g.index] = int(gpus_.size());
     gpus_.push_back(g);
+    sched_ = &s;
     std::vector<StepActs> acts(s.steps.size());
     for (const Step& st : s.steps) {
       StepActs& a = acts[size_t(st.id)];
-      make(st, g, a);
+      a.resource = step_resource(st);
+      a.per_gpu = std::string_view(a.resource) != "nvme" && std::string_view(a.resource) != "cpu";
+      (this->*kHandlers[size_t(st.kind)])(st, g, a);
       std::vector<int> waits;
       ++stamp_;
       auto wait_for = [&](int x) {
@@ -309,7 +304,7 @@ class Replayer {
       const double s = dag_.start_s(r.head), f = dag_.end_s(r.tail);
       const char* ph = r.step->phase == Phase::recompute ? "bwd" : to_string(r.step->phase);
       rep.phase_end_s[ph] = std::max(rep.phase_end_s[ph], f);
-      if (o_.trace && r.resource) {
+      if (o_.trace && *r.resource) {
         const Gpu& g = gpus_[size_t(r.gpu)];
         TraceEvent e{step_label(*r.step), r.per_gpu ? g.name + " " + r.resource : node_track(g, r.resource), s, f,
                      r.step->id};
@@ -381,9 +376,8 @@ class Replayer {
   // peak and its activation bytes through HBM (LayerNorm, GeLU, residual adds and the embedding
   // are bound by the bytes).
   double compute_amount(const Step& st) const {
-    auto it = costs_.find(st.op);
-    if (it == costs_.end()) return st.flops;
-    const OpCost& c = it->second;
+    if (st.op < 0) return st.flops;
+    const ScheduleOp& c = sched_->ops[size_t(st.op)];
     const bool bwd = st.phase == Phase::backward;
     const double flops = bwd ? c.bwd_flops : c.fwd_flops;
     // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
@@ -399,74 +393,57 @@ class Replayer {
     return pf_.nodes > 1 ? "node" + std::to_string(g.node) + " " + what : what;
   }
 
-  void make(const Step& st, const Gpu& g, StepActs& a) {
-    switch (st.kind) {
-      case StepKind::compute:
-        a.resource = "gpu_compute";
-        own(a, exec(g.host, compute_amount(st)));
-        return;
-      case StepKind::optimizer:
-        if (st.src == Tier::cpu) {  // CPU Adam: 30 B per parameter through DRAM, at the cores' rate at most
-          a.resource = "cpu";
-          a.per_gpu = false;
-          own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], st.params * kAdamBytesPerParam));
-        } else {                    // Adam on the GPU: the same bytes through HBM
-          a.resource = "gpu_compute";
-          const double t = p_.gpu_memory_Bps > 0 ? st.params * kAdamBytesPerParam / p_.gpu_memory_Bps : 0;
-          own(a, exec(g.host, t * peak_));
-        }
-        return;
-      case StepKind::release:
-        return;
-      case StepKind::p2p:
-        p2p(st, g, a);
-        return;
-      default:
-        break;
+  // ---- handlers: one per step kind, each makes the step's activities ----
+  using Handler = void (Replayer::*)(const Step&, const Gpu&, StepActs&);
+  static const std::array<Handler, kStepKinds> kHandlers;  // indexed by StepKind
+
+  void nothing(const Step&, const Gpu&, StepActs&) {}
+
+  void compute(const Step& st, const Gpu& g, StepActs& a) { own(a, exec(g.host, compute_amount(st))); }
+
+  void optimizer(const Step& st, const Gpu& g, StepActs& a) {
+    if (st.src == Tier::cpu) {  // CPU Adam: 30 B per parameter through DRAM, at the cores' rate at most
+      own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], st.params * kAdamBytesPerParam));
+    } else {  // Adam on the GPU: the same bytes through HBM
+      const double t = p_.gpu_memory_Bps > 0 ? st.params * kAdamBytesPerParam / p_.gpu_memory_Bps : 0;
+      own(a, exec(g.host, t * peak_));
     }
-    if (st.link == LinkClass::none) return;
+  }
+
+  // Bytes over the links the step's link class crosses, or the collective it takes part in.
+  void transfer(const Step& st, const Gpu& g, StepActs& a) {
+    if (is_collective(st)) {
+      collective(st, g, a);
+      return;
+    }
+    if (st.bytes <= 0) return;
     sg4::Host* dram = pf_.dram[size_t(g.node)];
     switch (st.link) {
-      case LinkClass::none:
-        return;
       case LinkClass::nvme_cpu:
-        if (st.bytes <= 0) return;
-        a.resource = "nvme";
-        a.per_gpu = false;
         own(a, st.src == Tier::nvme ? comm(pf_.nvme[size_t(g.node)], dram, st.bytes)
                                     : comm(dram, pf_.nvme[size_t(g.node)], st.bytes));
         return;
       case LinkClass::cpu_gpu:
-        if (st.bytes <= 0) return;
-        a.resource = "pcie";
         own(a, st.src == Tier::gpu ? comm(g.host, dram, st.bytes) : comm(dram, g.host, st.bytes));
         return;
-      case LinkClass::gpu_gpu:
-      case LinkClass::network:
-        collective(st, g, a);
+      default:
         return;
     }
   }
 
-  // The collective a step takes part in; its `bytes` are what this member receives.
+  // The collective a step takes part in, as its spec says (sim/collectives.hpp's terms).
   CollectiveOp collective_of(const Step& st) const {
-    const bool mp = st.hop == "mp";
+    const CollectiveSpec& cs = st.collective;
     CollectiveOp op;
-    op.group = mp ? lay_.mp_group : lay_.dp_group;
-    const double n = op.group.members;
-    op.root = std::max(0, st.root);
-    if (st.kind == StepKind::allreduce) {
-      op.kind = Collective::all_reduce;
-      op.bytes = st.bytes * n / (2 * (n - 1));
-    } else if (st.kind == StepKind::reduce_scatter) {
-      op.kind = st.hop == "reduce" ? Collective::reduce : Collective::reduce_scatter;
-      op.bytes = st.bytes * n / (n - 1);
-    } else if (st.hop == "bcast") {
-      op.kind = Collective::broadcast;
-      op.bytes = st.bytes;  // the owner receives nothing: the instance takes the largest
-    } else {
-      op.kind = Collective::all_gather;
-      op.bytes = st.bytes * n / (n - 1);
+    op.group = cs.group == CommGroup::mp ? lay_.mp_group : lay_.dp_group;
+    op.root = std::max(0, cs.root);
+    op.bytes = cs.whole_bytes();
+    switch (cs.kind) {
+      case CollectiveKind::all_reduce: op.kind = Collective::all_reduce; break;
+      case CollectiveKind::reduce_scatter: op.kind = Collective::reduce_scatter; break;
+      case CollectiveKind::reduce: op.kind = Collective::reduce; break;
+      case CollectiveKind::broadcast: op.kind = Collective::broadcast; break;
+      default: op.kind = Collective::all_gather; break;
     }
     return op;
   }
@@ -474,22 +451,22 @@ class Replayer {
   void collective(const Step& st, const Gpu& g, StepActs& a) {
     const CollectiveOp op = collective_of(st);
     if (op.group.members <= 1) return;
-    a.resource = op.group.nodes() > 1 ? "network" : "nvlink";
-    const PathRates& r = st.hop == "mp" ? lay_.mp_rates : lay_.dp_rates;
+    const PathRates& r = st.collective.group == CommGroup::mp ? lay_.mp_rates : lay_.dp_rates;
     if (!sym_) {
       Instance& in = instance(st, g, op);
       a.heads = {in.start};
       a.tail = in.done;
       return;
     }
-    if (op.bytes > 0) lay_out_one_member(dag_, pf_, op, r, g.host, p_.gpu_memory_Bps, a.heads, a.tail);
+    // a member alike every other: its bytes are what it receives (the broadcast's owner: none)
+    if (st.bytes > 0) lay_out_one_member(dag_, pf_, op, r, g.host, p_.gpu_memory_Bps, a.heads, a.tail);
   }
 
   // A pipeline stage's send or receive: the k-th message from one GPU to its peer in the stage
   // st.root (same dp rank and slice) meets the peer's k-th receive from it.
   void p2p(const Step& st, const Gpu& g, StepActs& a) {
-    const int peer = (st.root * lay_.dp + g.d) * lay_.mp + g.m;
-    const bool send = st.hop == "send";
+    const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
+    const bool send = st.collective.kind == CollectiveKind::send;
     const int from = send ? g.index : peer, to = send ? peer : g.index;
     const int k = p2p_seq_[{from, to, send}]++;
     auto [it, fresh] = p2p_index_.try_emplace({from, to, k}, instances_.size());
@@ -497,7 +474,7 @@ class Replayer {
       Instance in;
       in.p2p = true;
       in.op.bytes = st.bytes;
-      in.hop = "p2p " + st.op;
+      in.hop = step_label(st);
       in.gpus = {from, to};
       in.start = dag_.add(delay(0));
       in.done = dag_.add(delay(0));
@@ -505,13 +482,12 @@ class Replayer {
     }
     Instance& in = instances_[it->second];
     in.arrived++;
-    a.resource = st.link == LinkClass::network ? "network" : "nvlink";
     a.heads = {in.start};
     a.tail = in.done;
   }
 
   Instance& instance(const Step& st, const Gpu& g, const CollectiveOp& op) {
-    const bool dp = st.hop != "mp";
+    const bool dp = st.collective.group != CommGroup::mp;
     // members of g's dp group share its stage and m; members of its mp group its stage and d
     const int group = dp ? g.s * lay_.mp + g.m : g.s * lay_.dp + g.d;
     const int seq = seq_[{g.index, dp}]++;
@@ -520,7 +496,7 @@ class Replayer {
       Instance in;
       in.op = op;
       in.dp_group = dp;
-      in.hop = st.hop + " " + st.op;
+      in.hop = step_label(st);
       const int base = g.s * lay_.dp * lay_.mp;  // the first GPU of g's stage
       for (int x = 0; x < op.group.members; ++x)
         in.gpus.push_back(base + (dp ? x * lay_.mp + g.m : g.d * lay_.mp + x));
@@ -538,9 +514,9 @@ class Replayer {
   const Platform& pf_;
   const SimOptions& o_;
   const Layout& lay_;
-  const std::unordered_map<std::string, OpCost>& costs_;
   bool sym_;
   double peak_;
+  const Schedule* sched_ = nullptr;  // the schedule add_gpu is walking
   std::vector<Gpu> gpus_;  // in the order added
   std::unordered_map<int, int> position_;  // Gpu::index (of all dp x mp x pp) -> gpus_
   std::vector<Rec> steps_;
@@ -553,6 +529,20 @@ class Replayer {
   std::vector<unsigned> seen_;                   // per Dag node: the step that last waited for it
   unsigned stamp_ = 0;
   Dag dag_;
+};
+
+// One handler per step kind, in StepKind's order.
+const std::array<Replayer::Handler, kStepKinds> Replayer::kHandlers = {
+    &Replayer::transfer,   // fetch
+    &Replayer::compute,    // compute
+    &Replayer::nothing,    // release
+    &Replayer::transfer,   // reduce_scatter
+    &Replayer::transfer,   // allreduce
+    &Replayer::transfer,   // offload
+    &Replayer::transfer,   // save_ckpt
+    &Replayer::transfer,   // load_ckpt
+    &Replayer::optimizer,  // optimizer
+    &Replayer::p2p,        // p2p
 };
 
 // What one member's idle routes give when `busy_per_node` GPUs of each node run the same collective.
@@ -572,13 +562,21 @@ PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options) {
-  TrainingConfig c = config;
-  const int pp = std::max(1, c.pp);
-  Result<int> resolved = resolve_dp(c, profile);
-  if (!resolved) return make_error(resolved.error());
-  const int dp = *resolved;
-  c.dp = dp;
-  const bool broadcast = placement.fetch == ParamFetch::broadcast && dp > 1;
+  Result<std::vector<Schedule>> schedules =
+      build_schedules(model, placement, config, profile, options.sizes.value_or(MemorySizes{}));
+  if (!schedules) return make_error(schedules.error());
+  return simulate(*schedules, profile, options);
+}
+
+Result<SimReport> simulate(const std::vector<Schedule>& schedules, const HardwareProfile& profile,
+                           const SimOptions& options) {
+  if (schedules.empty()) return make_error("simulate: no schedule to replay");
+  const Schedule& s0 = schedules.front();
+  const ModelSpec& model = s0.model;
+  const Placement& placement = s0.placement;
+  const TrainingConfig& c = s0.config;
+  const int pp = s0.pp, dp = s0.dp;
+  const bool broadcast = s0.broadcast;
   if (broadcast && pp > 1)
     return make_error("--pp: pipeline stages with the broadcast fetch (ZeRO-Offload's owners) are not replayed");
 
@@ -589,25 +587,19 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   rep.gpus = dp * c.mp * pp;
   rep.pp = pp;
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
-
-  // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ,
-  // and so do pipeline stages (one schedule per stage, the same for its dp ranks): all of them are
-  // held at once, as large as the whole model's.
-  if (pp > 1)
-    if (Result<TrainingConfig> ok = schedule_size_check(c, model.layers, machine_memory_bytes()); !ok)
-      return make_error(ok.error());
-  std::vector<Schedule> schedules;
-  for (int r = 0; r < (broadcast ? dp : pp); ++r) {
-    Result<Schedule> s = build_schedule(model, placement, c, profile, broadcast ? r : 0,
-                                        options.sizes.value_or(MemorySizes{}), broadcast ? 0 : r);
-    if (!s) return make_error(s.error());
-    for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s->peak_bytes[size_t(t)]);
-    if (s->overflow) {
-      rep.overflow = s->overflow;
+  // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ
+  // (one per rank), and so do pipeline stages (one per stage, the same for its dp ranks).
+  for (const Schedule& s : schedules) {
+    for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s.peak_bytes[size_t(t)]);
+    if (s.overflow) {
+      rep.overflow = s.overflow;
       return rep;
     }
-    schedules.push_back(std::move(s).value());
   }
+  const size_t expected = size_t(broadcast ? dp : pp);
+  if (schedules.size() != expected)
+    return make_error("simulate: " + std::to_string(schedules.size()) + " schedules given, the replay needs " +
+                      std::to_string(expected) + (broadcast ? " (one per rank of the broadcast variant)" : " (one per pipeline stage)"));
 
   Layout lay;
   lay.dp = dp;
@@ -639,14 +631,6 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
                       "; got " + std::to_string(rep.gpus));
   }
 
-  std::unordered_map<std::string, OpCost> costs;
-  const OperatorGraph graph = build_gpt_graph(model, c.bsz, c.seq, c.what_if.attention_density);
-  for (size_t v : graph.order) {
-    const Operator& op = graph.op(v);
-    costs[op.name] = {op.fwd_flops, op.bwd_flops,
-                      (op.act_read_bytes + op.act_write_bytes) * schedules[0].sizes.act_bytes / kGraphActBytes, op.kind};
-  }
-
   QuietEngineArgs args;
   sg4::Engine engine(&args.argc, args.argv);
   configure_engine(engine);
@@ -661,7 +645,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
     shape.gpus_per_node = lay.busy_per_node;
   }
   Platform pf = build_platform(engine, profile, shape, rep.peak_flops_per_s);
-  Replayer rp(profile, pf, options, lay, costs, symmetric);
+  Replayer rp(profile, pf, options, lay, symmetric);
   const int replayed = symmetric ? pp : rep.gpus;
   for (int r = 0; r < replayed; ++r) {
     Gpu g;

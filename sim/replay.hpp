@@ -70,6 +70,12 @@ struct SimReport {
   double backward_s() const;  // from the end of forward to the end of backward
 };
 
+// Replays the schedules as built (build_schedules: one per rank of the broadcast variant, one per
+// pipeline stage, else one); their model, placement and config are the job's. options.sizes is
+// not used: the schedules carry theirs.
+Result<SimReport> simulate(const std::vector<Schedule>& schedules, const HardwareProfile& profile,
+                           const SimOptions& options);
+// Builds the schedules (with options.sizes) and replays them.
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                            const HardwareProfile& profile, const SimOptions& options);
 

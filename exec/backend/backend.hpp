@@ -72,7 +72,7 @@ struct DeviceAdam {
 // The operations table. Entries marked optional may be nullptr; the free functions below fall
 // back or report "not supported". Every pointer argument is device memory unless named host_*.
 struct BackendOps {
-  // memory on the device tier; alloc fails (never aborts) when capacity would be exceeded
+  // memory on the device tier, 256-byte aligned; alloc fails (never aborts) when capacity would be exceeded
   Result<void*> (*alloc)(void* ctx, std::size_t bytes);
   void (*free)(void* ctx, void* ptr);
   std::size_t (*used_bytes)(void* ctx);

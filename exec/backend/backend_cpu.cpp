@@ -122,8 +122,8 @@ Result<void*> cpu_alloc(void* ctx, std::size_t bytes) {
   if (c.used + bytes > c.capacity_bytes)
     return make_error("out of memory on the cpu device: " + format_bytes(double(bytes)) + " requested, " +
                       format_bytes(double(c.used)) + " of " + format_bytes(double(c.capacity_bytes)) + " in use");
-  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
+  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);  // the contract: 256-byte aligned, as cudaMalloc
   if (!p) return make_error("out of host memory allocating " + format_bytes(double(bytes)));
   c.sizes[p] = bytes;
   c.used += bytes;

@@ -96,20 +96,18 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   k.copy_h2d_async(cx, 0, gpt.targets(0), tok.data(), tok.size() * sizeof(int));
   k.synchronize(cx);
 
-  std::map<std::string, ParamGroup> groups;
-  for (const ParamGroup& g : gpt_param_groups(cfg)) groups[g.name] = g;
+  const std::vector<ParamGroup> groups = gpt_param_groups(cfg);
   const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
   std::vector<OpCall> calls;
   std::vector<std::string> names;
   std::vector<std::size_t> elems, offsets;
   for (size_t v : graph.order) {
-    Result<OpRef> op = parse_op(cfg, graph.op(v).name);
-    if (!op) return make_error("calibrate: " + op.error());
+    const Operator& gop = graph.op(v);
     OpCall c;
-    c.op = *op;
+    c.op = OpRef{gop.role, gop.block};
     std::size_t off = 0, ne = 0;
-    if (!op->group.empty()) {
-      const ParamGroup& g = groups.at(op->group);
+    if (const int gi = param_group_of(cfg, gop.role, gop.block); gi >= 0) {
+      const ParamGroup& g = groups[size_t(gi)];
       off = g.offset;
       ne = g.elems;
     }

@@ -36,10 +36,11 @@ class Collectives {
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "mpi", "nccl"
 
-  // In place: rank q's `count` elements sit at base + q * stride (elements); afterwards every rank
-  // has every rank's. stride == count is the plain all-gather of a contiguous buffer.
+  // Rank q's `count` elements go to base + q * stride (elements); afterwards every rank has every
+  // rank's. This rank's come from `send` (nullptr: they are in place already). stride == count is
+  // the plain all-gather of a contiguous buffer.
   virtual Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
-                                                           adam::DType t) = 0;
+                                                           adam::DType t, const void* send = nullptr) = 0;
   // `buf` holds size() x count elements; their sum over ranks is formed and this rank's slice
   // (elements [rank * count, (rank + 1) * count)) lands in `out` (count elements; may be that
   // slice of buf itself). `buf` is scratch afterwards.
@@ -68,12 +69,21 @@ class MpiWorld {
   int size() const { return size_; }
   // Stops every rank of the job (MPI_Abort) after printing `message` on this rank's stderr.
   [[noreturn]] void abort(const std::string& message, int code);
+  // The progress board of the ranks of this node: each publishes how many steps it has completed
+  // so far, and sees the sum of the others' (the engine's watchdog: a rank waiting in a collective
+  // for a slow peer is not stuck while the peer moves). Lock-free, any thread.
+  void publish_progress(std::uint64_t completed);
+  std::uint64_t peer_progress() const;
   ~MpiWorld();
 
  private:
   MpiWorld();
   bool active_ = false;
   int rank_ = 0, size_ = 1;
+  void* node_comm_ = nullptr;  // MPI_Comm of this node's ranks (an opaque handle here)
+  void* board_win_ = nullptr;  // MPI_Win of the board
+  std::uint64_t* board_mine_ = nullptr;
+  std::vector<std::uint64_t*> board_peers_;
 };
 
 // True when this process was started by mpirun (OpenMPI's or a PMI launcher's environment).

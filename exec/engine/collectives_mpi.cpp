@@ -3,6 +3,8 @@
 // call, file:line and MPI's own message.
 #include <mpi.h>
 
+#include <atomic>
+
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -91,7 +93,7 @@ class MpiCollectives : public Collectives {
   std::string name() const override { return "mpi"; }
 
   Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
-                                                   adam::DType t) override {
+                                                   adam::DType t, const void* send) override {
     auto op = std::make_unique<MpiOp>();
     // rank q's block is `count` elements at q * stride: one contiguous block type whose extent is
     // the stride, gathered in place
@@ -101,7 +103,10 @@ class MpiCollectives : public Collectives {
     MPI_Type_free(&block);
     MPI_CHECK(MPI_Type_commit(&strided));
     op->own_type(strided);
-    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, strided, MPI_COMM_WORLD, op->request()));
+    if (send)
+      MPI_CHECK(MPI_Iallgather(send, int(count), mpi_type(t), base, 1, strided, MPI_COMM_WORLD, op->request()));
+    else
+      MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, strided, MPI_COMM_WORLD, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
@@ -178,10 +183,52 @@ MpiWorld::MpiWorld() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   active_ = true;
+  // The progress board: one counter per rank of this node in memory they all map (an MPI-3
+  // shared-memory window); without one (an MPI that cannot) the watchdog sees this rank only.
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
+  node_comm_ = node;
+  int node_size = 1;
+  MPI_Comm_size(node, &node_size);
+  void* mine = nullptr;
+  MPI_Win win = MPI_WIN_NULL;
+  if (MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, node, &mine, &win) !=
+      MPI_SUCCESS)
+    return;
+  board_win_ = win;
+  board_mine_ = static_cast<std::uint64_t*>(mine);
+  *board_mine_ = 0;
+  for (int q = 0; q < node_size; ++q) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* at = nullptr;
+    if (MPI_Win_shared_query(win, q, &bytes, &unit, &at) == MPI_SUCCESS && at != mine)
+      board_peers_.push_back(static_cast<std::uint64_t*>(at));
+  }
+  MPI_Barrier(node);  // every counter is zero before anyone reads one
 }
 
 MpiWorld::~MpiWorld() {
-  if (active_) MPI_Finalize();
+  if (!active_) return;
+  if (board_win_) {
+    MPI_Win w = static_cast<MPI_Win>(board_win_);
+    MPI_Win_free(&w);
+  }
+  if (node_comm_) {
+    MPI_Comm c = static_cast<MPI_Comm>(node_comm_);
+    MPI_Comm_free(&c);
+  }
+  MPI_Finalize();
+}
+
+void MpiWorld::publish_progress(std::uint64_t n) {
+  if (board_mine_) std::atomic_ref<std::uint64_t>(*board_mine_).store(n, std::memory_order_relaxed);
+}
+
+std::uint64_t MpiWorld::peer_progress() const {
+  std::uint64_t sum = 0;
+  for (std::uint64_t* p : board_peers_) sum += std::atomic_ref<std::uint64_t>(*p).load(std::memory_order_relaxed);
+  return sum;
 }
 
 MpiWorld& MpiWorld::get() {

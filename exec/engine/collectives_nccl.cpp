@@ -67,17 +67,18 @@ class NcclCollectives : public Collectives {
   std::string name() const override { return "nccl"; }
 
   Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
-                                                   adam::DType t) override {
+                                                   adam::DType t, const void* send) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
     char* b = static_cast<char*>(base);
     const std::size_t eb = adam::dtype_bytes(t);
+    const void* mine = send ? send : b + std::size_t(rank()) * stride * eb;
     if (stride == count) {  // in place: sendbuff == recvbuff + rank * count
-      NCCL_CHECK(ncclAllGather(b + std::size_t(rank()) * count * eb, b, count, nccl_type(t), comm_, stream_));
+      NCCL_CHECK(ncclAllGather(mine, b, count, nccl_type(t), comm_, stream_));
     } else {  // NCCL has no strided all-gather: one broadcast per rank, grouped
       NCCL_CHECK(ncclGroupStart());
       for (int q = 0; q < size(); ++q)
-        NCCL_CHECK(ncclBroadcast(b + std::size_t(q) * stride * eb, b + std::size_t(q) * stride * eb, count,
-                                 nccl_type(t), q, comm_, stream_));
+        NCCL_CHECK(ncclBroadcast(q == rank() ? mine : b + std::size_t(q) * stride * eb, b + std::size_t(q) * stride * eb,
+                                 count, nccl_type(t), q, comm_, stream_));
       NCCL_CHECK(ncclGroupEnd());
     }
     return done_op();

@@ -1,14 +1,17 @@
-// Engine: the schedule, executed (DESIGN.md "The engine"). It builds the Schedule of model/ for a
-// GPT, a placement, a training config and a profile (with the byte sizes this executor really
-// allocates), refuses what does not fit before touching any data, places the model states on their
-// tiers (the backend's device memory under its hard capacity, pinned host memory, swap files on
-// NVMe through the liburing engine with O_DIRECT), and runs every step of every iteration through
-// a handler of its kind: a step starts when its dependencies are done, so prefetches run ahead of
-// compute as the schedule says. It counts the bytes each handler moved per link class, the memory
-// held per tier and when each step ran, so an iteration compares with the simulator's step by step.
+// Engine: the schedule, executed (DESIGN.md "The engine"). plan_rank builds this rank's Schedule of
+// model/ for a GPT, a placement, a training config and a profile (with the byte sizes this executor
+// really allocates) and refuses what does not fit before touching any data; Engine::create takes
+// that plan as built, places the model states on their tiers (the backend's device memory under
+// its hard capacity, pinned host memory, swap files on NVMe through the liburing engine with
+// O_DIRECT) and the schedule's buffers at the memory plan's offsets, and runs every step of every
+// iteration through the handler of its kind (exec/engine/handlers.hpp): a step starts when its
+// dependencies are done, so prefetches run ahead of compute as the schedule says, and no order of
+// completions can make it fail for memory. It counts the bytes each handler moved per link class,
+// the memory held per tier and when each step ran, so an iteration compares with the simulator's
+// step by step (`memwall validate` hands the simulator the very schedule the engine runs).
 //
-// Owns: the backend, the tiers (device and pinned arenas, host states, swap files), the io engine,
-// CPU Adam, the GPT's operators and their workspace. Does not own: the data (callers pass batches).
+// Owns: the backend, the tiers (exec/engine/tiers.hpp), the io engine, CPU Adam, the GPT's
+// operators. Does not own: the data (callers pass batches; exec/engine/training.hpp loops).
 // Thread-safety: one thread drives an Engine. Inside, copy streams, io_uring workers and a host
 // lane for CPU Adam run beside the dispatcher and only report completions to it.
 //
@@ -22,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,8 @@
 #include "model/training_config.hpp"
 
 namespace memwall::exec {
+
+struct EngineContext;
 
 struct EngineOptions {
   GptConfig model;                 // max_seq = the sequence length
@@ -54,7 +60,12 @@ struct EngineOptions {
   bool trace = false;              // keep every step's times for a Chrome trace
   bool serial = false;             // debug: issue one step, wait for it, then the next
   bool keep_gradients = false;     // tests: gradients as the optimizer read them (gradients())
-  double stall_timeout_s = 120;    // nothing completes for this long: stop with what is in flight
+  // The watchdog: with nothing completed on any lane or rank for this long, or for 20 times the
+  // longest expected time of what is in flight if that is longer, the run stops and says what it
+  // waited on (exec/engine/dispatcher.hpp).
+  double stall_timeout_s = 120;
+  // tests: wraps the backend the engine made (a wrapper that delays completions, around the real one)
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
   double save_pause_s = 0;         // tests: sleep between writing the shards and the manifest
 };
 
@@ -72,15 +83,22 @@ struct IterationReport {
   double iteration_s = 0;
   OverlapReport overlap;           // compute, transfer, exposed transfer, hidden fraction
   std::array<double, kLinkClasses> bytes_moved{};
-  std::array<double, kTiers> peak_bytes{};  // this iteration: device arena, host states + pinned arena, swap files
+  // This iteration, per tier: what the run held, the states plus the highest end of any buffer
+  // placed (the memory plan's arena once every buffer was used; swap files on nvme), and the states
+  // plus the most buffer bytes live at once (which depends on how the steps overlapped).
+  std::array<double, kTiers> held_bytes{}, live_bytes{};
   std::vector<StepTime> times;     // every step, when options.trace
 };
 
 struct EngineStats {
   std::size_t device_capacity_bytes = 0;   // the backend's hard limit
-  std::size_t device_high_water_bytes = 0; // most bytes live in the device arena, over the run
-  std::size_t device_extent_bytes = 0;     // highest end of any device range (fragmentation included)
+  std::size_t device_state_bytes = 0;      // the model states on the device
+  std::size_t device_high_water_bytes = 0; // states + most buffer bytes live at once, over the run
+  std::size_t device_extent_bytes = 0;     // states + the highest end of any buffer placed
   std::size_t pinned_high_water_bytes = 0; // most bytes live in the pinned arena
+  // Per tier, over the run: the memory plan's arena, the highest end of a buffer placed in it (the
+  // plan's offsets: equal to the arena once every buffer has been used), most bytes live at once.
+  std::array<std::size_t, kTiers> arena_bytes{}, arena_extent_bytes{}, arena_high_water_bytes{};
   std::size_t host_state_bytes = 0;        // model states resident in host memory
   std::size_t swap_file_bytes = 0;         // on NVMe
   io::IoCounters io;                       // the io engine's own counters (padded to 4 KiB blocks)
@@ -91,17 +109,35 @@ struct RankTraffic {
   std::array<double, kLinkClasses> schedule_bytes{};  // that rank's schedule
 };
 
+// What one rank executes: the options as the engine runs them, and its schedules as built: the
+// one object the engine runs and `memwall validate`'s simulator replays.
+struct RankPlan {
+  EngineOptions options;  // normalised: dp the job's ranks, seq the model's, capacity applied
+  int rank = 0, dp = 1;   // this process in the mpirun job
+  Schedule schedule;      // every iteration's (with dpu: after the warm-up)
+  std::optional<Schedule> warmup;  // dpu: the ordinary schedule the warm-up iterations run
+};
+
+// Builds and checks this rank's schedules with the executor's sizes and refuses, with one line
+// naming what to change, what the executor cannot run (tensor slicing, pipelines, accumulation,
+// a fractional batch, fp16 on cpu, a tiling that does not divide), a model that does not fit
+// (bytes needed and available per tier, and `memwall plan` as the hint) and a pinned budget too
+// small for the memory plan's CPU buffers. Touches nothing.
+Result<RankPlan> plan_rank(const EngineOptions& options);
+
 class Engine {
  public:
-  // Builds and checks the schedule and refuses, with one line naming what to change, a model that
-  // does not fit (bytes needed and available per tier, and `memwall plan` as the hint), a pinned
-  // budget too small for the schedule's buffers, an unwritable or too small NVMe folder, or dp > 1.
+  // Runs `plan` as built: refuses an unwritable or too small NVMe folder or a device without room
+  // for the memory plan, then makes the tiers and initialises the states.
+  static Result<std::unique_ptr<Engine>> create(RankPlan plan);
+  // plan_rank, then create.
   static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const Schedule& schedule() const;
+  const Schedule& schedule() const;  // the plan's (not the warm-up's)
+  const RankPlan& plan() const;
   const BackendCaps& backend_caps() const;
   std::size_t num_params() const;
   int rank() const;   // this process's data-parallel rank
@@ -142,9 +178,8 @@ class Engine {
   std::vector<TraceEvent> trace_events(const IterationReport& r) const;
 
  private:
-  struct Impl;
-  explicit Engine(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Engine(std::unique_ptr<EngineContext> ctx);
+  std::unique_ptr<EngineContext> ctx_;
 };
 
 // The sizes a schedule must count for this executor: 16-bit (or fp32) parameters and gradients,

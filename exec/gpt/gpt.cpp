@@ -163,36 +163,22 @@ void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out
   permute<false>(g, tiles, in, out);
 }
 
-Result<OpRef> parse_op(const GptConfig& cfg, const std::string& name) {
-  static const std::pair<const char*, OpKind> kBlockOps[] = {
-      {"ln1", OpKind::ln1},           {"qkv", OpKind::qkv},       {"attn_scores", OpKind::attn_scores},
-      {"attn_context", OpKind::attn_context}, {"proj", OpKind::proj}, {"residual1", OpKind::residual1},
-      {"ln2", OpKind::ln2},           {"fc1", OpKind::fc1},       {"gelu", OpKind::gelu},
-      {"fc2", OpKind::fc2},           {"residual2", OpKind::residual2}};
-  if (name == "embed") return OpRef{OpKind::embed, -1, "embed"};
-  if (name == "ln_f") return OpRef{OpKind::ln_f, -1, "ln_f"};
-  if (name == "lm_head") return OpRef{OpKind::lm_head, -1, "embed"};
-  const auto dot = name.find('.');
-  if (name.rfind("block", 0) == 0 && dot != std::string::npos) {
-    int b = -1;
-    try {
-      std::size_t used = 0;
-      b = std::stoi(name.substr(5, dot - 5), &used);
-      if (used != dot - 5) b = -1;
-    } catch (const std::exception&) {
-      b = -1;
-    }
-    const std::string op = name.substr(dot + 1);
-    if (b >= 0 && b < cfg.layers)
-      for (const auto& [n, k] : kBlockOps)
-        if (op == n) {
-          const bool has_params = k == OpKind::ln1 || k == OpKind::qkv || k == OpKind::proj || k == OpKind::ln2 ||
-                                  k == OpKind::fc1 || k == OpKind::fc2;
-          return OpRef{k, b, has_params ? name : ""};
-        }
+int param_group_of(const GptConfig& cfg, OpKind kind, int block) {
+  // gpt_param_groups' order: embed, then per block ln1, qkv, proj, ln2, fc1, fc2, then ln_f
+  int in_block = -1;
+  switch (kind) {
+    case OpKind::embed:
+    case OpKind::lm_head: return 0;
+    case OpKind::ln_f: return 1 + 6 * cfg.layers;
+    case OpKind::ln1: in_block = 0; break;
+    case OpKind::qkv: in_block = 1; break;
+    case OpKind::proj: in_block = 2; break;
+    case OpKind::ln2: in_block = 3; break;
+    case OpKind::fc1: in_block = 4; break;
+    case OpKind::fc2: in_block = 5; break;
+    default: return -1;
   }
-  return make_error("no GPT operator \"" + name + "\" (expected embed, blockN.ln1 ... blockN.residual2 with N < " +
-                    std::to_string(cfg.layers) + ", ln_f or lm_head)");
+  return block >= 0 && block < cfg.layers ? 1 + 6 * block + in_block : -1;
 }
 
 // ---- workspace -------------------------------------------------------------------------------

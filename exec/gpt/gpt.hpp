@@ -19,6 +19,7 @@
 
 #include "exec/backend/backend.hpp"
 #include "model/model_spec.hpp"
+#include "model/operator_graph.hpp"
 #include "model/result.hpp"
 
 namespace memwall::exec {
@@ -70,15 +71,16 @@ std::vector<float> gpt_init_params(const GptConfig& cfg, std::uint64_t seed);
 void to_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
 void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
 
-enum class OpKind { embed, ln1, qkv, attn_scores, attn_context, proj, residual1, ln2, fc1, gelu, fc2, residual2, ln_f,
-                    lm_head };
+// The operators are the operator graph's (model/operator_graph.hpp's roles); a schedule names one
+// by role and block.
+using OpKind = memwall::OpRole;
 struct OpRef {
   OpKind kind = OpKind::embed;
   int block = -1;
-  std::string group;  // the parameter group it uses ("embed" for lm_head), empty if none
 };
-// "block3.fc1", "lm_head", ...: the operator graph's names.
-Result<OpRef> parse_op(const GptConfig& cfg, const std::string& name);
+// The parameter group an operator uses (the LM head: the embedding's), by its index in
+// gpt_param_groups, or -1 for an operator without parameters.
+int param_group_of(const GptConfig& cfg, OpKind kind, int block);
 
 // One call of an operator. `params` / `grads` point at the operator's (tile's) parameters in the
 // group layout above (tile-major), fp32 on the device; nullptr for operators without parameters.

@@ -107,9 +107,9 @@ TEST(Pipeline, OneForwardOneBackwardAndTheMicroBatchesInFlight) {
     for (const Step& x : st.steps)
       if (x.kind == StepKind::p2p) {
         EXPECT_GT(x.bytes, 0);
-        EXPECT_EQ(x.root, x.hop == "recv" ? (x.phase == Phase::forward ? s - 1 : s + 1)
+        EXPECT_EQ(x.collective.root, x.hop == Hop::recv ? (x.phase == Phase::forward ? s - 1 : s + 1)
                                           : (x.phase == Phase::forward ? s + 1 : s - 1));
-        (x.phase == Phase::forward ? (x.hop == "recv" ? recv_f : send_f) : (x.hop == "recv" ? recv_b : send_b))++;
+        (x.phase == Phase::forward ? (x.hop == Hop::recv ? recv_f : send_f) : (x.hop == Hop::recv ? recv_b : send_b))++;
       }
     EXPECT_EQ(recv_f, s > 0 ? m : 0);
     EXPECT_EQ(send_b, s > 0 ? m : 0);
@@ -119,10 +119,10 @@ TEST(Pipeline, OneForwardOneBackwardAndTheMicroBatchesInFlight) {
     std::set<std::string> live;
     size_t most = 0;
     for (const Step& x : st.steps) {
-      for (const Buffer& b : x.allocs)
-        if (b.name.rfind("ckpt:", 0) == 0) live.insert(b.name);
+      for (int b : x.allocs)
+        if (st.buffers[size_t(b)].kind == BufferKind::ckpt) live.insert(st.buffers[size_t(b)].name);
       most = std::max(most, live.size());
-      for (const std::string& f : x.frees) live.erase(f);
+      for (int f : x.frees) live.erase(st.buffers[size_t(f)].name);
     }
     const StageBlocks blocks = stage_blocks(stage_model().layers, pp, s);
     const size_t per_micro_step = size_t(blocks.last - blocks.first);  // ci 1: one per block
@@ -188,7 +188,7 @@ TEST(Pipeline, PartitionedCheckpointsAreSlicedAndGatheredOverTheMpGroup) {
   for (const Step& x : a.steps) {
     if (x.kind == StepKind::save_ckpt) saved_a += x.bytes;
     if (x.kind == StepKind::load_ckpt) ++loads;
-    if (x.kind == StepKind::fetch && x.hop == "mp" && x.state == State::act_ckpt) {
+    if (x.kind == StepKind::fetch && x.hop == Hop::mp && x.state == State::act_ckpt) {
       ++gathers;
       gathered += x.bytes;
       EXPECT_EQ(x.link, LinkClass::gpu_gpu);
@@ -197,7 +197,7 @@ TEST(Pipeline, PartitionedCheckpointsAreSlicedAndGatheredOverTheMpGroup) {
   }
   for (const Step& x : b.steps) {
     if (x.kind == StepKind::save_ckpt) saved_b += x.bytes;
-    EXPECT_FALSE(x.kind == StepKind::fetch && x.hop == "mp");
+    EXPECT_FALSE(x.kind == StepKind::fetch && x.hop == Hop::mp);
   }
   EXPECT_GT(loads, 0);
   EXPECT_EQ(gathers, loads);

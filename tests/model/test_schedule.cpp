@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
+#include "model/memory_plan.hpp"
 #include "model/schedule.hpp"
 
 namespace memwall {
@@ -26,10 +27,10 @@ Schedule make(const ModelSpec& m, const std::string& strategy, TrainingConfig c,
   return s.ok() ? *s : Schedule{};
 }
 
-double sum_bytes(const Schedule& s, StepKind k, State st, const std::string& hop = "") {
+double sum_bytes(const Schedule& s, StepKind k, State st, Hop hop = Hop::none) {
   double b = 0;
   for (const Step& x : s.steps)
-    if (x.kind == k && x.state == st && (hop.empty() || x.hop == hop)) b += x.bytes;
+    if (x.kind == k && x.state == st && (hop == Hop::none || x.hop == hop)) b += x.bytes;
   return b;
 }
 
@@ -103,10 +104,10 @@ TEST(Schedule, TrafficEqualsTheClosedForm) {
     c.dp = dp;
     Schedule s = make(m, "zero_inf_nvme", c, p);
     const double gathered = (3 * blocks + 2 * lnf + 4 * embed) * (dp - 1) / dp;
-    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, "gg"), gathered, 1e-6 * gathered) << dp;
-    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, "nc"), (3 * blocks + 2 * lnf + 4 * embed) / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, Hop::gg), gathered, 1e-6 * gathered) << dp;
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, Hop::nc), (3 * blocks + 2 * lnf + 4 * embed) / dp, 1e-3);
     EXPECT_NEAR(sum_bytes(s, StepKind::reduce_scatter, State::grad16), all * (dp - 1) / dp, 1e-3);
-    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::grad16, "gc"), all / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::grad16, Hop::gc), all / dp, 1e-3);
     EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::optim32), 8 * all / dp, 1e-3);    // 16 B/param read
     EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::optim32), 8 * all / dp, 1e-3);  // 16 B/param written
     EXPECT_NEAR(s.traffic_bytes[int(LinkClass::gpu_gpu)], gathered + all * (dp - 1) / dp, 1e-3);
@@ -127,7 +128,7 @@ TEST(Schedule, BroadcastReadsWholeParametersThroughTheOwner) {
     Schedule s = *build_schedule(m, pl, c, p, r);
     EXPECT_TRUE(check_invariants(s).empty()) << check_invariants(s).front();
     for (const Step& x : s.steps)
-      if (x.kind == StepKind::fetch && x.hop == "cg" && x.phase != Phase::optimizer) {
+      if (x.kind == StepKind::fetch && x.hop == Hop::cg && x.phase != Phase::optimizer) {
         cg_total += x.bytes;
         cg_largest = std::max(cg_largest, x.bytes);
       }
@@ -135,11 +136,11 @@ TEST(Schedule, BroadcastReadsWholeParametersThroughTheOwner) {
   Schedule ag = make(m, "zero_inf_cpu", c, p);
   double ag_largest = 0;
   for (const Step& x : ag.steps)
-    if (x.kind == StepKind::fetch && x.hop == "cg") ag_largest = std::max(ag_largest, x.bytes);
+    if (x.kind == StepKind::fetch && x.hop == Hop::cg) ag_largest = std::max(ag_largest, x.bytes);
   // The owners together read each parameter once per use, as all ranks together do under
   // bandwidth-centric partitioning, but each read is a whole parameter through one PCIe link
   // instead of 1/dp of it through every link.
-  EXPECT_NEAR(cg_total, 4 * sum_bytes(ag, StepKind::fetch, State::param16, "cg"), 1e-3);
+  EXPECT_NEAR(cg_total, 4 * sum_bytes(ag, StepKind::fetch, State::param16, Hop::cg), 1e-3);
   EXPECT_NEAR(cg_largest, 4 * ag_largest, 1e-3);
 }
 
@@ -152,7 +153,7 @@ TEST(Schedule, TilingDividesTheLargestParameterBuffer) {
     Schedule s = make(m, "zero_inf_nvme", c, p);
     double mx = 0;
     for (const Step& x : s.steps)
-      if (x.kind == StepKind::release && x.op.find("fc1") != std::string::npos) mx = std::max(mx, x.bytes);
+      if (x.kind == StepKind::release && x.name.find("fc1") != std::string::npos) mx = std::max(mx, x.bytes);
     return mx;
   };
   const double whole = largest(1);
@@ -205,13 +206,13 @@ TEST(Schedule, PrefetchRunsAhead) {
     c.prefetch_depth = depth;
     c.dp = 4;
     Schedule s = make(m, "zero_inf_nvme", c, p);
-    std::map<std::string, int> issued;
+    std::map<std::pair<int, Phase>, int> issued;  // (unit, phase) -> computes before its nc
     int computes = 0, most = 0;
     for (const Step& x : s.steps) {
-      if (x.kind == StepKind::fetch && x.hop == "nc" && !x.param.empty()) issued[x.param] = computes;
+      if (x.kind == StepKind::fetch && x.hop == Hop::nc && x.unit >= 0) issued[{x.unit, x.phase}] = computes;
       if (x.kind == StepKind::compute) {
         ++computes;
-        if (issued.count(x.param)) most = std::max(most, computes - issued[x.param]);
+        if (issued.count({x.unit, x.phase})) most = std::max(most, computes - issued[{x.unit, x.phase}]);
       }
     }
     return most;
@@ -228,8 +229,8 @@ TEST(Schedule, L2lRelaysEachLayerOnceForAllMicroBatches) {
   Schedule s = make(m, "l2l", c, p);
   int fwd_cg = 0, fwd_fc1 = 0;
   for (const Step& x : s.steps) {
-    if (x.phase == Phase::forward && x.kind == StepKind::fetch && x.hop == "cg") ++fwd_cg;
-    if (x.phase == Phase::forward && x.kind == StepKind::compute && x.op == "block0.fc1") ++fwd_fc1;
+    if (x.phase == Phase::forward && x.kind == StepKind::fetch && x.hop == Hop::cg) ++fwd_cg;
+    if (x.phase == Phase::forward && x.kind == StepKind::compute && x.name == "block0.fc1") ++fwd_fc1;
   }
   EXPECT_EQ(fwd_cg, 3 + 6 * m.layers);  // embed, ln_f, lm_head (the tied embedding again) + 6 per block
   EXPECT_EQ(fwd_fc1, 4);
@@ -274,9 +275,9 @@ TEST(Schedule, OptimizerChunksReadAheadIntoThreeBuffers) {
   std::vector<std::string> order;  // r/a/w per optimizer step, states only
   for (const Step& x : s.steps) {
     if (x.phase != Phase::optimizer) continue;
-    if (x.kind == StepKind::fetch && x.state == State::optim32) order.push_back("r" + x.op.substr(11));
-    if (x.kind == StepKind::optimizer) order.push_back("a" + x.op.substr(11));
-    if (x.kind == StepKind::offload && x.state == State::optim32) order.push_back("w" + x.op.substr(11));
+    if (x.kind == StepKind::fetch && x.state == State::optim32) order.push_back("r" + x.name.substr(11));
+    if (x.kind == StepKind::optimizer) order.push_back("a" + x.name.substr(11));
+    if (x.kind == StepKind::offload && x.state == State::optim32) order.push_back("w" + x.name.substr(11));
   }
   ASSERT_GT(order.size(), 12u);
   const std::vector<std::string> head = {"r0]", "r1]", "r2]", "a0]", "w0]", "r3]", "a1]", "w1]", "r4]"};
@@ -287,7 +288,7 @@ TEST(Schedule, OptimizerChunksReadAheadIntoThreeBuffers) {
   EXPECT_GE(*std::max_element(cpu.begin(), cpu.end()), 2.5 * chunk_bytes);
   // Chunks tile the partition, at most 100K parameters each, cut inside a unit only at 4096s.
   double at = 0;
-  for (const Schedule::Chunk& ch : s.optimizer_chunks) {
+  for (const ScheduleChunk& ch : s.optimizer_chunks) {
     EXPECT_DOUBLE_EQ(ch.start, at);
     EXPECT_LE(ch.params, 100000);
     at += ch.params;
@@ -381,11 +382,11 @@ TEST(Schedule, OptimizerOverlapOptions) {
   const auto [first_compute, last_compute] = first_last(s, StepKind::compute, false);
   EXPECT_LT(last_adam, first_compute) << "the delayed update comes first";
   for (const Step& x : s.steps) {
-    if (x.kind == StepKind::fetch && x.op == "params" && x.hop == "cg") {
+    if (x.kind == StepKind::fetch && x.name == "params" && x.hop == Hop::cg) {
       EXPECT_GT(x.id, last_compute);
       EXPECT_NE(std::find(x.deps.begin(), x.deps.end(), last_compute), x.deps.end()) << "refresh after the computes";
     }
-    if (x.kind == StepKind::offload && x.hop == "gc" && x.phase == Phase::backward) {
+    if (x.kind == StepKind::offload && x.hop == Hop::gc && x.phase == Phase::backward) {
       bool waits = false;
       for (int d : x.deps) waits = waits || s.steps[size_t(d)].kind == StepKind::optimizer;
       EXPECT_TRUE(waits) << "step " << x.id << " overwrites a gradient the update reads";

@@ -51,9 +51,8 @@ TEST(WhatIfSparseAttention, ScheduleHoldsEq5AtDensityAndComputesFewerFlops) {
   const Schedule a = *build_schedule(m, *preset("zero3"), c, p), b = *build_schedule(m, *preset("zero3"), sa, p);
   EXPECT_TRUE(check_invariants(b).empty());
   auto segment_awm = [](const Schedule& s) {
-    for (const Step& st : s.steps)
-      for (const Buffer& buf : st.allocs)
-        if (buf.name == "awm:segment0") return buf.bytes;
+    for (const Buffer& buf : s.buffers)
+      if (buf.name == "awm:segment0") return buf.bytes;
     return 0.0;
   };
   EXPECT_NEAR(segment_awm(b) / awm_bytes_eq5(c.bsz, c.seq, c.ci, m.hidden, m.heads, 0.25), 1.0, 1e-12);

@@ -215,8 +215,8 @@ TEST(Properties, BroadcastWaitsForTheOwnersFetch) {
   for (const TraceEvent& e : r.trace) {
     const Step& st = s[size_t(e.rank)].steps[size_t(e.step)];
     if (st.kind != StepKind::fetch || st.phase == Phase::optimizer) continue;
-    if (st.hop == "cg") fetched[st.op].push_back(e.end_s);
-    if (st.hop == "bcast" && st.root != e.rank) bcast[{e.rank, st.op}].push_back(e.start_s);
+    if (st.hop == Hop::cg) fetched[st.name].push_back(e.end_s);
+    if (st.hop == Hop::bcast && st.collective.root != e.rank) bcast[{e.rank, st.name}].push_back(e.start_s);
   }
   int checked = 0;
   for (const auto& [key, starts] : bcast) {

@@ -1,0 +1,70 @@
+// EngineContext: what the handlers (exec/engine/handlers.hpp) and the dispatcher
+// (exec/engine/dispatcher.hpp) share while a schedule runs: the options, the rank's schedules as
+// they were built, the backend and its copy streams, the GPT's operators, the tiers, collectives,
+// CPU Adam and its host lane, and the counters one iteration fills. Engine (engine.hpp) owns one.
+// Thread-safety: the dispatcher's thread; the host lane runs tasks the handlers post.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "exec/adam/cpu_adam.hpp"
+#include "exec/backend/backend.hpp"
+#include "exec/engine/collectives.hpp"
+#include "exec/engine/engine.hpp"
+#include "exec/engine/host_lane.hpp"
+#include "exec/engine/tiers.hpp"
+#include "exec/gpt/gpt.hpp"
+
+namespace memwall::exec {
+
+// What the loop needs of a schedule, made once per schedule.
+struct DispatchTables {
+  std::vector<std::vector<int>> succ;  // per step: the steps that depend on it
+  std::vector<int> waits;              // per step: how many steps it depends on
+  std::vector<int> collectives;        // the collective steps, in schedule order
+  std::vector<double> expected_s;      // per step: its time on idle resources of the profile
+};
+struct EngineContext {
+  EngineOptions o;  // normalised (plan_rank): dp the job's ranks, seq the model's, ...
+  int rank = 0, dp = 1;
+  RankPlan plan;
+  const Schedule* sched = nullptr;  // the schedule this iteration runs: plan.schedule, or plan.warmup
+  const DispatchTables* tables = nullptr;  // sched's
+  DispatchTables main_tables, warmup_tables;
+  std::unique_ptr<Backend> be;
+  Stream h2d = 0, d2h = 0;
+  Tiers tiers;
+  std::unique_ptr<GptOps> gpt;
+  std::unique_ptr<Collectives> coll;  // dp > 1: MPI (cpu) or NCCL (cuda)
+  std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
+  std::unique_ptr<adam::CpuAdam> adam;
+  std::unique_ptr<HostLane> lane;
+  long adam_step = 0;
+  int iteration = 0;
+  bool dpu_active = false;  // dpu: the delayed update's schedule runs
+  bool skip_update = false; // its first iteration has no pending gradients: the updates only copy
+  std::vector<Event> event_pool;
+  std::vector<float> grads_kept;  // options.keep_gradients: the optimizer slices' order
+  // Completions on the other ranks of this node (their dispatchers count them), for the watchdog;
+  // empty at dp 1 or across nodes.
+  std::function<std::uint64_t()> peer_progress;
+  std::function<void(std::uint64_t)> publish_progress;  // this rank's completions so far, for the others
+  std::uint64_t completions = 0;                        // over the run
+  // one iteration's counters, filled by the dispatcher
+  std::array<double, kLinkClasses> bytes_moved{};
+  std::array<std::size_t, kTiers> live_bytes{}, live_high_water{}, extent_high_water{};
+
+  ~EngineContext();
+  const BackendOps& k() const { return be->ops(); }
+  void* cx() const { return be->ctx(); }
+  Tier tier(State s) const { return o.placement.of(s).tier; }
+  char* buffer(int id) const { return tiers.buffer(*sched, id); }
+  Event take_event();
+};
+
+}  // namespace memwall::exec

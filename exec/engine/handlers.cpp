@@ -1,0 +1,405 @@
+#include "exec/engine/handlers.hpp"
+
+#include <array>
+#include <cstring>
+
+#include "exec/backend/half.hpp"
+
+namespace memwall::exec {
+namespace {
+
+Token on_stream(EngineContext& e, Stream s) {
+  Token t;
+  t.kind = Token::event;
+  t.ev = e.take_event();
+  e.k().event_record(e.cx(), t.ev, s);
+  return t;
+}
+
+Token io_token(io::IoHandle h) {
+  Token t;
+  t.kind = Token::io;
+  t.handle = std::move(h);
+  return t;
+}
+
+Result<Token> io_token(Result<io::IoHandle> h) {
+  if (!h) return make_error(h.error());
+  return io_token(std::move(h).value());
+}
+
+Token collective_token(std::vector<std::unique_ptr<CollectiveOp>> ops) {
+  Token t;
+  t.kind = Token::collective;
+  t.ops = std::move(ops);
+  return t;
+}
+
+Result<Token> collective_token(Result<std::unique_ptr<CollectiveOp>> op) {
+  if (!op) return make_error(op.error());
+  std::vector<std::unique_ptr<CollectiveOp>> ops;
+  ops.push_back(std::move(op).value());
+  return collective_token(std::move(ops));
+}
+
+const UnitLayout& unit_of(const EngineContext& e, const Step& s) { return e.tiers.units()[size_t(s.unit)]; }
+const ChunkLayout& chunk_of(const EngineContext& e, const Step& s) { return e.tiers.chunks()[size_t(s.chunk)]; }
+std::size_t psz(const EngineContext& e) { return e.tiers.elem_bytes(); }
+
+// What a transfer reads: its source buffer, or this rank's part of the persistent state.
+char* src_or_state(EngineContext& e, const Step& s, State st, const UnitLayout& u) {
+  return s.src_buf >= 0 ? e.buffer(s.src_buf) : e.tiers.unit_in(st, u);
+}
+
+// The buffer of kind `kind` a step makes or uses (the optimizer's staged gradients and parameters).
+char* named(EngineContext& e, const Step& s, BufferKind kind) {
+  for (const std::vector<int>* ids : {&s.allocs, &s.uses})
+    for (int b : *ids)
+      if (e.sched->buffers[size_t(b)].kind == kind) return e.buffer(b);
+  return nullptr;
+}
+
+Result<Token> unsupported(const char* what) { return make_error(std::string(what) + " is planned and simulated, not executed"); }
+
+// ---- fetch: nc (NVMe -> pinned), cg (pinned or CPU state -> device), gg / bcast (collectives) ----
+
+// gg: every rank's shard of a unit into its whole buffer (zero3: this rank's from its shard on
+// the device); "params" after the optimizer: every rank's updated part of every unit of the chunk
+// into the whole param16 on the device; bcast: the owner's copy of a unit to every rank.
+Result<Token> gather(EngineContext& e, const Step& s) {
+  if (s.hop == Hop::mp) return unsupported("the all-gather of partitioned checkpoints (tensor slicing)");
+  Tiers& t = e.tiers;
+  const adam::DType dt = e.o.precision;
+  if (s.hop == Hop::bcast) {
+    const UnitLayout& u = unit_of(e, s);
+    char* dst = s.phase == Phase::optimizer ? t.unit_in(State::param16, u) : e.buffer(s.dst_buf);
+    return collective_token(e.coll->broadcast(dst, u.elems, dt, s.collective.root));
+  }
+  if (s.phase == Phase::optimizer) {
+    std::vector<std::unique_ptr<CollectiveOp>> ops;
+    for (const PieceLayout& pc : chunk_of(e, s).pieces) {
+      const UnitLayout& u = t.units()[pc.unit];
+      Result<std::unique_ptr<CollectiveOp>> op =
+          e.coll->all_gather(t.state_ptr(State::param16) + (u.whole_at + pc.from) * psz(e), pc.count, u.shard, dt);
+      if (!op) return make_error(op.error());
+      ops.push_back(std::move(op).value());
+    }
+    return collective_token(std::move(ops));
+  }
+  const UnitLayout& u = unit_of(e, s);
+  const void* send = s.src_buf < 0 ? t.unit_in(State::param16, u) : nullptr;
+  return collective_token(e.coll->all_gather(e.buffer(s.dst_buf), u.shard, u.shard, dt, send));
+}
+
+// The optimizer's reads (a chunk's states and gradients from NVMe into its buffer) and the updated
+// parameters' copy back to the device, piece by piece.
+Result<Token> fetch_optimizer(EngineContext& e, const Step& s) {
+  Tiers& t = e.tiers;
+  const ChunkLayout& ch = chunk_of(e, s);
+  if (s.hop == Hop::cg) {
+    const char* src = e.buffer(s.src_buf);
+    std::size_t at = 0;
+    for (const PieceLayout& pc : ch.pieces) {
+      e.k().copy_h2d_async(e.cx(), e.h2d, t.slice_in(State::param16, t.units()[pc.unit], pc.from), src + at * psz(e),
+                           pc.count * psz(e));
+      at += pc.count;
+    }
+    return on_stream(e, e.h2d);
+  }
+  char* buf = e.buffer(s.dst_buf);
+  if (s.state == State::optim32) return io_token(t.swap(State::optim32).read(size_t(s.chunk), buf));
+  std::vector<io::IoRequest> rq;  // gradients of the chunk's pieces, each from its unit's slot
+  io::SwapFile& sw = t.swap(State::grad16);
+  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
+    const PieceLayout& pc = ch.pieces[i];
+    rq.push_back({io::IoOp::read, sw.file(), sw.shard(pc.unit).offset + pc.from * psz(e), buf + ch.grad_at[i],
+                  io::align_up(pc.count * psz(e))});
+  }
+  return io_token(t.io()->submit(rq));
+}
+
+Result<Token> fetch(EngineContext& e, const Step& s) {
+  if (is_collective(s)) return gather(e, s);
+  if (s.phase == Phase::optimizer) return fetch_optimizer(e, s);
+  const UnitLayout& u = unit_of(e, s);
+  char* dst = e.buffer(s.dst_buf);
+  if (s.hop == Hop::nc) return io_token(e.tiers.swap(State::param16).read(size_t(s.unit), dst));
+  // cg: this rank's part goes where the gather will expect it in the whole buffer
+  const bool part = e.tiers.sharded(State::param16);
+  const std::size_t count = part ? u.len : u.elems;
+  e.k().copy_h2d_async(e.cx(), e.h2d, dst + (part ? u.from * psz(e) : 0), src_or_state(e, s, State::param16, u),
+                       count * psz(e));
+  return on_stream(e, e.h2d);
+}
+
+// ---- compute: one GPT operator (or one tile of it), on the compute stream ----
+
+Result<Token> compute(EngineContext& e, const Step& s) {
+  const ScheduleOp& op = e.sched->ops[size_t(s.op)];
+  OpCall c;
+  c.op = OpRef{op.role, op.block};
+  c.tile = s.tile;
+  c.tiles = s.tile >= 0 ? e.o.config.tiling_factor : 1;
+  c.micro_batch = std::max(0, s.micro_batch);
+  c.recompute = s.phase == Phase::recompute;
+  const bool backward = s.phase == Phase::backward;
+  const bool mixed = e.o.precision != adam::DType::fp32;
+  std::size_t elems = 0;
+  char* grad_target = nullptr;
+  if (s.unit >= 0) {
+    const UnitLayout& u = unit_of(e, s);
+    elems = u.elems;
+    // the whole unit: fetched into a buffer, or resident whole (at dp 1 a shard is the whole)
+    char* w = src_or_state(e, s, State::param16, u);
+    if (mixed) {
+      e.k().to_fp32(e.cx(), e.gpt->weight_staging(), w, e.o.precision, long(elems));
+      c.params = e.gpt->weight_staging();
+    } else {
+      c.params = reinterpret_cast<const float*>(w);
+    }
+    if (backward) {
+      grad_target = s.dst_buf >= 0 ? e.buffer(s.dst_buf) : e.tiers.unit_in(State::grad16, u);
+      if (mixed) {
+        e.k().memset_zero(e.cx(), e.gpt->grad_staging(), elems * 4);
+        c.grads = e.gpt->grad_staging();
+      } else {
+        c.grads = reinterpret_cast<float*>(grad_target);
+      }
+    }
+  }
+  if (backward) e.gpt->backward(c);
+  else e.gpt->forward(c);
+  if (backward && mixed && grad_target)
+    e.k().accumulate_to(e.cx(), grad_target, e.gpt->grad_staging(), e.o.precision, long(elems));
+  return on_stream(e, 0);
+}
+
+// ---- reduce_scatter / allreduce: the gradient collectives ----
+
+// rs: a gradient buffer summed over ranks, this rank's shard to its grad16 on the device or left in
+// the buffer's own slice for the offload; reduce (broadcast variant): the sum lands on the owner;
+// ar: summed in place (whole gradients, data_parallel).
+Result<Token> reduce(EngineContext& e, const Step& s) {
+  if (s.hop == Hop::mp) return unsupported("Megatron's all-reduce (tensor slicing)");
+  const UnitLayout& u = unit_of(e, s);
+  char* buf = src_or_state(e, s, State::grad16, u);
+  const adam::DType dt = e.o.precision;
+  if (s.collective.kind == CollectiveKind::reduce) return collective_token(e.coll->reduce(buf, u.elems, dt, s.collective.root));
+  if (s.collective.kind == CollectiveKind::all_reduce) return collective_token(e.coll->all_reduce(buf, u.elems, dt));
+  char* out = s.dst_buf < 0 ? e.tiers.unit_in(State::grad16, u) : buf + std::size_t(e.rank) * u.shard * psz(e);
+  return collective_token(e.coll->reduce_scatter(buf, out, u.shard, dt));
+}
+
+// ---- offload: a gradient leaving the device (gc) and then the drive (cn); the optimizer's
+// writes of a chunk's states and parameters; every gradient to CPU memory for CPU Adam ----
+
+Result<Token> offload_optimizer(EngineContext& e, const Step& s) {
+  Tiers& t = e.tiers;
+  if (s.state == State::grad16) {  // this rank's gradients to CPU memory, for CPU Adam: its optimizer slices
+    char* dst = e.buffer(s.dst_buf);
+    for (const UnitLayout& u : t.units())
+      e.k().copy_d2h_async(e.cx(), e.d2h, dst + t.opt_at(u) * psz(e), t.slice_in(State::grad16, u, 0), t.opt_len(u) * psz(e));
+    return on_stream(e, e.d2h);
+  }
+  char* buf = e.buffer(s.src_buf);
+  if (s.state == State::optim32) return io_token(t.swap(State::optim32).write(size_t(s.chunk), buf));
+  const ChunkLayout& ch = chunk_of(e, s);
+  io::SwapFile& sw = t.swap(State::param16);
+  std::vector<io::IoRequest> rq;
+  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
+    const PieceLayout& pc = ch.pieces[i];
+    rq.push_back({io::IoOp::write, sw.file(), sw.shard(pc.unit).offset + pc.from * psz(e), buf + ch.param_at[i],
+                  io::align_up(pc.count * psz(e))});
+  }
+  return io_token(t.io()->submit(rq));
+}
+
+Result<Token> offload(EngineContext& e, const Step& s) {
+  if (s.phase == Phase::optimizer) return offload_optimizer(e, s);
+  const UnitLayout& u = unit_of(e, s);
+  char* src = e.buffer(s.src_buf);
+  if (s.hop == Hop::cn) return io_token(e.tiers.swap(State::grad16).write(size_t(s.unit), src));
+  char* dst = s.dst_buf >= 0 ? e.buffer(s.dst_buf) : e.tiers.unit_in(State::grad16, u);
+  // after a reduce-scatter this rank's shard sits in its slice of the buffer
+  const bool part = e.tiers.sharded(State::grad16);
+  const std::size_t count = part ? u.len : u.elems;
+  e.k().copy_d2h_async(e.cx(), e.d2h, dst, src + (part ? u.from * psz(e) : 0), count * psz(e));
+  return on_stream(e, e.d2h);
+}
+
+// ---- checkpoints ----
+
+Result<Token> save_ckpt(EngineContext& e, const Step& s) {
+  char* dst = e.buffer(s.dst_buf);
+  const float* src = e.gpt->block_input(s.block, std::max(0, s.micro_batch));
+  const std::size_t bytes = std::size_t(s.bytes);
+  // the copy reads what the compute stream wrote: it waits for it
+  Event ready = e.take_event();
+  e.k().event_record(e.cx(), ready, 0);
+  e.k().stream_wait_event(e.cx(), e.d2h, ready);
+  e.event_pool.push_back(ready);
+  if (s.dst == Tier::gpu) e.k().copy_d2d_async(e.cx(), e.d2h, dst, src, bytes);
+  else e.k().copy_d2h_async(e.cx(), e.d2h, dst, src, bytes);
+  return on_stream(e, e.d2h);
+}
+
+Result<Token> load_ckpt(EngineContext& e, const Step& s) {
+  const char* src = e.buffer(s.src_buf);
+  const int u = std::max(0, s.micro_batch);
+  if (s.src == Tier::gpu) {
+    e.gpt->set_segment_input(u, reinterpret_cast<const float*>(src));
+    return Token{};
+  }
+  char* dst = e.buffer(s.dst_buf);
+  e.k().copy_h2d_async(e.cx(), e.h2d, dst, src, std::size_t(s.bytes));
+  e.gpt->set_segment_input(u, reinterpret_cast<const float*>(dst));
+  return on_stream(e, e.h2d);
+}
+
+// ---- optimizer ----
+
+void keep_gradients(EngineContext& e, const void* g, std::size_t at, std::size_t count) {
+  if (e.o.precision == adam::DType::fp32) {
+    std::memcpy(e.grads_kept.data() + at, g, count * 4);
+    return;
+  }
+  // widened exactly: every 16-bit value is an fp32 value
+  auto* src = static_cast<const std::uint16_t*>(g);
+  for (std::size_t i = 0; i < count; ++i) e.grads_kept[at + i] = half::f32_from_half(src[i], e.o.precision);
+}
+
+// CPU Adam over one chunk, piece by piece (a piece's gradient and 16-bit copy may sit in their own
+// aligned slots of the chunk buffer, or in a state laid out whole). Runs on the host lane.
+// `skip`: dpu's first delayed iteration has no pending gradients; its updates only copy the
+// parameters (rounded from the masters) for the refresh to bring to the device.
+std::string update_chunk(EngineContext& e, const ChunkLayout& ch, char* buf, char* staged_params, char* staged_grads,
+                         long step, bool skip) {
+  Tiers& t = e.tiers;
+  const Tier ot = t.tier(State::optim32), gt = t.tier(State::grad16), pt = t.tier(State::param16);
+  const std::size_t n_opt = t.elems_of(State::optim32), ps = psz(e);
+  float* base = reinterpret_cast<float*>(t.state_ptr(State::optim32));
+  float* master = ot == Tier::nvme ? reinterpret_cast<float*>(buf) : base + ch.start;
+  float* m = ot == Tier::nvme ? master + ch.count : base + n_opt + ch.start;
+  float* v = ot == Tier::nvme ? master + 2 * ch.count : base + 2 * n_opt + ch.start;
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
+    const PieceLayout& pc = ch.pieces[i];
+    const UnitLayout& u = t.units()[pc.unit];
+    const char* g = gt == Tier::nvme  ? buf + ch.grad_at[i]
+                    : gt == Tier::cpu ? t.slice_in(State::grad16, u, pc.from)
+                                      : staged_grads + (ch.start + done) * ps;
+    char* p16 = pt == Tier::nvme  ? buf + ch.param_at[i]
+                : pt == Tier::cpu ? t.slice_in(State::param16, u, pc.from)
+                                  : staged_params + done * ps;
+    adam::AdamChunk a;
+    a.param = master + done;
+    a.exp_avg = m + done;
+    a.exp_avg_sq = v + done;
+    a.grad = g;
+    a.grad_dtype = e.o.precision;
+    a.param16 = e.o.precision == adam::DType::fp32 ? nullptr : p16;
+    a.param16_dtype = e.o.precision;
+    a.n = pc.count;
+    if (skip) {
+      if (e.o.precision == adam::DType::fp32) std::memcpy(p16, a.param, pc.count * 4);
+      else if (Result<std::size_t> r = e.adam->convert(a.param, p16, e.o.precision, pc.count); !r) return "adam: " + r.error();
+    } else {
+      if (e.o.keep_gradients) keep_gradients(e, g, ch.start + done, pc.count);
+      Result<std::size_t> r = e.adam->step(a, step);
+      if (!r) return "adam: " + r.error();
+      if (e.o.precision == adam::DType::fp32) std::memcpy(p16, a.param, pc.count * 4);
+    }
+    done += pc.count;
+    e.lane->report_progress();
+  }
+  return "";
+}
+
+// Adam on the device over this rank's optimizer slices, unit by unit (param16 may be laid out
+// whole while the states are partitioned), in order on the compute stream; with keep_gradients
+// the gradients are first copied off the device on the same stream and widened once they arrive.
+Result<Token> optimizer_on_device(EngineContext& e) {
+  if (!e.k().adam_update) return make_error("the " + e.be->caps().name + " backend has no device Adam");
+  Tiers& t = e.tiers;
+  const std::size_t n_opt = t.elems_of(State::optim32), ps = psz(e);
+  float* master = reinterpret_cast<float*>(t.state_ptr(State::optim32));
+  auto kept = std::make_shared<std::vector<char>>();
+  if (e.o.keep_gradients) {
+    kept->resize(n_opt * ps);
+    for (const UnitLayout& u : t.units())
+      e.k().copy_d2h_async(e.cx(), 0, kept->data() + t.opt_at(u) * ps, t.slice_in(State::grad16, u, 0), t.opt_len(u) * ps);
+  }
+  for (const UnitLayout& u : t.units()) {
+    DeviceAdam a;
+    a.param = master + t.opt_at(u);
+    a.exp_avg = master + n_opt + t.opt_at(u);
+    a.exp_avg_sq = master + 2 * n_opt + t.opt_at(u);
+    a.grad = t.slice_in(State::grad16, u, 0);
+    a.grad_type = e.o.precision;
+    a.param16 = e.o.precision == adam::DType::fp32 ? nullptr : t.slice_in(State::param16, u, 0);
+    a.param16_type = e.o.precision;
+    a.n = t.opt_len(u);
+    a.step = e.adam_step;
+    a.lr = e.o.lr;
+    a.beta1 = e.o.beta1;
+    a.beta2 = e.o.beta2;
+    a.eps = e.o.eps;
+    a.weight_decay = e.o.weight_decay;
+    a.decoupled_weight_decay = true;
+    e.k().adam_update(e.cx(), a);
+    if (e.o.precision == adam::DType::fp32)
+      e.k().copy_d2d_async(e.cx(), 0, t.slice_in(State::param16, u, 0), a.param, t.opt_len(u) * 4);
+  }
+  Token tok = on_stream(e, 0);
+  if (e.o.keep_gradients)
+    tok.then = [&e, kept]() -> Result<Token> {
+      keep_gradients(e, kept->data(), 0, e.tiers.elems_of(State::optim32));
+      return Token{};
+    };
+  return tok;
+}
+
+Result<Token> optimizer(EngineContext& e, const Step& s) {
+  if (s.src == Tier::gpu) return optimizer_on_device(e);
+  const ChunkLayout& ch = chunk_of(e, s);
+  char* buf = s.src_buf >= 0 ? e.buffer(s.src_buf) : nullptr;
+  char* staged_params = named(e, s, BufferKind::params16);  // param16 on the device: the update goes here first
+  char* staged_grads = named(e, s, BufferKind::grads16);
+  if (e.tier(State::param16) == Tier::gpu && !staged_params)
+    return make_error("internal error: the update names no buffer for its parameters");
+  if (e.tier(State::grad16) == Tier::gpu && !staged_grads)
+    return make_error("internal error: the update names no buffer for its gradients");
+  const long step = e.adam_step;
+  const bool skip = e.skip_update;
+  Token t;
+  t.kind = Token::host;
+  t.task = e.lane->post([&e, &ch, buf, staged_params, staged_grads, step, skip]() -> std::string {
+    return update_chunk(e, ch, buf, staged_params, staged_grads, step, skip);
+  });
+  return t;
+}
+
+Result<Token> release(EngineContext&, const Step&) { return Token{}; }  // the plan reuses its bytes
+
+Result<Token> p2p(EngineContext&, const Step&) { return unsupported("a pipeline stage's send or receive"); }
+
+using Handler = Result<Token> (*)(EngineContext&, const Step&);
+// One handler per step kind, in StepKind's order.
+const std::array<Handler, kStepKinds> kHandlers = {
+    fetch,      // fetch
+    compute,    // compute
+    release,    // release
+    reduce,     // reduce_scatter
+    reduce,     // allreduce
+    offload,    // offload
+    save_ckpt,  // save_ckpt
+    load_ckpt,  // load_ckpt
+    optimizer,  // optimizer
+    p2p,        // p2p
+};
+
+}  // namespace
+
+Result<Token> issue_step(EngineContext& e, const Step& s) { return kHandlers[size_t(s.kind)](e, s); }
+
+}  // namespace memwall::exec

@@ -1,0 +1,208 @@
+// The backward pass of one micro-step: the head, then per checkpoint segment (the last first) the
+// recompute of its blocks followed by their backward, then the embedding, as one item list. Each
+// segment loads its checkpoint and holds its activation working memory while it runs. Gradients
+// leave as they are made: reduced across the data-parallel group and moved to their tier.
+#include "model/analysis.hpp"
+#include "model/schedule_build.hpp"
+
+namespace memwall::build {
+
+namespace {
+
+// Bytes this rank receives in a gradient collective that uncompressed receives `bytes` in
+// `pieces` pieces (one per peer and pass): 1-bit Adam's compression stage shrinks them.
+double grad_collective_bytes(const Shape& sh, double bytes, double pieces) {
+  return sh.c.what_if.onebit_adam ? onebit_bytes(bytes, sh.z.param_bytes, pieces) : bytes;
+}
+
+// Gradients are final (and the optimizer may read them) only in the last micro-step; partitioned
+// or offloaded ones are reduced and moved in every micro-step and accumulate where they land.
+bool last_micro_step(const Builder& b) { return b.e.accum < 0 || b.e.accum == b.sh.grad_accum - 1; }
+
+// The reduce of a finished gradient across the data-parallel group: a reduce-scatter (or the
+// owner's reduce) when grad16 is partitioned, else one all-reduce in the last micro-step. Returns
+// the step that finishes it (the compute when nothing is reduced) and sets `keep`, the bytes of it
+// that stay on this rank.
+int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole, double& keep) {
+  const Shape& sh = b.sh;
+  const ScheduleUnit& u = sh.units[size_t(unit)];
+  const StatePlacement& gp = sh.pl.grad16;
+  const int dp = sh.dp;
+  keep = whole;
+  if (dp > 1 && gp.partitioned) {
+    // reduce-scatters the buffer; this rank's part lands in its grad16 shard when that is on the GPU
+    const bool bcast = sh.broadcast();
+    const double got = grad_collective_bytes(sh, whole * (dp - 1) / dp, dp - 1);
+    Step st = transfer({StepKind::reduce_scatter, Phase::backward, bcast ? Hop::reduce : Hop::rs, State::grad16, got,
+                        Tier::gpu, Tier::gpu, sh.collective_link},
+                       u.name, deps({compute_id}), buf, gp.tier == Tier::gpu ? -1 : buf);
+    st.unit = unit;
+    st.collective = bcast ? CollectiveSpec{CollectiveKind::reduce, CommGroup::dp, dp, u.root, got * dp / (dp - 1)}
+                          : CollectiveSpec{CollectiveKind::reduce_scatter, CommGroup::dp, dp, -1, got / (dp - 1)};
+    keep = bcast ? (u.root == sh.rank ? whole : 0) : whole / dp;
+    return b.e.emit(std::move(st));
+  }
+  if (dp > 1 && last_micro_step(b)) {
+    // whole gradients on every rank accumulate locally; one all-reduce at the last micro-step
+    const double got = grad_collective_bytes(sh, 2.0 * whole * (dp - 1) / dp, 2.0 * (dp - 1));
+    Step st = transfer({StepKind::allreduce, Phase::backward, Hop::ar, State::grad16, got, Tier::gpu, Tier::gpu,
+                        sh.collective_link},
+                       u.name, deps({compute_id}), buf, buf);
+    st.unit = unit;
+    st.collective = {CollectiveKind::all_reduce, CommGroup::dp, dp, -1, got * dp / (2.0 * (dp - 1))};
+    return b.e.emit(std::move(st));
+  }
+  return compute_id;
+}
+
+// A gradient (this rank's `keep` bytes of it) leaves the GPU for CPU memory (gc) and, on NVMe,
+// the drive (cn). Returns the last step.
+int offload_gradient(Builder& b, int unit, int buf, int after, double keep) {
+  const Shape& sh = b.sh;
+  const ScheduleUnit& u = sh.units[size_t(unit)];
+  const bool to_nvme = sh.pl.grad16.tier == Tier::nvme;
+  // dpu: the slot this gradient overwrites holds the previous iteration's until its update read it
+  const std::vector<int> readers = delayed_update_readers(b, unit);
+  std::vector<int> gc_deps = deps({after});
+  if (!to_nvme) gc_deps.insert(gc_deps.end(), readers.begin(), readers.end());
+  const int staged = to_nvme ? b.e.buffer(BufferKind::staged_grad, "gc:" + u.name, Tier::cpu, keep, unit) : -1;
+  Step gc = transfer({StepKind::offload, Phase::backward, Hop::gc, State::grad16, keep, Tier::gpu, Tier::cpu,
+                      LinkClass::cpu_gpu},
+                     u.name, gc_deps, buf, staged);
+  gc.unit = unit;
+  int prev = b.e.emit(std::move(gc));
+  b.e.free_at(prev, buf);
+  b.grads.offloads.push_back(prev);
+  b.grads.done.push_back(prev);
+  if (!to_nvme) return prev;
+  b.e.step(prev).allocs.push_back(staged);
+  std::vector<int> cn_deps = deps({prev});
+  cn_deps.insert(cn_deps.end(), readers.begin(), readers.end());
+  Step cn = transfer({StepKind::offload, Phase::backward, Hop::cn, State::grad16, keep, Tier::cpu, Tier::nvme,
+                      LinkClass::nvme_cpu},
+                     u.name, cn_deps, staged, -1);
+  cn.unit = unit;
+  prev = b.e.emit(std::move(cn));
+  b.e.free_at(prev, staged);
+  b.grads.offloads.push_back(prev);
+  return prev;
+}
+
+}  // namespace
+
+// Backward produced the gradient of (a tile of) an operator's parameters. Reduce it across the
+// data-parallel group and move this rank's part to the gradient tier once its last use is done
+// (the tied embedding collects gradients from lm_head and embed).
+void grad_ready(Builder& b, const Item& it, int compute_id) {
+  const Shape& sh = b.sh;
+  const size_t o = sh.owner[it.v];
+  const int unit = sh.unit(it);
+  if (it.v != o && sh.computes(o)) return;  // lm_head: the embedding's backward comes later and finishes it
+  if (it.u >= 0 && it.u + 1 < sh.micro_batches) return;  // l2l accumulates over micro-batches
+  int buf = -1;
+  if (auto p = b.grads.pending.find(unit); p != b.grads.pending.end()) {
+    buf = p->second;
+    b.grads.pending.erase(p);
+  }
+  double keep = 0;
+  const int prev = reduce_gradient(b, unit, buf, compute_id, sh.param_bytes(it.v), keep);
+  if (sh.pl.grad16.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
+    if (buf >= 0) b.e.free_at(prev, buf);
+    b.grads.done.push_back(prev);
+    if (prev != compute_id) b.grads.offloads.push_back(prev);  // the optimizer reads the reduced gradient
+    return;
+  }
+  const int last = offload_gradient(b, unit, buf, prev, keep);
+  if (last_micro_step(b)) gradient_final(b, unit, last);
+}
+
+namespace {
+
+// The checkpoint of segment `b0` (per micro-batch) back on the GPU for its recompute: loaded from
+// CPU memory, and all-gathered whole over the tensor-slicing group when partitioned. Adds the
+// buffers to give back when the segment is done to `open`; returns the steps the recompute waits for.
+std::vector<int> load_checkpoints(Builder& b, int b0, std::vector<int>& open) {
+  const Shape& sh = b.sh;
+  const Tier ct = sh.pl.act_ckpt.tier;
+  std::vector<int> out;
+  for (int u = 0; u < sh.micro_batches; ++u) {
+    const int saved = b.ckpts.buf.at(ckpt_key(b, b0, u));
+    const std::string cname = checkpoint_name(b, b0, u), name = "block" + std::to_string(b0) + ".input";
+    const int loaded =
+        ct == Tier::gpu ? saved : b.e.buffer(BufferKind::ckpt_loaded, "ckpt@gpu:" + cname, Tier::gpu, sh.kept_ckpt_bytes());
+    // Not prefetched: the checkpoint's buffer is free only once the later segment is done.
+    Step st = transfer({StepKind::load_ckpt, Phase::recompute, ct == Tier::gpu ? Hop::none : Hop::cg, State::act_ckpt,
+                        sh.kept_ckpt_bytes(), ct, Tier::gpu, link_between(ct, Tier::gpu)},
+                       name, deps({b.ckpts.saved.at(ckpt_key(b, b0, u)), b.chain.last}), saved, loaded);
+    st.micro_batch = sh.micro_batches > 1 ? u : -1;
+    st.block = b0;
+    int id = b.e.emit(std::move(st));
+    if (ct != Tier::gpu) {
+      b.e.step(id).allocs.push_back(loaded);
+      open.push_back(loaded);
+    }
+    open.push_back(saved);
+    if (sh.ckpt_gathered()) {  // the other slices' parts, over the mp group, into a whole checkpoint
+      const int whole = b.e.buffer(BufferKind::ckpt_whole, "ckpt@mp:" + cname, Tier::gpu, sh.ckpt_bytes());
+      Step g = transfer({StepKind::fetch, Phase::recompute, Hop::mp, State::act_ckpt,
+                         sh.ckpt_bytes() - sh.kept_ckpt_bytes(), Tier::gpu, Tier::gpu, LinkClass::gpu_gpu},
+                        name, deps({id}), loaded, whole);
+      g.micro_batch = sh.micro_batches > 1 ? u : -1;
+      g.block = b0;
+      g.collective = {CollectiveKind::all_gather, CommGroup::mp, sh.c.mp, -1, sh.kept_ckpt_bytes()};
+      id = b.e.emit(std::move(g));
+      b.e.step(id).allocs.push_back(whole);
+      open.push_back(whole);
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace
+
+void backward(Builder& b) {
+  const Shape& sh = b.sh;
+  std::vector<Item> items = sh.items_of(sh.tail_ops, Phase::backward);
+  if (!sh.last_stage()) b.chain.next_deps.push_back(p2p(b, Phase::backward, Hop::recv, sh.stage + 1, sh.p2p_next, {}));
+  std::map<size_t, int> segment_start;  // item index -> first block of the segment starting there
+  const int ci = sh.c.ci;
+  const int segments = (sh.blocks.last - sh.blocks.first + ci - 1) / ci;
+  for (int sgi = segments - 1; sgi >= 0; --sgi) {
+    const int b0 = sh.blocks.first + sgi * ci, b1 = std::min(sh.blocks.last, b0 + ci);
+    std::vector<size_t> seg;
+    for (int blk = b0; blk < b1; ++blk)
+      for (size_t v : sh.block_ops(blk)) seg.push_back(v);
+    segment_start[items.size()] = b0;
+    std::vector<Item> rc = sh.items_of(seg, Phase::recompute), bw = sh.items_of(seg, Phase::backward);
+    items.insert(items.end(), rc.begin(), rc.end());
+    items.insert(items.end(), bw.begin(), bw.end());
+  }
+  const size_t head_at = items.size();
+  std::vector<Item> head = sh.items_of(sh.head_ops, Phase::backward);
+  items.insert(items.end(), head.begin(), head.end());
+  std::vector<int> open;  // buffers of the open segment, given back when it is done
+  auto close_segment = [&]() {
+    for (int buf : open) b.e.free_at(b.chain.last, buf);
+    open.clear();
+  };
+  run_items(b, items, [&](size_t i) {
+    if (i == head_at) close_segment();
+    auto it = segment_start.find(i);
+    if (it == segment_start.end()) return;
+    close_segment();
+    const int b0 = it->second;
+    const std::vector<int> loads = load_checkpoints(b, b0, open);
+    b.chain.next_deps.insert(b.chain.next_deps.end(), loads.begin(), loads.end());
+    const double awm = block_activation_bytes(sh) * std::min(ci, sh.blocks.last - b0) * sh.micro_batches;
+    if (awm > 0) {
+      const int buf = b.e.buffer(BufferKind::awm, "awm:segment" + std::to_string(b0), Tier::gpu, awm);
+      b.chain.next_allocs.push_back(buf);
+      open.push_back(buf);
+    }
+  });
+  close_segment();
+  if (!sh.first_stage()) p2p(b, Phase::backward, Hop::send, sh.stage - 1, sh.p2p_prev, deps({b.chain.last}));
+}
+
+}  // namespace memwall::build
