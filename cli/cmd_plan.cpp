@@ -242,17 +242,7 @@ int run_plan(const PlanFlags& f) {
   const Evaluated& best = sched_fits ? *rec.chosen : r.top.front();
   const std::string& sched_line = rec.schedule_check;
   const std::vector<std::string>& why = rec.explanation;
-  // Runners-up: the best of every other placement, then other micro-batches and checkpoint
-  // intervals of any placement (variants that differ only in tiling or slicing are not shown).
-  std::vector<const Evaluated*> runners;
-  auto key = [](const Evaluated& e) {
-    return placement_label(e.candidate.placement) + "/" + format_g(e.candidate.config.bsz) + "/" +
-           std::to_string(e.candidate.config.ci) + "/" + to_string(e.candidate.config.optimizer_overlap);
-  };
-  std::set<std::string> shown = {key(best)};
-  for (const auto* list : {&r.ranked, &r.top})
-    for (const Evaluated& e : *list)
-      if (int(runners.size()) < f.runners && shown.insert(key(e)).second) runners.push_back(&e);
+  const std::vector<const Evaluated*> runners = runners_up(r, best, f.runners);
 
   Plan plan;
   plan.profile = p.name;

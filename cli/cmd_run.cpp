@@ -20,6 +20,7 @@
 #include "exec/engine/collectives.hpp"
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
+#include "exec/engine/training.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -124,57 +125,47 @@ Command add_run(CLI::App& app) {
                   << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n\n   step      loss   tokens/s   step ms  hidden\n";
             }
             const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
-            std::uint64_t rng = data_rng(rc);
-            int first_step = 1;
+            exec::TrainOptions to;
+            to.last_step = rc.steps;
+            to.data_rng = exec::data_seed(rc);
+            to.save_dir = f->save;
+            to.save_every = f->save_every;
             if (!f->resume.empty()) {
               Result<exec::RunPosition> at = engine->resume(f->resume);
               if (!at) {
                 if (world.size() > 1) return fail(at.error(), 2);
                 throw UsageError(at.error());
               }
-              rng = at->data_rng;
-              first_step = at->iteration + 1;
-              if (first_step > rc.steps)
+              to.data_rng = at->data_rng;
+              to.first_step = at->iteration + 1;
+              if (to.first_step > rc.steps)
                 throw UsageError("--steps " + std::to_string(rc.steps) + ": the checkpoint in " + f->resume +
                                  " is at step " + std::to_string(at->iteration) + " already (ask for more steps)");
               out << "resumed from " << f->resume << " at step " << at->iteration << "\n";
             }
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
-            std::vector<double> iter_s;
-            exec::IterationReport last;
-            float first = 0;
             const int per_iter = engine->tokens_per_iteration();
-            const int sequences = per_iter / rc.seq;  // this rank's part of the global batch
-            RankBatch batch;
-            for (int i = first_step; i <= rc.steps; ++i) {
-              batch.next(corpus, rng, sequences, rc.seq, engine->rank(), engine->ranks());
-              Result<exec::IterationReport> r = engine->step(batch.tokens, batch.targets);
-              if (!r) return fail("step " + std::to_string(i) + ": " + r.error(), 1);
-              if (!std::isfinite(r->loss)) {
-                std::ostringstream m;
-                m << "step " << i << ": the loss is " << r->loss << " (lower lr, or check the data); stopping";
-                return fail(m.str(), 1);
-              }
-              last = std::move(r).value();
-              iter_s.push_back(last.iteration_s);
-              if (i == first_step) first = last.loss;
-              if (!f->save.empty() && ((f->save_every > 0 && i % f->save_every == 0) || i == rc.steps))
-                if (Result<bool> saved = engine->save(f->save, {i, rng}); !saved)
-                  return fail("step " + std::to_string(i) + ": " + saved.error(), 1);
-              steps_json.push_back({{"step", i}, {"loss", last.loss}, {"iteration_s", last.iteration_s},
-                                    {"hidden_fraction", last.overlap.hidden_fraction}});
-              if (show && (i == first_step || i % every == 0 || i == rc.steps)) {
-                double moved_s = 0;
-                for (double t : last.overlap.transfer_s) moved_s += t;
-                out << std::setw(7) << i << std::setw(10) << std::fixed << std::setprecision(4) << last.loss
-                    << std::setw(11) << std::setprecision(0) << per_iter * engine->ranks() / last.iteration_s << std::setw(10)
-                    << std::setprecision(1) << last.iteration_s * 1e3;
-                if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * last.overlap.hidden_fraction << " %";
-                else out << "      -";
-                if (rc.steps > 50) out << "  " << progress_bar(i, rc.steps);
-                out << std::endl;
-              }
-            }
+            auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {
+              steps_json.push_back({{"step", i}, {"loss", r.loss}, {"iteration_s", r.iteration_s},
+                                    {"hidden_fraction", r.overlap.hidden_fraction}});
+              if (!show || !(i == to.first_step || i % every == 0 || i == rc.steps)) return true;
+              double moved_s = 0;
+              for (double t : r.overlap.transfer_s) moved_s += t;
+              out << std::setw(7) << i << std::setw(10) << std::fixed << std::setprecision(4) << r.loss << std::setw(11)
+                  << std::setprecision(0) << per_iter * engine->ranks() / r.iteration_s << std::setw(10)
+                  << std::setprecision(1) << r.iteration_s * 1e3;
+              if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * r.overlap.hidden_fraction << " %";
+              else out << "      -";
+              if (rc.steps > 50) out << "  " << progress_bar(i, rc.steps);
+              out << std::endl;
+              return true;
+            };
+            Result<exec::TrainResult> trained = exec::train(*engine, corpus, rc.seq, to, on_step);
+            if (!trained) return fail(trained.error(), 1);
+            const exec::IterationReport& last = trained->last;
+            const std::vector<double>& iter_s = trained->iteration_s;
+            const float first = trained->first_loss;
+            const int first_step = to.first_step;
             out << std::defaultfloat << std::setprecision(6);
             const exec::EngineStats st = engine->stats();
             const double med = median(std::vector<double>(iter_s.begin() + (iter_s.size() > 2 ? 1 : 0), iter_s.end()));

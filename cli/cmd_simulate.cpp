@@ -80,21 +80,12 @@ Command add_simulate(CLI::App& app) {
             o.full = f->full;
             o.sizes = take(exec::schedule_sizes(p, m, pl, c));  // the executor's buffers where `memwall run` runs p
             sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
-            nlohmann::ordered_json j = {{"strategy", r.strategy}, {"model", m.name}, {"profile", p.name},
-                                        {"nodes", p.nodes}, {"gpus", r.gpus}, {"dp", r.dp}, {"mp", r.mp}, {"fits", !r.overflow}};
+            nlohmann::ordered_json j = {{"model", m.name}, {"profile", p.name}, {"nodes", p.nodes}, {"fits", !r.overflow}};
+            j.update(sim::to_json(r));
             std::ostringstream o_text;
             if (r.overflow) {
-              j["overflow"] = r.overflow->message;
               o_text << "does not fit: " << r.overflow->message << "\n";
             } else {
-              j["iteration_s"] = r.iteration_s;
-              j["tflops_per_gpu"] = r.tflops_per_gpu;
-              j["efficiency"] = r.efficiency;
-              j["peak_flops_per_s"] = r.peak_flops_per_s;
-              j["busy_fraction"] = r.busy_fraction;
-              j["ranks_simulated"] = r.ranks_simulated;
-              j["full"] = r.full;
-              j["activities"] = r.activities;
               const std::string gpus = r.gpus == p.total_gpus() && p.nodes == 1
                                            ? std::to_string(r.gpus) + " GPUs"
                                            : std::to_string(r.gpus) + " of " + std::to_string(p.total_gpus()) +
@@ -115,13 +106,9 @@ Command add_simulate(CLI::App& app) {
               for (const auto& [k, v] : r.busy_fraction) rows.push_back({k, format_sig(100 * v, 3) + " %"});
               o_text << render_table(rows);
             }
-            nlohmann::ordered_json peak;
             std::vector<std::vector<std::string>> rows = {{"tier", "peak bytes per rank"}};
-            for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
-              peak[to_string(t)] = r.peak_bytes[int(t)];
+            for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
               rows.push_back({to_string(t), format_bytes(r.peak_bytes[int(t)])});
-            }
-            j["peak_bytes"] = peak;
             o_text << render_table(rows);
             if (!f->trace.empty() && !r.overflow) write_output(f->trace, sim::chrome_trace_json(r));
             write_output("", f->json ? j.dump(2) + "\n" : o_text.str());

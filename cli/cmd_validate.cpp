@@ -20,6 +20,7 @@
 #include "exec/adam/cpu_adam.hpp"
 #include "exec/engine/collectives.hpp"
 #include "exec/engine/engine.hpp"
+#include "exec/engine/training.hpp"
 #include "exec/gpt/gpt.hpp"
 #include "model/timeline.hpp"
 #include "model/units.hpp"
@@ -99,51 +100,41 @@ Command add_validate(CLI::App& app) {
               if (world.size() > 1) world.abort("memwall validate: rank " + std::to_string(world.rank()) + ": " + message, 1);
               throw std::runtime_error(message);
             };
-            Result<std::unique_ptr<exec::Engine>> created = exec::Engine::create(o);
+            // One plan, two consumers: the engine runs this rank's schedule as built and rank 0's
+            // simulator replays that very object (with the broadcast variant, whose ranks differ,
+            // beside the other ranks' schedules built the same way).
+            Result<exec::RankPlan> plan = exec::plan_rank(o);
+            if (!plan && world.size() > 1) fail(plan.error());
+            Result<std::unique_ptr<exec::Engine>> created = exec::Engine::create(take(std::move(plan)));
             if (!created && world.size() > 1) fail(created.error());
             std::unique_ptr<exec::Engine> engine = take(std::move(created));
             const Schedule& executed = engine->schedule();
-
-            // The schedule the simulator replays, from the inputs the engine normalised (dp the
-            // job's ranks, one device each; mp 1; seq the model's) with the executor's sizes: it
-            // must be the executed one, rank by rank.
-            const ModelSpec model = exec::gpt_model_spec(o.model);
-            TrainingConfig c = o.config;
-            c.seq = o.model.max_seq;
-            c.dp = engine->ranks();
-            c.mp = 1;
-            HardwareProfile profile = o.profile;
-            if (profile.total_gpus() < c.dp) profile.gpus_per_node = c.dp;  // as the engine: one device per rank
-            sim::SimOptions so;
-            so.trace = true;
-            so.sizes = take(exec::schedule_sizes(profile, model, o.placement, c));
-            Result<Schedule> mine = build_schedule(model, o.placement, c, profile, engine->rank(), *so.sizes);
-            if (!mine || schedule_text(*mine) != schedule_text(executed))
-              fail("internal error: validate would replay a schedule other than the one the engine executes" +
-                   (mine ? std::string() : ": " + mine.error()));
+            const exec::EngineOptions& run = engine->plan().options;  // as the engine normalised them
+            const TrainingConfig& c = executed.config;
 
             const bool show = !f->json && lead;
             if (show)
               std::cerr << "validate: executing " << prep.rc.steps << " iterations of " << executed.strategy << " ("
                         << executed.steps.size() << " steps each) ..." << std::endl;
-            std::uint64_t rng = data_rng(prep.rc);
-            std::vector<double> iter_s;
-            exec::IterationReport last;
-            const int sequences = engine->tokens_per_iteration() / prep.rc.seq;  // this rank's
-            RankBatch batch;  // the same data as run
-            for (int i = 1; i <= prep.rc.steps; ++i) {
-              batch.next(corpus, rng, sequences, prep.rc.seq, engine->rank(), engine->ranks());
-              Result<exec::IterationReport> r = engine->step(batch.tokens, batch.targets);
-              if (!r) fail("step " + std::to_string(i) + ": " + r.error());
-              last = std::move(r).value();
-              if (i > 1) iter_s.push_back(last.iteration_s);
-            }
+            exec::TrainOptions to;
+            to.last_step = prep.rc.steps;
+            to.data_rng = exec::data_seed(prep.rc);  // the same data as run
+            Result<exec::TrainResult> trained = exec::train(*engine, corpus, prep.rc.seq, to);
+            if (!trained) fail(trained.error());
+            const exec::IterationReport& last = trained->last;
+            const std::vector<double> iter_s(trained->iteration_s.begin() + 1, trained->iteration_s.end());
             const double measured_s = median(iter_s);
             if (!lead) return 0;
             if (show) std::cerr << "validate: simulating the same schedule ..." << std::endl;
-            sim::SimReport sr = take(sim::simulate(model, o.placement, c, profile, so));
+            std::vector<Schedule> others;  // the broadcast variant's other ranks
+            if (executed.broadcast)
+              for (int r = 1; r < engine->ranks(); ++r) others.push_back(take(exec::rank_schedule(run, r)));
+            std::vector<const Schedule*> replayed = {&executed};
+            for (const Schedule& x : others) replayed.push_back(&x);
+            sim::SimOptions so;
+            so.trace = true;
+            sim::SimReport sr = take(sim::simulate(replayed, run.profile, so));
             if (sr.overflow) throw UsageError("validate: the simulator finds the schedule does not fit: " + sr.overflow->message);
-
             const OverlapReport mo = last.overlap;
             const OverlapReport so_rep = overlap_report(executed, step_times(sr.trace));
             const std::vector<StepTime> sim_times = step_times(sr.trace);

@@ -122,11 +122,4 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   return PreparedRun{rc, o};
 }
 
-void RankBatch::next(const exec::Corpus& corpus, std::uint64_t& rng, int sequences, int seq, int rank, int ranks) {
-  corpus.next_batch(sequences * ranks, seq, rng, all_tokens, all_targets);
-  const long from = long(rank) * sequences * seq, to = from + long(sequences) * seq;
-  tokens.assign(all_tokens.begin() + from, all_tokens.begin() + to);
-  targets.assign(all_targets.begin() + from, all_targets.begin() + to);
-}
-
 }  // namespace memwall::cli

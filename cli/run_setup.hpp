@@ -34,14 +34,4 @@ struct PreparedRun {
 // were given.
 PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub);
 
-// This rank's part of the next global batch: every rank draws the same batch of
-// sequences x ranks (so the data does not depend on how many ranks share it) and keeps its own
-// `sequences` of it in `tokens` and `targets`. `all_*` are scratch the caller keeps between steps.
-// The data order's seed: run and validate (and a resumed run, from its checkpoint) draw the same.
-inline std::uint64_t data_rng(const exec::RunConfig& rc) { return rc.seed ^ 0x5eedba7c4ull; }
-struct RankBatch {
-  std::vector<int> tokens, targets, all_tokens, all_targets;
-  void next(const exec::Corpus& corpus, std::uint64_t& rng, int sequences, int seq, int rank, int ranks);
-};
-
 }  // namespace memwall::cli

@@ -188,23 +188,10 @@ void PlanView::done() {
                              "<br>" + q(rec.schedule_check).toHtmlEscaped())
                         .arg(searched)
                         .arg(simulated));
-  // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), the best of
-  // every other placement (SearchResult::ranked), then other micro-batches and checkpoint intervals
-  // from SearchResult::top, as `memwall plan` lists its runners-up (variants differing only in
-  // tiling or slicing are not shown).
+  // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), then the
+  // runners-up `memwall plan` lists (planner::runners_up): every other placement and six more.
   std::vector<const planner::Evaluated*> rows = {&best};
-  auto key = [](const planner::Evaluated& e) {
-    return planner::placement_label(e.candidate.placement) + "/" + std::to_string(e.candidate.config.bsz) + "/" +
-           std::to_string(e.candidate.config.ci);
-  };
-  std::set<std::string> shown = {key(best)};
-  for (const planner::Evaluated& e : r.ranked)
-    if (planner::placement_label(e.candidate.placement) != planner::placement_label(best.candidate.placement) &&
-        shown.insert(key(e)).second)
-      rows.push_back(&e);
-  const size_t placements = rows.size();
-  for (const planner::Evaluated& e : r.top)
-    if (rows.size() < placements + 6 && shown.insert(key(e)).second) rows.push_back(&e);
+  for (const planner::Evaluated* e : planner::runners_up(r, best, int(r.ranked.size()) + 6)) rows.push_back(e);
   for (size_t i = 0; i < rows.size(); ++i) {
     const planner::Evaluated& e = *rows[i];
     const TrainingConfig& c = e.candidate.config;

@@ -1,5 +1,7 @@
 #include "planner/recommend.hpp"
 
+#include <set>
+
 #include <algorithm>
 
 #include "model/units.hpp"
@@ -105,6 +107,19 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
   for (size_t i = 0; i < rejected.size(); ++i)
     if (i < 3 || i + 1 == rejected.size()) lines += (lines.empty() ? "" : "\n") + ("analytic choice rejected: " + rejected[i]);
   if (!lines.empty()) out.explanation.insert(out.explanation.begin(), lines);
+  return out;
+}
+
+std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count) {
+  auto key = [](const Evaluated& e) {
+    return placement_label(e.candidate.placement) + "/" + format_g(e.candidate.config.bsz) + "/" +
+           std::to_string(e.candidate.config.ci) + "/" + to_string(e.candidate.config.optimizer_overlap);
+  };
+  std::vector<const Evaluated*> out;
+  std::set<std::string> shown = {key(chosen)};
+  for (const auto* list : {&r.ranked, &r.top})
+    for (const Evaluated& e : *list)
+      if (int(out.size()) < count && shown.insert(key(e)).second) out.push_back(&e);
   return out;
 }
 

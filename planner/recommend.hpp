@@ -38,4 +38,10 @@ std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const C
 Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space, const Fixes& fixes,
                          SearchOptions options, const SizesFn& sizes = {});
 
+// The runners-up `memwall plan` and the GUI's Plan tab list beside `chosen`: the best of every
+// other placement (SearchResult::ranked), then other micro-batches, checkpoint intervals and
+// optimizer overlaps of any placement (SearchResult::top); variants that differ only in tiling or
+// slicing are left out. At most `count`, best first.
+std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count);
+
 }  // namespace memwall::planner

@@ -565,13 +565,15 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
   Result<std::vector<Schedule>> schedules =
       build_schedules(model, placement, config, profile, options.sizes.value_or(MemorySizes{}));
   if (!schedules) return make_error(schedules.error());
-  return simulate(*schedules, profile, options);
+  std::vector<const Schedule*> all;
+  for (const Schedule& s : *schedules) all.push_back(&s);
+  return simulate(all, profile, options);
 }
 
-Result<SimReport> simulate(const std::vector<Schedule>& schedules, const HardwareProfile& profile,
+Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const HardwareProfile& profile,
                            const SimOptions& options) {
   if (schedules.empty()) return make_error("simulate: no schedule to replay");
-  const Schedule& s0 = schedules.front();
+  const Schedule& s0 = *schedules.front();
   const ModelSpec& model = s0.model;
   const Placement& placement = s0.placement;
   const TrainingConfig& c = s0.config;
@@ -589,10 +591,10 @@ Result<SimReport> simulate(const std::vector<Schedule>& schedules, const Hardwar
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
   // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ
   // (one per rank), and so do pipeline stages (one per stage, the same for its dp ranks).
-  for (const Schedule& s : schedules) {
-    for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s.peak_bytes[size_t(t)]);
-    if (s.overflow) {
-      rep.overflow = s.overflow;
+  for (const Schedule* s : schedules) {
+    for (int t = 0; t < kTiers; ++t) rep.peak_bytes[size_t(t)] = std::max(rep.peak_bytes[size_t(t)], s->peak_bytes[size_t(t)]);
+    if (s->overflow) {
+      rep.overflow = s->overflow;
       return rep;
     }
   }
@@ -656,7 +658,7 @@ Result<SimReport> simulate(const std::vector<Schedule>& schedules, const Hardwar
     g.node = symmetric ? r / stages_per_node : r / profile.gpus_per_node;
     g.host = pf.gpu_at(g.node, symmetric ? r % stages_per_node : r % profile.gpus_per_node);
     g.name = "gpu" + std::to_string(g.index);
-    rp.add_gpu(schedules[std::min(size_t(pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
+    rp.add_gpu(*schedules[std::min(size_t(pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
   }
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
   if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
@@ -664,10 +666,10 @@ Result<SimReport> simulate(const std::vector<Schedule>& schedules, const Hardwar
   rep.nodes_simulated = shape.nodes;
   rep.full = !symmetric;
   rp.fill(rep);
-  double flops = schedules[0].compute_flops;  // per GPU; with stages their mean
+  double flops = s0.compute_flops;  // per GPU; with stages their mean
   if (pp > 1) {
     flops = 0;
-    for (const Schedule& s : schedules) flops += s.compute_flops / pp;
+    for (const Schedule* s : schedules) flops += s->compute_flops / pp;
   }
   rep.tflops_per_gpu = rep.iteration_s > 0 ? flops / rep.iteration_s / 1e12 : 0;
   rep.efficiency = rep.iteration_s > 0 ? flops / rep.iteration_s / rep.peak_flops_per_s : 0;
@@ -679,25 +681,26 @@ double SimReport::backward_s() const {
   return f == phase_end_s.end() || b == phase_end_s.end() ? 0 : b->second - f->second;
 }
 
-namespace {
-
-nlohmann::json to_json(const SimReport& r) {
-  nlohmann::json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
+nlohmann::ordered_json to_json(const SimReport& r, bool with_trace) {
+  nlohmann::ordered_json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
                       {"efficiency", r.efficiency}, {"peak_flops_per_s", r.peak_flops_per_s}, {"gpus", r.gpus},
                       {"dp", r.dp}, {"mp", r.mp}, {"pp", r.pp}, {"ranks_simulated", r.ranks_simulated},
                       {"nodes_simulated", r.nodes_simulated}, {"full", r.full}, {"activities", r.activities},
-                      {"busy_fraction", r.busy_fraction}, {"peak_bytes", r.peak_bytes}, {"phase_end_s", r.phase_end_s}};
+                      {"busy_fraction", r.busy_fraction}, {"phase_end_s", r.phase_end_s}};
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) j["peak_bytes"][to_string(t)] = r.peak_bytes[size_t(t)];
   if (r.overflow)
-    j["overflow"] = {{"tier", int(r.overflow->tier)}, {"step", r.overflow->step},
+    j["overflow"] = {{"tier", to_string(r.overflow->tier)}, {"step", r.overflow->step},
                      {"needed_bytes", r.overflow->needed_bytes}, {"capacity_bytes", r.overflow->capacity_bytes},
                      {"message", r.overflow->message}};
-  if (!r.trace.empty()) {  // only when SimOptions::trace asked for it
-    nlohmann::json t = nlohmann::json::array();
+  if (with_trace && !r.trace.empty()) {  // only when SimOptions::trace asked for it
+    nlohmann::ordered_json t = nlohmann::ordered_json::array();
     for (const TraceEvent& e : r.trace) t.push_back({e.name, e.track, e.start_s, e.end_s, e.step, e.rank});
     j["trace"] = std::move(t);
   }
   return j;
 }
+
+namespace {
 
 SimReport from_json(const nlohmann::json& j) {
   SimReport r;
@@ -715,11 +718,12 @@ SimReport from_json(const nlohmann::json& j) {
   r.full = j["full"];
   r.activities = j["activities"];
   r.busy_fraction = j["busy_fraction"].get<std::map<std::string, double>>();
-  r.peak_bytes = j["peak_bytes"].get<std::array<double, kTiers>>();
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) r.peak_bytes[size_t(t)] = j["peak_bytes"][to_string(t)].get<double>();
   r.phase_end_s = j["phase_end_s"].get<std::map<std::string, double>>();
   if (j.contains("overflow")) {
     const auto& o = j["overflow"];
-    r.overflow = Overflow{Tier(o["tier"].get<int>()), o["step"], o["needed_bytes"], o["capacity_bytes"], o["message"]};
+    r.overflow = Overflow{*parse_tier(o["tier"].get<std::string>()), o["step"], o["needed_bytes"], o["capacity_bytes"],
+                          o["message"]};
   }
   if (j.contains("trace"))
     for (const auto& e : j["trace"]) {
@@ -772,7 +776,7 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
                                     const HardwareProfile& profile, const SimOptions& options) {
   Result<nlohmann::json> j = in_child([&]() {
     Result<SimReport> r = simulate(model, placement, config, profile, options);
-    return r ? to_json(*r) : nlohmann::json{{"error", r.error()}};
+    return r ? nlohmann::json(to_json(*r, true)) : nlohmann::json{{"error", r.error()}};
   });
   if (!j) return make_error(j.error());
   return from_json(*j);

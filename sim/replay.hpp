@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/schedule.hpp"
 #include "model/timeline.hpp"
 #include "sim/collectives.hpp"
@@ -73,7 +75,7 @@ struct SimReport {
 // Replays the schedules as built (build_schedules: one per rank of the broadcast variant, one per
 // pipeline stage, else one); their model, placement and config are the job's. options.sizes is
 // not used: the schedules carry theirs.
-Result<SimReport> simulate(const std::vector<Schedule>& schedules, const HardwareProfile& profile,
+Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const HardwareProfile& profile,
                            const SimOptions& options);
 // Builds the schedules (with options.sizes) and replays them.
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
@@ -90,6 +92,11 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
 // stand-ins, as simulate() lays them out. Its duration, for the tests against closed_form_s. Runs
 // in a forked child, as simulate_isolated.
 Result<double> simulate_collective(const HardwareProfile& profile, const CollectiveOp& op, bool full);
+
+// The report as JSON, the one writer of it (`memwall simulate --json`, the simulation child's
+// answer): every field by its name, the overflow as {tier, step, needed_bytes, capacity_bytes,
+// message}, the trace's events when `with_trace` (large for paper-sized models).
+nlohmann::ordered_json to_json(const SimReport& report, bool with_trace = false);
 
 // The trace as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
 std::string chrome_trace_json(const SimReport& report);

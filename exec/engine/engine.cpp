@@ -227,6 +227,10 @@ Result<std::vector<float>> assemble(EngineContext& e, const std::vector<float>& 
 
 }  // namespace
 
+Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank) {
+  return build_checked(normalised, rank, normalised.config);
+}
+
 Result<RankPlan> plan_rank(const EngineOptions& options) {
   RankPlan p;
   p.options = options;

@@ -124,6 +124,9 @@ struct RankPlan {
 // (bytes needed and available per tier, and `memwall plan` as the hint) and a pinned budget too
 // small for the memory plan's CPU buffers. Touches nothing.
 Result<RankPlan> plan_rank(const EngineOptions& options);
+// Rank `rank`'s schedule for options plan_rank normalised (RankPlan::options), built and checked as
+// plan_rank builds this rank's: what another rank executes (the broadcast variant's ranks differ).
+Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank);
 
 class Engine {
  public:
