@@ -54,6 +54,8 @@ double HardwareProfile::nvme_write_Bps_per_gpu_all_active() const {
 
 namespace {
 
+// Reads every field of a profile in the file's own order (gpu, links, cpu, nvme, executor), one
+// line each with its unit and range: ~85 lines on purpose, so it reads beside the YAML it parses.
 HardwareProfile read_profile(const YamlReader& r) {
   const YAML::Node& root = r.root();
   r.only_keys(root, "", {"name", "description", "nodes", "gpu", "links", "cpu", "nvme", "executor"});

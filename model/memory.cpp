@@ -258,223 +258,226 @@ std::pair<double, double> largest_optimizer_chunk(const ModelSpec& m, const Plac
 }
 }  // namespace
 
-MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
-                         int rank, const MemorySizes& z, int stage) {
-  MemoryModel out;
-  const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
-  const double mp = std::max(1, c.mp);
-  const int t = std::max(1, c.tiling_factor), ci = std::max(1, c.ci);
-  const int mb = pl.layer_major ? std::max(1, c.micro_batches) : 1;
-  const int ga = std::max(1, c.grad_accum);
-  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
-  const int nb = sb.last - sb.first;
-  const int segments = (nb + ci - 1) / ci;
-  const bool first = stage == 0, last = stage == pp - 1;
-  const bool broadcast = pl.fetch == ParamFetch::broadcast && dp > 1;
-  const std::array<double, kTiers> cap = capacity_per_rank(c, p);
-  const auto persistent = persistent_state_bytes(m, pl, c, rank, z, stage);
-  for (int ti = 0; ti < kTiers; ++ti) {
-    TierMemory& tm = out.tiers[size_t(ti)];
-    tm.capacity_bytes = cap[size_t(ti)];
-    tm.persistent = persistent[size_t(ti)];
-    for (State s : {State::param16, State::grad16, State::optim32}) {
-      if (int(pl.of(s).tier) != ti || tm.persistent[size_t(s)] <= 0) continue;
-      std::string words = part_words(s, pl.of(s), broadcast);
-      if (s == State::optim32 && c.what_if.onebit_adam) words += " with 1-bit Adam's error feedback";
-      tm.parts.push_back({words, tm.persistent[size_t(s)]});
-    }
-  }
+namespace {
 
-  // ---- sizes of what comes and goes ----
-  const double C = double(m.hidden);
-  const double whole_ckpt = z.act_bytes * c.bsz * double(c.seq) * C;  // Eq. 3 per checkpoint
+// What every part of the prediction reads: the shape of one rank's stage and the sizes of what
+// comes and goes, derived once.
+struct Derived {
+  const ModelSpec& m;
+  const Placement& pl;
+  const TrainingConfig& c;
+  const HardwareProfile& p;
+  int rank = 0, stage = 0;
+  MemorySizes z{};
+  int dp = 1, pp = 1, t = 1, ci = 1, mb = 1, ga = 1;
+  double mp = 1;
+  StageBlocks sb{};
+  int nb = 0, segments = 0;
+  bool first = true, last = true, broadcast = false;
+  double C = 0, whole_ckpt = 0, ckpt = 0;  // Eq. 3 per checkpoint; kept (1/mp when partitioned)
+  bool gathered = false, workspace = false, ckpt_gpu = true;
+  double awm_block = 0, embed = 0;
+  int in_flight = 1, other_ckpts = 0;  // micro-steps a 1F1B stage holds checkpoints of; the others'
+  Tier pt = Tier::gpu;
+  bool resident = false, fetched = false, grad_buffer = false, tied_pending = false;
+  int lookahead = 0;
+  std::vector<Group> block_fwd{};  // one block's runs in forward order
+  int groups_per_block = 0, keep = 0, keep_segments = 0;
+};
+
+Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p, int rank,
+               const MemorySizes& z, int stage) {
+  Derived d{m, pl, c, p, rank, stage, z};
+  d.dp = std::max(1, c.dp);
+  d.pp = std::max(1, c.pp);
+  d.mp = std::max(1, c.mp);
+  d.t = std::max(1, c.tiling_factor);
+  d.ci = std::max(1, c.ci);
+  d.mb = pl.layer_major ? std::max(1, c.micro_batches) : 1;
+  d.ga = std::max(1, c.grad_accum);
+  d.sb = stage_blocks(m.layers, d.pp, stage);
+  d.nb = d.sb.last - d.sb.first;
+  d.segments = (d.nb + d.ci - 1) / d.ci;
+  d.first = stage == 0;
+  d.last = stage == d.pp - 1;
+  d.broadcast = pl.fetch == ParamFetch::broadcast && d.dp > 1;
+  d.C = double(m.hidden);
+  d.whole_ckpt = z.act_bytes * c.bsz * double(c.seq) * d.C;
   // partitioned (DeepSpeed's partition_activations): each tensor-slicing rank keeps 1/mp of it and
   // all-gathers it whole for its segment's recompute
-  const bool gathered = pl.act_ckpt.partitioned && mp > 1;
-  const double ckpt = gathered ? whole_ckpt / mp : whole_ckpt;
-  const bool workspace = z.workspace_bytes >= 0;
-  const double awm_block = workspace ? 0 : awm_bytes_eq5(c.bsz, c.seq, 1, m.hidden, m.heads, c.what_if.attention_density) / mp;
-  const double embed = z.param_bytes * (double(m.vocab) + double(c.seq)) * C / mp;
-  const bool ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
-  // micro-steps whose checkpoints a pipeline stage holds at once under 1F1B
-  const int in_flight = pp > 1 ? std::min(pp - stage, ga) : 1;
-  const int other_ckpts = (in_flight - 1) * segments * mb;
-  const Tier pt = pl.param16.tier;
-  const bool resident = pt == Tier::gpu && !pl.param16.partitioned;
-  const bool fetched = !resident && (pt != Tier::gpu || (dp > 1 && (pl.param16.partitioned || broadcast)));
+  d.gathered = pl.act_ckpt.partitioned && d.mp > 1;
+  d.ckpt = d.gathered ? d.whole_ckpt / d.mp : d.whole_ckpt;
+  d.workspace = z.workspace_bytes >= 0;
+  d.awm_block = d.workspace ? 0 : awm_bytes_eq5(c.bsz, c.seq, 1, m.hidden, m.heads, c.what_if.attention_density) / d.mp;
+  d.embed = z.param_bytes * (double(m.vocab) + double(c.seq)) * d.C / d.mp;
+  d.ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
+  d.in_flight = d.pp > 1 ? std::min(d.pp - stage, d.ga) : 1;
+  d.other_ckpts = (d.in_flight - 1) * d.segments * d.mb;
+  d.pt = pl.param16.tier;
+  d.resident = d.pt == Tier::gpu && !pl.param16.partitioned;
+  d.fetched = !d.resident && (d.pt != Tier::gpu || (d.dp > 1 && (pl.param16.partitioned || d.broadcast)));
   // The GPU buffer of a group is made by its CPU->GPU copy, `depth - 1` groups ahead, or (shard on
   // the GPU) by its all-gather, `depth - 2` ahead.
-  const int lookahead = pt != Tier::gpu ? std::max(c.prefetch_depth - 1, 0) : std::max(c.prefetch_depth - 2, 0);
-  const bool grad_buffer = pl.grad16.tier != Tier::gpu || (pl.grad16.partitioned && dp > 1);
-  const bool tied_pending = grad_buffer && first && last;  // the embedding's gradient collects over backward
-
-  std::vector<Group> block_fwd;  // one block's runs in forward order
-  for (const BlockOp& op : block_ops(C)) {
-    const double bytes = z.param_bytes * (op.linear ? op.elems / mp : op.elems);
-    const int tiles = op.linear ? t : 1;
-    block_fwd.push_back({bytes / tiles, op.name, 0, tiles});
+  d.lookahead = d.pt != Tier::gpu ? std::max(c.prefetch_depth - 1, 0) : std::max(c.prefetch_depth - 2, 0);
+  d.grad_buffer = pl.grad16.tier != Tier::gpu || (pl.grad16.partitioned && d.dp > 1);
+  d.tied_pending = d.grad_buffer && d.first && d.last;  // the embedding's gradient collects over backward
+  for (const BlockOp& op : block_ops(d.C)) {
+    const double bytes = z.param_bytes * (op.linear ? op.elems / d.mp : op.elems);
+    const int tiles = op.linear ? d.t : 1;
+    d.block_fwd.push_back({bytes / tiles, op.name, 0, tiles});
   }
-  const int groups_per_block = 2 + 4 * t;
+  d.groups_per_block = 2 + 4 * d.t;
   // Identical blocks repeat: beyond `keep` blocks from either end of a run of them, more only add
   // moments with fewer checkpoints (or the same) and the same windows, so they are left out
   // (windows still see `keep` blocks of groups ahead, more than the lookahead).
-  const int keep = lookahead / groups_per_block + 2;
-  const int keep_segments = lookahead / (2 * std::min(ci, nb) * groups_per_block) + 1;
+  d.keep = d.lookahead / d.groups_per_block + 2;
+  d.keep_segments = d.lookahead / (2 * std::min(d.ci, d.nb) * d.groups_per_block) + 1;
+  return d;
+}
 
-  // ---- GPU: the fullest moment of forward and of backward ----
-  TierMemory& gpu = out.tiers[size_t(Tier::gpu)];
-  double gpu_persistent = 0;
-  for (double b : gpu.persistent) gpu_persistent += b;
-  // The fullest moment: what is alive while one group's compute runs.
-  struct Moment {
-    double total = -1, window = 0, grad = 0, tied = 0, act = 0;
-    int ckpts = 0, groups = 0, at = 0;  // at: which group of the run
-    Group g;
-    const char* phase = "";
-  } best;
-  auto evaluate = [&](const std::vector<Group>& list, const char* phase) {
-    // bytes of the L + 1 groups from group j of run r on: the fetched window
-    auto window_from = [&](size_t r, int j, int& groups) {
-      double sum = 0;
-      int left = lookahead + 1;
-      groups = 0;
-      for (; r < list.size() && left > 0; ++r, j = 0) {
-        const int take = std::min(left, list[r].count - j);
-        sum += take * list[r].bytes;
-        groups += take;
-        left -= take;
-      }
-      return fetched ? sum : 0;
-    };
-    bool pending = false;
-    for (size_t r = 0; r < list.size(); ++r) {
-      const Group& g = list[r];
-      if (g.backward && g.lm_head && tied_pending) pending = true;
-      if (!g.evaluate) continue;
-      // the LM head's and the embedding's backward add to the tied embedding's pending buffer
-      const bool collects = tied_pending && (g.lm_head || g.embed_backward);
-      const double grad = g.backward && grad_buffer && !collects ? g.bytes : 0;
-      const double tied = pending ? embed : 0;
-      const int ckpts = g.ckpts + (ckpt_gpu ? other_ckpts : 0);
-      // inside a run the window changes only where it reaches past the run's end
-      for (int j = 0; j < g.count; j = std::max(j + 1, g.count - lookahead - 1)) {
-        int groups = 0;
-        const double window = window_from(r, j, groups);
-        const double total = window + grad + tied + ckpts * ckpt + g.whole * whole_ckpt + g.act;
-        if (total > best.total) best = {total, window, grad, tied, g.act, ckpts, groups, j, g, phase};
-      }
-    }
-  };
-  auto add_block = [&](std::vector<Group>& list, int b, bool reverse, bool backward, int ckpts, double act,
-                       bool eval, int whole = 0) {
-    const size_t at = list.size();
-    for (const Group& g0 : block_fwd) {
-      Group g = g0;
-      g.block = b;
-      g.backward = backward;
-      g.ckpts = ckpts;
-      g.whole = whole;
-      g.act = act;
-      g.evaluate = eval;
-      list.push_back(g);
-    }
-    if (reverse) std::reverse(list.begin() + long(at), list.end());
-  };
-  // blocks [b0, b1) in order (or reversed), the middle ones of a long run left out
-  auto add_blocks = [&](std::vector<Group>& list, int b0, int b1, bool reverse, bool backward, int ckpts, double act,
-                        bool eval, int whole) {
+// The fullest GPU moment: what is alive while one group's compute runs.
+struct Moment {
+  double total = -1, window = 0, grad = 0, tied = 0, act = 0;
+  int ckpts = 0, groups = 0, at = 0;  // at: which group of the run
+  Group g;
+  const char* phase = "";
+};
+
+void add_block(const Derived& d, std::vector<Group>& list, int b, bool reverse, bool backward, int ckpts, double act,
+               bool eval, int whole = 0) {
+  const size_t at = list.size();
+  for (const Group& g0 : d.block_fwd) {
+    Group g = g0;
+    g.block = b;
+    g.backward = backward;
+    g.ckpts = ckpts;
+    g.whole = whole;
+    g.act = act;
+    g.evaluate = eval;
+    list.push_back(g);
+  }
+  if (reverse) std::reverse(list.begin() + long(at), list.end());
+}
+
+// Forward: embedding, blocks (a checkpoint as each segment starts, one block's AWM), LN and head.
+void forward_list(const Derived& d, std::vector<Group>& list) {
+  if (d.first) list.push_back({d.embed, "embed", -1, 1, false, false, false, 0, 0, true});
+  for (int rb = 0; rb < d.nb; ++rb) {
+    if (rb >= d.keep && rb < d.nb - d.keep) continue;  // identical middle blocks: fewer checkpoints
+    const int ckpts = d.ckpt_gpu ? (rb / d.ci + 1) * d.mb : 0;
+    add_block(d, list, d.sb.first + rb, false, false, ckpts, d.awm_block * d.mb, true);
+  }
+  if (d.last) {
+    const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
+    list.push_back({d.z.param_bytes * 2 * d.C, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
+    list.push_back({d.embed, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
+  }
+}
+
+// Backward: head and LN, then each segment's recompute and backward (its checkpoint loaded, its
+// blocks' AWM), then the embedding; the middle of a long run of identical segments left out.
+void backward_list(const Derived& d, std::vector<Group>& list) {
+  if (d.last) {
+    const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
+    list.push_back({d.embed, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
+    list.push_back({d.z.param_bytes * 2 * d.C, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
+  }
+  auto add_blocks = [&](int b0, int b1, bool reverse, bool backward, int ckpts, double act, bool eval, int whole) {
     for (int i = 0; i < b1 - b0; ++i) {
-      if (i >= keep && i < b1 - b0 - keep) continue;
-      add_block(list, reverse ? b1 - 1 - i : b0 + i, reverse, backward, ckpts, act, eval, whole);
+      if (i >= d.keep && i < b1 - b0 - d.keep) continue;
+      add_block(d, list, reverse ? b1 - 1 - i : b0 + i, reverse, backward, ckpts, act, eval, whole);
     }
   };
+  for (int sg = d.segments - 1; sg >= 0; --sg) {
+    // segments below the top ones repeat the same groups with fewer checkpoints
+    if (sg < d.segments - 2 - d.keep_segments && sg > d.keep_segments) continue;
+    const bool eval = sg >= d.segments - 2 || sg <= d.keep_segments;
+    const int b0 = d.sb.first + sg * d.ci, b1 = std::min(d.sb.last, b0 + d.ci);
+    const int ckpts = d.ckpt_gpu ? (sg + 1) * d.mb : d.mb;  // offloaded: this segment's, loaded back
+    const double act = d.awm_block * (b1 - b0) * d.mb;
+    const int whole = d.gathered ? d.mb : 0;
+    add_blocks(b0, b1, false, false, ckpts, act, eval, whole);
+    add_blocks(b0, b1, true, true, ckpts, act, eval, whole);
+  }
+  if (d.first) list.push_back({d.embed, "embed", -1, 1, true, false, true, 0, 0, true});
+}
 
-  thread_local std::vector<Group> fwd, bwd;  // scratch reused across calls (the planner makes many)
-  fwd.clear();
-  bwd.clear();
-  {  // forward: embedding, blocks (a checkpoint as each segment starts, one block's AWM), LN and head
-    std::vector<Group>& list = fwd;
-    if (first) list.push_back({embed, "embed", -1, 1, false, false, false, 0, 0, true});
-    for (int rb = 0; rb < nb; ++rb) {
-      if (rb >= keep && rb < nb - keep) continue;  // identical middle blocks: fewer checkpoints
-      const int ckpts = ckpt_gpu ? (rb / ci + 1) * mb : 0;
-      add_block(list, sb.first + rb, false, false, ckpts, awm_block * mb, true);
+// The fullest moment of one compute list: the fetched window of the L + 1 groups from each group
+// on, the running group's gradient, the tied embedding's pending one, checkpoints and AWM.
+void evaluate(const Derived& d, const std::vector<Group>& list, const char* phase, Moment& best) {
+  auto window_from = [&](size_t r, int j, int& groups) {
+    double sum = 0;
+    int left = d.lookahead + 1;
+    groups = 0;
+    for (; r < list.size() && left > 0; ++r, j = 0) {
+      const int take = std::min(left, list[r].count - j);
+      sum += take * list[r].bytes;
+      groups += take;
+      left -= take;
     }
-    if (last) {
-      const int ckpts = ckpt_gpu ? segments * mb : 0;
-      list.push_back({z.param_bytes * 2 * C, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
-      list.push_back({embed, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
+    return d.fetched ? sum : 0;
+  };
+  bool pending = false;
+  for (size_t r = 0; r < list.size(); ++r) {
+    const Group& g = list[r];
+    if (g.backward && g.lm_head && d.tied_pending) pending = true;
+    if (!g.evaluate) continue;
+    // the LM head's and the embedding's backward add to the tied embedding's pending buffer
+    const bool collects = d.tied_pending && (g.lm_head || g.embed_backward);
+    const double grad = g.backward && d.grad_buffer && !collects ? g.bytes : 0;
+    const double tied = pending ? d.embed : 0;
+    const int ckpts = g.ckpts + (d.ckpt_gpu ? d.other_ckpts : 0);
+    // inside a run the window changes only where it reaches past the run's end
+    for (int j = 0; j < g.count; j = std::max(j + 1, g.count - d.lookahead - 1)) {
+      int groups = 0;
+      const double window = window_from(r, j, groups);
+      const double total = window + grad + tied + ckpts * d.ckpt + g.whole * d.whole_ckpt + g.act;
+      if (total > best.total) best = {total, window, grad, tied, g.act, ckpts, groups, j, g, phase};
     }
-    evaluate(list, "forward");
   }
-  {  // backward: head and LN, then each segment's recompute and backward (its checkpoint loaded,
-     // its blocks' AWM), then the embedding
-    std::vector<Group>& list = bwd;
-    if (last) {
-      const int ckpts = ckpt_gpu ? segments * mb : 0;
-      list.push_back({embed, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
-      list.push_back({z.param_bytes * 2 * C, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
-    }
-    for (int sg = segments - 1; sg >= 0; --sg) {
-      // segments below the top ones repeat the same groups with fewer checkpoints
-      if (sg < segments - 2 - keep_segments && sg > keep_segments) continue;
-      const bool eval = sg >= segments - 2 || sg <= keep_segments;
-      const int b0 = sb.first + sg * ci, b1 = std::min(sb.last, b0 + ci);
-      const int ckpts = ckpt_gpu ? (sg + 1) * mb : mb;  // offloaded: this segment's, loaded back
-      const double act = awm_block * (b1 - b0) * mb;
-      const int whole = gathered ? mb : 0;
-      add_blocks(list, b0, b1, false, false, ckpts, act, eval, whole);
-      add_blocks(list, b0, b1, true, true, ckpts, act, eval, whole);
-    }
-    if (first) list.push_back({embed, "embed", -1, 1, true, false, true, 0, 0, true});
-    evaluate(list, "recompute");
-  }
-  std::vector<MemoryPart> best_parts;
+}
+
+// The GPU tier: persistent states, then the buffers of the fullest moment.
+void fill_gpu(const Derived& d, const Moment& best, TierMemory& gpu) {
+  std::vector<MemoryPart> parts;
   if (best.window > 0)
-    best_parts.push_back({"fetched parameters (" + std::to_string(best.groups) + " groups: prefetch depth " +
-                              std::to_string(c.prefetch_depth) + ")",
-                          best.window});
-  if (best.grad > 0) best_parts.push_back({"gradient of the running group, before its reduce or offload", best.grad});
-  if (best.tied > 0) best_parts.push_back({"tied embedding gradient (LM head to embedding backward)", best.tied});
+    parts.push_back({"fetched parameters (" + std::to_string(best.groups) + " groups: prefetch depth " +
+                         std::to_string(d.c.prefetch_depth) + ")",
+                     best.window});
+  if (best.grad > 0) parts.push_back({"gradient of the running group, before its reduce or offload", best.grad});
+  if (best.tied > 0) parts.push_back({"tied embedding gradient (LM head to embedding backward)", best.tied});
   if (best.ckpts > 0)
-    best_parts.push_back({"activation checkpoints on the GPU (" + std::to_string(best.ckpts) + " of Eq. 3's " +
-                              std::to_string(segments * mb * in_flight) + (gathered ? ", 1/mp of each" : "") + ")",
-                          best.ckpts * ckpt});
+    parts.push_back({"activation checkpoints on the GPU (" + std::to_string(best.ckpts) + " of Eq. 3's " +
+                         std::to_string(d.segments * d.mb * d.in_flight) + (d.gathered ? ", 1/mp of each" : "") + ")",
+                     best.ckpts * d.ckpt});
   if (best.g.whole > 0)
-    best_parts.push_back({"checkpoints all-gathered whole for the segment's recompute", best.g.whole * whole_ckpt});
+    parts.push_back({"checkpoints all-gathered whole for the segment's recompute", best.g.whole * d.whole_ckpt});
   if (best.act > 0)
-    best_parts.push_back({best.phase == std::string("forward") ? "AWM (Eq. 5) of one block" : "AWM (Eq. 5) of a segment's blocks",
-                          best.act});
-  if (workspace) best_parts.push_back({"activation workspace (preallocated)", z.workspace_bytes});
-  std::string best_moment;
+    parts.push_back({best.phase == std::string("forward") ? "AWM (Eq. 5) of one block" : "AWM (Eq. 5) of a segment's blocks",
+                     best.act});
+  if (d.workspace) parts.push_back({"activation workspace (preallocated)", d.z.workspace_bytes});
   if (best.total >= 0) {
     const Group& g = best.g;
     std::string what = g.block >= 0 ? "block" + std::to_string(g.block) + "." + g.op : std::string(g.op);
     if (g.count > 1) what += "[tile " + std::to_string(g.backward ? g.count - 1 - best.at : best.at) + "]";
-    best_moment = std::string(g.backward ? "backward" : best.phase) + " of " + what;
+    gpu.moment = std::string(g.backward ? "backward" : best.phase) + " of " + what;
   }
-  gpu.parts.insert(gpu.parts.end(), best_parts.begin(), best_parts.end());
-  gpu.buffer_parts = best_parts.size();
-  gpu.peak_bytes = gpu_persistent + std::max(0.0, best.total) + (workspace ? z.workspace_bytes : 0);
-  gpu.moment = best_moment;
+  double persistent = 0;
+  for (double b : gpu.persistent) persistent += b;
+  gpu.parts.insert(gpu.parts.end(), parts.begin(), parts.end());
+  gpu.buffer_parts = parts.size();
+  gpu.peak_bytes = persistent + std::max(0.0, best.total) + (d.workspace ? d.z.workspace_bytes : 0);
+}
 
-  // ---- CPU: staged NVMe reads and gradient writes, offloaded checkpoints, optimizer chunks ----
-  TierMemory& cpu = out.tiers[size_t(Tier::cpu)];
-  double cpu_persistent = 0;
-  for (double b : cpu.persistent) cpu_persistent += b;
-  const double n = kept_elems(m, c, stage, pl, pl.optim32, rank);
-  std::vector<MemoryPart> passes, optim;
-  if (!ckpt_gpu) passes.push_back({"offloaded activation checkpoints (Eq. 3)", double(segments * mb * in_flight) * ckpt});
-  // Parameters read from NVMe wait in CPU memory from their read (`depth` groups ahead) to their
-  // copy to the GPU (`depth - 1` ahead): one group's slice, or at the start of a compute list the
-  // first depth + 1 groups'; a gradient for NVMe waits from its copy off the GPU to its write.
-  const double pshare = pl.param16.partitioned && !broadcast ? 1.0 / dp : 1.0;
-  const double gshare = pl.grad16.partitioned && !broadcast ? 1.0 / dp : 1.0;
-  const bool nc_staged = pt == Tier::nvme, gc_staged = pl.grad16.tier == Tier::nvme;
-  const int depth = std::max(c.prefetch_depth, 0);
-  // Reads wait for their copies: at the start of a compute list the first depth + 1 groups'; later
-  // the group read `depth` ahead beside the one before it (its copy is issued just after).
-  double nc_start = 0, nc_one = 0, nc_pair = 0;
+// Parameters read from NVMe wait in CPU memory from their read (`depth` groups ahead) to their copy
+// to the GPU (`depth - 1` ahead): the first depth + 1 groups' at the start of a compute list, later
+// the group read `depth` ahead beside the one before it (its copy is issued just after).
+struct NcStaging {
+  double start = 0, one = 0, pair = 0;
+};
+NcStaging nc_staging(const Derived& d, const std::vector<Group>& fwd, const std::vector<Group>& bwd, double pshare) {
+  NcStaging n;
+  const int depth = std::max(d.c.prefetch_depth, 0);
   for (const std::vector<Group>* list : {&fwd, &bwd}) {
     double head = 0, prev = 0;
     int left = depth + 1;  // the first depth + 1 groups
@@ -482,67 +485,99 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
       const double slice = g.bytes * pshare;
       head += std::min(left, g.count) * slice;
       left -= std::min(left, g.count);
-      nc_one = std::max(nc_one, slice);
-      nc_pair = std::max(nc_pair, (g.count > 1 ? slice : prev) + slice);
+      n.one = std::max(n.one, slice);
+      n.pair = std::max(n.pair, (g.count > 1 ? slice : prev) + slice);
       prev = slice;
     }
-    nc_start = std::max(nc_start, head);
+    n.start = std::max(n.start, head);
   }
-  if (depth == 0) nc_pair = nc_one;
-  // A gradient staged for NVMe beside the read of the group `depth` ahead of it (with depth 0 a
-  // group's copy to the GPU follows its read at once: no read waits).
-  double gc_pair = 0, gc_alone = 0;
-  if (gc_staged)
-    for (size_t r = 0; r < bwd.size(); ++r) {
-      if (!bwd[r].backward) continue;
-      const double gc = bwd[r].bytes * gshare;
-      for (int j = 0; j < bwd[r].count; j = std::max(j + 1, bwd[r].count - depth - 1)) {
-        double ahead = 0;  // the slice of the group `depth` after group j of run r
-        if (nc_staged && depth >= 1) {
-          int k = j + depth;
-          for (size_t q = r; q < bwd.size(); k -= bwd[q].count, ++q)
-            if (k < bwd[q].count) {
-              ahead = bwd[q].bytes * pshare;
-              break;
-            }
-        }
-        if (gc + ahead > gc_pair) {
-          gc_pair = gc + ahead;
-          gc_alone = gc;
-        }
+  if (depth == 0) n.pair = n.one;
+  return n;
+}
+
+// A gradient staged for NVMe beside the read of the group `depth` ahead of it (with depth 0 a
+// group's copy to the GPU follows its read at once: no read waits): (both, the gradient alone).
+std::pair<double, double> gc_staging(const Derived& d, const std::vector<Group>& bwd, double pshare, double gshare) {
+  double pair = 0, alone = 0;
+  const int depth = std::max(d.c.prefetch_depth, 0);
+  const bool nc_staged = d.pt == Tier::nvme;
+  for (size_t r = 0; r < bwd.size(); ++r) {
+    if (!bwd[r].backward) continue;
+    const double gc = bwd[r].bytes * gshare;
+    for (int j = 0; j < bwd[r].count; j = std::max(j + 1, bwd[r].count - depth - 1)) {
+      double ahead = 0;  // the slice of the group `depth` after group j of run r
+      if (nc_staged && depth >= 1) {
+        int k = j + depth;
+        for (size_t q = r; q < bwd.size(); k -= bwd[q].count, ++q)
+          if (k < bwd[q].count) {
+            ahead = bwd[q].bytes * pshare;
+            break;
+          }
+      }
+      if (gc + ahead > pair) {
+        pair = gc + ahead;
+        alone = gc;
       }
     }
-  const double target = optimizer_chunk_target(pl, c, p, n, z);
-  double overlapped_chunk = 0;  // backward overlap: one chunk's buffers beside a steady moment
-  std::vector<MemoryPart> chunk_parts;
-  if (pl.optim32.tier != Tier::gpu) {
-    const auto [chunk, chunks] = largest_optimizer_chunk(m, pl, c, target, n, rank, stage);
-    const double per_param = optimizer_chunk_bytes_per_param(pl, z);
-    // three chunks in flight (read, update, write), or one at a time as backward finishes them
-    const bool one_at_a_time = c.optimizer_overlap == OptimizerOverlap::backward;
-    const int slots = one_at_a_time ? 1 : int(std::min(3.0, chunks));
-    if (per_param > 0)
-      optim.push_back({"optimizer chunk buffers (" + std::to_string(slots) + " in flight)", slots * per_param * chunk});
-    if (pl.grad16.tier == Tier::gpu && c.optimizer_overlap == OptimizerOverlap::none)
-      optim.push_back({"gradients staged for the CPU optimizer", z.param_bytes * n});
-    if (pt == Tier::gpu) {
-      if (c.optimizer_overlap == OptimizerOverlap::dpu)  // every chunk's parameters wait for the last compute
-        passes.push_back({"updated parameters waiting for the GPU (delayed update)", z.param_bytes * n});
-      else optim.push_back({"updated parameters on their way to the GPU (one chunk)", z.param_bytes * chunk});
-    }
-    if (one_at_a_time) {
-      for (const MemoryPart& part : optim) overlapped_chunk += part.bytes;
-      chunk_parts = optim;
-      optim.clear();
-    }
   }
+  return {pair, alone};
+}
+
+double sum_parts(const std::vector<MemoryPart>& v) {
+  double s = 0;
+  for (const MemoryPart& part : v) s += part.bytes;
+  return s;
+}
+
+// The optimizer's CPU buffers (chunks in flight, staged gradients and parameters); with the
+// backward overlap one chunk's at a time, which move to `chunk_parts` (they sit beside a pass).
+void optimizer_parts(const Derived& d, std::vector<MemoryPart>& optim, std::vector<MemoryPart>& passes,
+                     std::vector<MemoryPart>& chunk_parts) {
+  if (d.pl.optim32.tier == Tier::gpu) return;
+  const double n = kept_elems(d.m, d.c, d.stage, d.pl, d.pl.optim32, d.rank);
+  const double target = optimizer_chunk_target(d.pl, d.c, d.p, n, d.z);
+  const auto [chunk, chunks] = largest_optimizer_chunk(d.m, d.pl, d.c, target, n, d.rank, d.stage);
+  const double per_param = optimizer_chunk_bytes_per_param(d.pl, d.z);
+  // three chunks in flight (read, update, write), or one at a time as backward finishes them
+  const bool one_at_a_time = d.c.optimizer_overlap == OptimizerOverlap::backward;
+  const int slots = one_at_a_time ? 1 : int(std::min(3.0, chunks));
+  if (per_param > 0)
+    optim.push_back({"optimizer chunk buffers (" + std::to_string(slots) + " in flight)", slots * per_param * chunk});
+  if (d.pl.grad16.tier == Tier::gpu && d.c.optimizer_overlap == OptimizerOverlap::none)
+    optim.push_back({"gradients staged for the CPU optimizer", d.z.param_bytes * n});
+  if (d.pt == Tier::gpu) {
+    if (d.c.optimizer_overlap == OptimizerOverlap::dpu)  // every chunk's parameters wait for the last compute
+      passes.push_back({"updated parameters waiting for the GPU (delayed update)", d.z.param_bytes * n});
+    else optim.push_back({"updated parameters on their way to the GPU (one chunk)", d.z.param_bytes * chunk});
+  }
+  if (one_at_a_time) {
+    chunk_parts = optim;
+    optim.clear();
+  }
+}
+
+// The CPU tier: persistent states, then the fullest of the passes' buffers (checkpoints, staged
+// NVMe reads and writes, a backward-overlapped chunk) and the optimizer's after backward.
+void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector<Group>& bwd, MemoryModel& out) {
+  TierMemory& cpu = out.tiers[size_t(Tier::cpu)];
+  std::vector<MemoryPart> passes, optim, chunk_parts;
+  if (!d.ckpt_gpu)
+    passes.push_back({"offloaded activation checkpoints (Eq. 3)", double(d.segments * d.mb * d.in_flight) * d.ckpt});
+  const double pshare = d.pl.param16.partitioned && !d.broadcast ? 1.0 / d.dp : 1.0;
+  const double gshare = d.pl.grad16.partitioned && !d.broadcast ? 1.0 / d.dp : 1.0;
+  const bool nc_staged = d.pt == Tier::nvme;
+  const NcStaging nc = nc_staging(d, fwd, bwd, pshare);
+  const auto [gc_pair, gc_alone] =
+      d.pl.grad16.tier == Tier::nvme ? gc_staging(d, bwd, pshare, gshare) : std::pair<double, double>{0, 0};
+  optimizer_parts(d, optim, passes, chunk_parts);
+  const double overlapped_chunk = sum_parts(chunk_parts);  // backward overlap: one chunk's buffers beside a steady moment
   // the fullest of: the start of a pass (depth + 1 reads), a gradient's write beside a read, and
   // (backward overlap) a chunk's update beside a read, which bounds it from above
-  const double start = nc_staged ? std::max(nc_start, nc_pair) : 0;
-  const double one = nc_staged && depth >= 1 ? nc_one : 0;
+  const double start = nc_staged ? std::max(nc.start, nc.pair) : 0;
+  const double one = nc_staged && d.c.prefetch_depth >= 1 ? nc.one : 0;
   const double chunk_moment = overlapped_chunk > 0 ? overlapped_chunk + one : 0;
   if (start > 0 && start >= gc_pair && start >= chunk_moment) {
-    passes.push_back({nc_start >= nc_pair ? "parameters staged from NVMe (the first depth + 1 groups of a pass)"
+    passes.push_back({nc.start >= nc.pair ? "parameters staged from NVMe (the first depth + 1 groups of a pass)"
                                           : "parameters staged from NVMe (two groups read ahead)",
                       start});
   } else if (gc_pair > 0 && gc_pair >= chunk_moment) {
@@ -552,19 +587,46 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
     if (one > 0) passes.push_back({"parameters staged from NVMe (one group, at most)", one});
     passes.insert(passes.end(), chunk_parts.begin(), chunk_parts.end());
   }
-  auto sum = [](const std::vector<MemoryPart>& v) {
-    double s = 0;
-    for (const MemoryPart& part : v) s += part.bytes;
-    return s;
-  };
-  const bool optim_binds = c.optimizer_overlap == OptimizerOverlap::none && sum(optim) > sum(passes);
+  const bool optim_binds = d.c.optimizer_overlap == OptimizerOverlap::none && sum_parts(optim) > sum_parts(passes);
   const std::vector<MemoryPart>& chosen = optim_binds ? optim : passes;
+  double persistent = 0;
+  for (double b : cpu.persistent) persistent += b;
   cpu.parts.insert(cpu.parts.end(), chosen.begin(), chosen.end());
   cpu.buffer_parts = chosen.size();
-  out.cpu_buffer_bytes = sum(chosen);
-  cpu.peak_bytes = cpu_persistent + out.cpu_buffer_bytes;
+  out.cpu_buffer_bytes = sum_parts(chosen);
+  cpu.peak_bytes = persistent + out.cpu_buffer_bytes;
   cpu.moment = chosen.empty() ? "" : optim_binds ? "optimizer" : "forward and backward";
+}
 
+}  // namespace
+
+MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
+                         int rank, const MemorySizes& z, int stage) {
+  MemoryModel out;
+  const Derived d = derive(m, pl, c, p, rank, z, stage);
+  const std::array<double, kTiers> cap = capacity_per_rank(c, p);
+  const auto persistent = persistent_state_bytes(m, pl, c, rank, z, stage);
+  for (int ti = 0; ti < kTiers; ++ti) {
+    TierMemory& tm = out.tiers[size_t(ti)];
+    tm.capacity_bytes = cap[size_t(ti)];
+    tm.persistent = persistent[size_t(ti)];
+    for (State s : {State::param16, State::grad16, State::optim32}) {
+      if (int(pl.of(s).tier) != ti || tm.persistent[size_t(s)] <= 0) continue;
+      std::string words = part_words(s, pl.of(s), d.broadcast);
+      if (s == State::optim32 && c.what_if.onebit_adam) words += " with 1-bit Adam's error feedback";
+      tm.parts.push_back({words, tm.persistent[size_t(s)]});
+    }
+  }
+  thread_local std::vector<Group> fwd, bwd;  // scratch reused across calls (the planner makes many)
+  fwd.clear();
+  bwd.clear();
+  forward_list(d, fwd);
+  backward_list(d, bwd);
+  Moment best;
+  evaluate(d, fwd, "forward", best);
+  evaluate(d, bwd, "recompute", best);
+  fill_gpu(d, best, out.tiers[size_t(Tier::gpu)]);
+  fill_cpu(d, fwd, bwd, out);
   TierMemory& nvme = out.tiers[size_t(Tier::nvme)];
   for (double b : nvme.persistent) nvme.peak_bytes += b;
   return out;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -232,24 +233,18 @@ PlanLimits plan_limits(const Schedule& s, double pinned_per_rank_bytes) {
   return l;
 }
 
-void plan_memory(Schedule& s, const PlanLimits& limits) {
-  const std::vector<std::vector<int>> users = users_of(s);
+namespace {
+
+// The walk: each buffer's lifetime and size as laid out, the schedule's peaks (persistent states
+// plus live buffers) and the first tier the live bytes overflow. Returns the live peaks as laid out.
+std::array<double, kTiers> lifetimes_and_peaks(Schedule& s, const std::function<void(Tier, double, int)>& check) {
   double chunk_slot = 0;  // chunk buffers are equal slots: the largest chunk's layout
   for (const ScheduleChunk& c : s.optimizer_chunks) chunk_slot = std::max(chunk_slot, c.layout_bytes);
-  std::array<double, kTiers> resident{};
+  std::array<double, kTiers> resident{}, laid_out{}, laid_out_peak{};
   for (int t = 0; t < kTiers; ++t)
     for (double b : s.persistent_bytes[size_t(t)]) resident[size_t(t)] += b;
-  s.overflow.reset();
-  auto check = [&](Tier t, double needed, int step, const std::string& why) {
-    const double cap = s.capacity_bytes[size_t(t)];
-    if (s.overflow || needed <= cap * (1 + 1e-12)) return;
-    s.overflow = Overflow{t, step, needed, cap, overflow_message(s, t, step, needed, cap, why)};
-  };
-  for (int t = 0; t < kTiers; ++t) check(Tier(t), resident[size_t(t)], -1, "");
+  for (int t = 0; t < kTiers; ++t) check(Tier(t), resident[size_t(t)], -1);
   s.peak_bytes = resident;
-  // lifetimes and sizes as laid out; the live peaks (counted and as laid out) and the first tier
-  // they overflow
-  std::array<double, kTiers> laid_out{}, laid_out_peak{};
   walk_buffers(
       s,
       [&](const Step& st, int b) {
@@ -264,7 +259,7 @@ void plan_memory(Schedule& s, const PlanLimits& limits) {
         for (int t = 0; t < kTiers; ++t) {
           s.peak_bytes[size_t(t)] = std::max(s.peak_bytes[size_t(t)], resident[size_t(t)]);
           laid_out_peak[size_t(t)] = std::max(laid_out_peak[size_t(t)], laid_out[size_t(t)]);
-          check(Tier(t), resident[size_t(t)], st.id, "");
+          check(Tier(t), resident[size_t(t)], st.id);
         }
       },
       [&](const Step& st, int b) {
@@ -273,41 +268,29 @@ void plan_memory(Schedule& s, const PlanLimits& limits) {
         resident[size_t(buf.tier)] -= buf.bytes;
         laid_out[size_t(buf.tier)] -= double(buf.arena_bytes);
       });
-  // the offsets, per tier
-  std::array<std::vector<int>, kTiers> of_tier;
-  for (size_t b = 0; b < s.buffers.size(); ++b)
-    if (s.buffers[b].arena_bytes > 0 && s.buffers[b].made_at >= 0 && s.buffers[b].freed_at >= 0)
-      of_tier[size_t(s.buffers[b].tier)].push_back(int(b));
-  for (int t = 0; t < kTiers; ++t) {
-    s.arena_bytes[size_t(t)] = pack_offsets(s, of_tier[size_t(t)], 0);
-    // With room to spare (up to twice the live peak): buffers in time order on the bytes given back
-    // longest ago; failing that, the longer of two reuse distances that fits; failing that,
-    // packed. A buffer reusing bytes given back long before seldom waits for them.
-    const std::uint64_t packed = s.arena_bytes[size_t(t)];
-    const std::uint64_t a = tier_align(s, Tier(t));
-    const std::uint64_t limit =
-        std::uint64_t(std::min(2.0 * laid_out_peak[size_t(t)], limits.room_bytes[size_t(t)])) / a * a;
-    if (limit > packed && !of_tier[size_t(t)].empty()) {
-      std::uint64_t got = spread_offsets(s, of_tier[size_t(t)], limit);
-      for (int distance : {8, 2}) {
-        if (got > 0 && got <= limit) break;
-        got = pack_offsets(s, of_tier[size_t(t)], distance);
-      }
-      s.arena_bytes[size_t(t)] = got > 0 && got <= limit ? got : pack_offsets(s, of_tier[size_t(t)], 0);
-    }
-    const double hard = limits.hard_bytes[size_t(t)];
-    if (double(s.arena_bytes[size_t(t)]) > hard * (1 + 1e-12)) {
-      int first = -1;  // the first step at which a buffer reaches past the capacity
-      for (int b : of_tier[size_t(t)])
-        if (double(s.buffers[size_t(b)].offset + s.buffers[size_t(b)].arena_bytes) > hard * (1 + 1e-12) &&
-            (first < 0 || s.buffers[size_t(b)].made_at < first))
-          first = s.buffers[size_t(b)].made_at;
-      check(Tier(t), s.capacity_bytes[size_t(t)] + double(s.arena_bytes[size_t(t)]) - hard, first,
-            " (the memory plan: its buffers, placed so that none moves, need " +
-                format_bytes(double(s.arena_bytes[size_t(t)])) + " beside the persistent states)");
-    }
+  return laid_out_peak;
+}
+
+// One tier's offsets: packed; with room to spare (up to twice the live peak), buffers in time
+// order on the bytes given back longest ago, failing that the longer of two reuse distances that
+// fits, failing that packed. A buffer reusing bytes given back long before seldom waits for them.
+std::uint64_t place_tier(Schedule& s, Tier t, const std::vector<int>& ids, double live_peak, double room) {
+  const std::uint64_t packed = pack_offsets(s, ids, 0);
+  const std::uint64_t a = tier_align(s, t);
+  const std::uint64_t limit = std::uint64_t(std::min(2.0 * live_peak, room)) / a * a;
+  if (limit <= packed || ids.empty()) return packed;
+  std::uint64_t got = spread_offsets(s, ids, limit);
+  for (int distance : {8, 2}) {
+    if (got > 0 && got <= limit) break;
+    got = pack_offsets(s, ids, distance);
   }
-  // the dependencies the offsets need
+  return got > 0 && got <= limit ? got : pack_offsets(s, ids, 0);
+}
+
+// Walking the steps, a buffer made on bytes another gave back waits, at every step that uses it,
+// for the step that gave them back, unless a direct dependency already does.
+void add_reuse_edges(Schedule& s) {
+  const std::vector<std::vector<int>> users = users_of(s);
   std::array<Reuse, kTiers> reuse;
   s.memory_edges = 0;
   walk_buffers(
@@ -331,6 +314,38 @@ void plan_memory(Schedule& s, const PlanLimits& limits) {
         const Buffer& buf = s.buffers[size_t(b)];
         reuse[size_t(buf.tier)].give_back(buf.offset, buf.arena_bytes, st.id);
       });
+}
+
+}  // namespace
+
+void plan_memory(Schedule& s, const PlanLimits& limits) {
+  s.overflow.reset();
+  auto check = [&](Tier t, double needed, int step, const std::string& why = "") {
+    const double cap = s.capacity_bytes[size_t(t)];
+    if (s.overflow || needed <= cap * (1 + 1e-12)) return;
+    s.overflow = Overflow{t, step, needed, cap, overflow_message(s, t, step, needed, cap, why)};
+  };
+  const std::array<double, kTiers> live_peak =
+      lifetimes_and_peaks(s, [&](Tier t, double needed, int step) { check(t, needed, step); });
+  std::array<std::vector<int>, kTiers> of_tier;
+  for (size_t b = 0; b < s.buffers.size(); ++b)
+    if (s.buffers[b].arena_bytes > 0 && s.buffers[b].made_at >= 0 && s.buffers[b].freed_at >= 0)
+      of_tier[size_t(s.buffers[b].tier)].push_back(int(b));
+  for (int t = 0; t < kTiers; ++t) {
+    const std::vector<int>& ids = of_tier[size_t(t)];
+    s.arena_bytes[size_t(t)] = place_tier(s, Tier(t), ids, live_peak[size_t(t)], limits.room_bytes[size_t(t)]);
+    const double hard = limits.hard_bytes[size_t(t)];
+    if (double(s.arena_bytes[size_t(t)]) <= hard * (1 + 1e-12)) continue;
+    int first = -1;  // the first step at which a buffer reaches past the capacity
+    for (int b : ids)
+      if (double(s.buffers[size_t(b)].offset + s.buffers[size_t(b)].arena_bytes) > hard * (1 + 1e-12) &&
+          (first < 0 || s.buffers[size_t(b)].made_at < first))
+        first = s.buffers[size_t(b)].made_at;
+    check(Tier(t), s.capacity_bytes[size_t(t)] + double(s.arena_bytes[size_t(t)]) - hard, first,
+          " (the memory plan: its buffers, placed so that none moves, need " +
+              format_bytes(double(s.arena_bytes[size_t(t)])) + " beside the persistent states)");
+  }
+  add_reuse_edges(s);
 }
 
 std::vector<std::string> check_memory_plan(const Schedule& s) {

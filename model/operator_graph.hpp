@@ -32,7 +32,7 @@ struct Operator {
   long out_features = 0;
   double param_elems = 0;  // parameters this operator owns (weights + biases)
   double weight_elems = 0; // the linear-layer weights among them (what Eq. 1 counts)
-  std::string param_owner; // operator whose parameters it uses: itself, or "embed" for lm_head
+  std::string param_owner{};  // operator whose parameters it uses: itself, or "embed" for lm_head
   double fwd_flops = 0;
   double bwd_flops = 0;
   double recompute_flops = 0;  // forward again in backward (operators inside checkpointed blocks)

@@ -153,84 +153,103 @@ Result<std::vector<Schedule>> build_schedules(const ModelSpec& model, const Plac
   return out;
 }
 
-std::vector<std::string> check_invariants(const Schedule& s) {
+namespace {
+
+// Collects failures, at most 20, each naming its step.
+struct Failures {
   std::vector<std::string> bad;
-  auto fail = [&](const Step& st, const std::string& what) {
+  void add(const Step& st, const std::string& what) {
     if (bad.size() < 20)
       bad.push_back("step " + std::to_string(st.id) + " (" + to_string(st.kind) + " " + st.name + "): " + what);
-  };
-  auto buffer_ok = [&](int b) { return b >= 0 && size_t(b) < s.buffers.size(); };
-  auto bname = [&](int b) { return buffer_ok(b) ? s.buffers[size_t(b)].name : "#" + std::to_string(b); };
+  }
+  void add(const std::string& what) {
+    if (bad.size() < 20) bad.push_back(what);
+  }
+};
+
+// Ids in order, dependencies backwards, indices inside their tables, transfers with bytes, tiers
+// and, between GPUs, a collective spec.
+void check_steps(const Schedule& s, Failures& f) {
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& st = s.steps[i];
+    if (st.id != int(i)) f.add(st, "id out of order");
+    for (int d : st.deps)
+      if (d < 0 || d >= st.id) f.add(st, "dependency " + std::to_string(d) + " does not point to an earlier step");
+    if (st.link != LinkClass::none) {
+      if (!(st.bytes > 0) && st.collective.kind != CollectiveKind::broadcast) f.add(st, "moves no bytes");
+      if (!is_collective(st) && st.src == st.dst) f.add(st, "source and destination are the same tier");
+    }
+    if ((st.link == LinkClass::gpu_gpu || st.link == LinkClass::network) && !is_collective(st))
+      f.add(st, "crosses between GPUs without a collective spec");
+    if (st.unit >= int(s.units.size())) f.add(st, "unit " + std::to_string(st.unit) + " out of range");
+    if (st.chunk >= int(s.optimizer_chunks.size())) f.add(st, "chunk " + std::to_string(st.chunk) + " out of range");
+    if (st.op >= int(s.ops.size()) || (st.kind == StepKind::compute && st.op < 0)) f.add(st, "no operator");
+  }
+}
+
+// Buffers: made once, used only while alive, given back once; every compute finds its fetched
+// parameters and waits for the last hop that filled them; a release frees a fetched buffer.
+void check_buffers(const Schedule& s, Failures& f) {
+  auto ok = [&](int b) { return b >= 0 && size_t(b) < s.buffers.size(); };
+  auto bname = [&](int b) { return ok(b) ? s.buffers[size_t(b)].name : "#" + std::to_string(b); };
   bool params_fetched = false;
   for (const Step& st : s.steps)
     params_fetched = params_fetched || (st.kind == StepKind::fetch && st.unit >= 0 && st.phase != Phase::optimizer);
-  std::vector<int> writer(s.buffers.size(), -1);    // the latest fetch that filled a parameter buffer
-  std::vector<char> ordered(s.buffers.size(), 0);   // a compute already waited for that fetch
+  std::vector<int> writer(s.buffers.size(), -1);   // the latest fetch that filled a parameter buffer
+  std::vector<char> ordered(s.buffers.size(), 0);  // a compute already waited for that fetch
   std::vector<int> made(s.buffers.size(), -1), given(s.buffers.size(), -1);
-  for (size_t i = 0; i < s.steps.size(); ++i) {
-    const Step& st = s.steps[i];
-    if (st.id != int(i)) fail(st, "id out of order");
-    for (int d : st.deps)
-      if (d < 0 || d >= st.id) fail(st, "dependency " + std::to_string(d) + " does not point to an earlier step");
-    if (st.link != LinkClass::none) {
-      if (!(st.bytes > 0) && st.collective.kind != CollectiveKind::broadcast) fail(st, "moves no bytes");
-      if (!is_collective(st) && st.src == st.dst) fail(st, "source and destination are the same tier");
-    }
-    if ((st.link == LinkClass::gpu_gpu || st.link == LinkClass::network) && !is_collective(st))
-      fail(st, "crosses between GPUs without a collective spec");
-    for (int id : {st.unit}) if (id >= int(s.units.size())) fail(st, "unit " + std::to_string(id) + " out of range");
-    if (st.chunk >= int(s.optimizer_chunks.size())) fail(st, "chunk " + std::to_string(st.chunk) + " out of range");
-    if (st.op >= int(s.ops.size()) || (st.kind == StepKind::compute && st.op < 0)) fail(st, "no operator");
-    // buffers: made once, used only while alive, given back once
+  for (const Step& st : s.steps) {
     for (int b : st.allocs) {
-      if (!buffer_ok(b)) {
-        fail(st, "makes buffer " + bname(b) + ", which the schedule does not have");
+      if (!ok(b)) {
+        f.add(st, "makes buffer " + bname(b) + ", which the schedule does not have");
         continue;
       }
-      if (!(s.buffers[size_t(b)].bytes >= 0)) fail(st, "buffer " + bname(b) + " has no size");
-      if (made[size_t(b)] >= 0) fail(st, "makes buffer " + bname(b) + ", which already exists");
+      if (!(s.buffers[size_t(b)].bytes >= 0)) f.add(st, "buffer " + bname(b) + " has no size");
+      if (made[size_t(b)] >= 0) f.add(st, "makes buffer " + bname(b) + ", which already exists");
       made[size_t(b)] = st.id;
     }
     std::vector<int> used = st.uses;
     used.push_back(st.src_buf);
     used.push_back(st.dst_buf);
-    for (int b : used) {
-      if (b < 0) continue;
-      if (!buffer_ok(b) || made[size_t(b)] < 0 || given[size_t(b)] >= 0)
-        fail(st, "uses buffer " + bname(b) + ", which does not exist");
-    }
-    if (st.kind == StepKind::fetch && st.phase != Phase::optimizer && st.unit >= 0 && buffer_ok(st.dst_buf)) {
+    for (int b : used)
+      if (b >= 0 && (!ok(b) || made[size_t(b)] < 0 || given[size_t(b)] >= 0))
+        f.add(st, "uses buffer " + bname(b) + ", which does not exist");
+    if (st.kind == StepKind::fetch && st.phase != Phase::optimizer && st.unit >= 0 && ok(st.dst_buf)) {
       writer[size_t(st.dst_buf)] = st.id;
       ordered[size_t(st.dst_buf)] = 0;
     } else if (st.kind == StepKind::release) {
-      if (st.frees.empty() || !buffer_ok(st.frees.front()) || writer[size_t(st.frees.front())] < 0)
-        fail(st, "releases " + st.name + ", which is not on the GPU");
+      if (st.frees.empty() || !ok(st.frees.front()) || writer[size_t(st.frees.front())] < 0)
+        f.add(st, "releases " + st.name + ", which is not on the GPU");
     } else if (st.kind == StepKind::compute && st.unit >= 0 && params_fetched) {
       const int b = st.src_buf;
-      if (!buffer_ok(b) || writer[size_t(b)] < 0) {
-        fail(st, "parameters of " + st.name + " are not on the GPU");
+      if (!ok(b) || writer[size_t(b)] < 0) {
+        f.add(st, "parameters of " + st.name + " are not on the GPU");
       } else if (!ordered[size_t(b)]) {
         // The first compute after a fetch must wait for its last hop; later ones (the l2l
         // micro-batch loop) follow that compute.
         if (std::find(st.deps.begin(), st.deps.end(), writer[size_t(b)]) == st.deps.end())
-          fail(st, "does not wait for the fetch of " + bname(b) + " (step " + std::to_string(writer[size_t(b)]) + ")");
+          f.add(st, "does not wait for the fetch of " + bname(b) + " (step " + std::to_string(writer[size_t(b)]) + ")");
         ordered[size_t(b)] = 1;
       }
     }
     for (int b : st.frees) {
-      if (!buffer_ok(b) || made[size_t(b)] < 0 || given[size_t(b)] >= 0) {
-        fail(st, "gives back buffer " + bname(b) + ", which does not exist");
+      if (!ok(b) || made[size_t(b)] < 0 || given[size_t(b)] >= 0) {
+        f.add(st, "gives back buffer " + bname(b) + ", which does not exist");
         continue;
       }
       given[size_t(b)] = st.id;
     }
   }
-  for (size_t b = 0; b < s.buffers.size() && bad.size() < 20; ++b) {
-    if (made[b] < 0) bad.push_back("buffer " + s.buffers[b].name + ": never made");
+  for (size_t b = 0; b < s.buffers.size(); ++b) {
+    if (made[b] < 0) f.add("buffer " + s.buffers[b].name + ": never made");
     else if (given[b] < 0)
-      bad.push_back("buffer " + s.buffers[b].name + ": made at step " + std::to_string(made[b]) + " but never given back");
+      f.add("buffer " + s.buffers[b].name + ": made at step " + std::to_string(made[b]) + " but never given back");
   }
-  // The optimizer overlap's rules.
+}
+
+// The optimizer overlap's rules: a CPU update waits for something (backward: its gradients); dpu's
+// updates come before the first compute and its parameter copies to the GPU after the last.
+void check_overlap(const Schedule& s, Failures& f) {
   int first_compute = -1, last_compute = -1;
   for (const Step& st : s.steps)
     if (st.kind == StepKind::compute) {
@@ -240,14 +259,23 @@ std::vector<std::string> check_invariants(const Schedule& s) {
   for (const Step& st : s.steps) {
     const bool cpu_update = st.kind == StepKind::optimizer && st.src == Tier::cpu;
     if (cpu_update && s.optimizer_overlap != OptimizerOverlap::dpu && st.deps.empty())
-      fail(st, "an update that waits for no gradient");
+      f.add(st, "an update that waits for no gradient");
     if (s.optimizer_overlap != OptimizerOverlap::dpu) continue;
-    if (cpu_update && st.id > first_compute) fail(st, "dpu: the delayed update must come before the first compute");
+    if (cpu_update && st.id > first_compute) f.add(st, "dpu: the delayed update must come before the first compute");
     if (st.kind == StepKind::fetch && st.phase == Phase::optimizer && st.hop == Hop::cg &&
         std::find(st.deps.begin(), st.deps.end(), last_compute) == st.deps.end())
-      fail(st, "dpu: the updated parameters may reach the GPU only after the last compute");
+      f.add(st, "dpu: the updated parameters may reach the GPU only after the last compute");
   }
-  return bad;
+}
+
+}  // namespace
+
+std::vector<std::string> check_invariants(const Schedule& s) {
+  Failures f;
+  check_steps(s, f);
+  check_buffers(s, f);
+  check_overlap(s, f);
+  return f.bad;
 }
 
 std::string schedule_text(const Schedule& s) {

@@ -61,6 +61,8 @@ std::string link_class(const sg4::Link& link) {
 // up, or pcie up and pcieroot up), nic up, the other node's nic down and NIC path down.
 // Stand-ins (symmetric shape): peer <-> GPU is the GPU's own nvlink; fabric <-> GPU is this node's
 // NIC path and NIC (the far side's links carry the mirror of this node's traffic).
+// One function of ~100 lines on purpose: it builds the picture above top to bottom, link by link,
+// and reads best beside it (SimGrid's own platform builders are written the same way).
 Platform build_platform(sg4::Engine& engine, const HardwareProfile& p, const PlatformShape& shape, double peak) {
   (void)engine;
   Platform pf;

@@ -558,6 +558,78 @@ PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
   return r;
 }
 
+// Where the job's GPUs sit and what their collectives span.
+Layout job_layout(const Schedule& s0, const HardwareProfile& profile) {
+  const int gpus = s0.dp * s0.config.mp * s0.pp;
+  Layout lay;
+  lay.dp = s0.dp;
+  lay.mp = s0.config.mp;
+  lay.pp = s0.pp;
+  lay.gpus_per_node = profile.gpus_per_node;
+  lay.busy_per_node = profile.ranks_per_node(gpus);
+  lay.dp_group = {s0.dp, std::min(s0.dp, profile.gpus_per_node / s0.config.mp)};
+  lay.mp_group = {s0.config.mp, s0.config.mp};
+  lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);
+  return lay;
+}
+
+// Which GPUs are replayed, on what platform. One GPU per pipeline stage (one in all without
+// pipelining) stands for the dp x mp GPUs of its stage, which run its schedule in step, when the
+// stages tile the nodes: each stage of whole nodes, or several stages to a node. Otherwise, with
+// the broadcast variant, or asked for, every GPU is replayed.
+struct ReplayShape {
+  bool symmetric = true;
+  int per_stage = 1, stages_per_node = 1, replayed = 1;
+  PlatformShape platform;
+};
+ReplayShape replay_shape(const Schedule& s0, const Layout& lay, const HardwareProfile& profile, const SimOptions& options) {
+  ReplayShape r;
+  const int pp = s0.pp, gpus = s0.dp * s0.config.mp * pp, busy = lay.busy_per_node;
+  r.per_stage = s0.dp * s0.config.mp;
+  const bool stages_tile = r.per_stage % busy == 0 || busy % r.per_stage == 0;
+  r.symmetric = !options.full && !s0.broadcast && (pp == 1 || stages_tile);
+  r.stages_per_node = r.per_stage >= busy ? 1 : busy / r.per_stage;
+  if (r.symmetric) {
+    r.platform.nodes = (pp + r.stages_per_node - 1) / r.stages_per_node;
+    r.platform.gpus_per_node = std::min(pp, r.stages_per_node);
+    r.platform.share = std::min(busy, r.per_stage);
+    r.platform.stand_ins = true;
+  } else {
+    r.platform.nodes = (gpus + profile.gpus_per_node - 1) / profile.gpus_per_node;
+    r.platform.gpus_per_node = busy;
+  }
+  r.replayed = r.symmetric ? pp : gpus;
+  return r;
+}
+
+// Builds the platform, adds every replayed GPU with its schedule, runs SimGrid and fills `rep`.
+Result<bool> replay(const std::vector<const Schedule*>& schedules, const HardwareProfile& profile,
+                    const SimOptions& options, const Layout& lay, const ReplayShape& shape, SimReport& rep) {
+  QuietEngineArgs args;
+  sg4::Engine engine(&args.argc, args.argv);
+  configure_engine(engine);
+  Platform pf = build_platform(engine, profile, shape.platform, rep.peak_flops_per_s);
+  Replayer rp(profile, pf, options, lay, shape.symmetric);
+  for (int r = 0; r < shape.replayed; ++r) {
+    Gpu g;
+    g.index = shape.symmetric ? r * shape.per_stage : r;  // the stage's first GPU: dp rank 0, slice 0
+    g.s = g.index / shape.per_stage;
+    g.d = g.index % shape.per_stage / lay.mp;
+    g.m = g.index % lay.mp;
+    g.node = shape.symmetric ? r / shape.stages_per_node : r / profile.gpus_per_node;
+    g.host = pf.gpu_at(g.node, shape.symmetric ? r % shape.stages_per_node : r % profile.gpus_per_node);
+    g.name = "gpu" + std::to_string(g.index);
+    rp.add_gpu(*schedules[std::min(size_t(lay.pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
+  }
+  if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
+  if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
+  rep.ranks_simulated = shape.replayed;
+  rep.nodes_simulated = shape.platform.nodes;
+  rep.full = !shape.symmetric;
+  rp.fill(rep);
+  return true;
+}
+
 }  // namespace
 
 Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
@@ -603,69 +675,18 @@ Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const 
     return make_error("simulate: " + std::to_string(schedules.size()) + " schedules given, the replay needs " +
                       std::to_string(expected) + (broadcast ? " (one per rank of the broadcast variant)" : " (one per pipeline stage)"));
 
-  Layout lay;
-  lay.dp = dp;
-  lay.mp = c.mp;
-  lay.pp = pp;
-  lay.gpus_per_node = profile.gpus_per_node;
-  lay.busy_per_node = profile.ranks_per_node(rep.gpus);
-  lay.dp_group = {dp, std::min(dp, profile.gpus_per_node / c.mp)};
-  lay.mp_group = {c.mp, c.mp};
-  lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);
-
-  // One GPU per pipeline stage (one in all without pipelining) stands for the dp x mp GPUs of its
-  // stage, which run its schedule in step, when the stages tile the nodes: each stage of whole
-  // nodes, or several stages to a node. Otherwise, with the broadcast variant, or asked for, every
-  // GPU is replayed.
-  const int nodes = (rep.gpus + profile.gpus_per_node - 1) / profile.gpus_per_node;
-  const int per_stage = dp * c.mp;
-  const int busy = lay.busy_per_node;
-  const bool stages_tile = per_stage % busy == 0 || busy % per_stage == 0;
-  const bool symmetric = !options.full && !broadcast && (pp == 1 || stages_tile);
-  const int stages_per_node = per_stage >= busy ? 1 : busy / per_stage;
-  if (!symmetric && rep.gpus > kMaxFullReplayGpus) {
+  const Layout lay = job_layout(s0, profile);
+  const ReplayShape shape = replay_shape(s0, lay, profile, options);
+  if (!shape.symmetric && rep.gpus > kMaxFullReplayGpus) {
     const std::string why = options.full ? "--full"
                             : broadcast  ? "the broadcast variant"
-                                         : "--pp " + std::to_string(pp) + " with stages of " + std::to_string(per_stage) +
-                                             " GPUs (dp x mp) that do not tile nodes of " + std::to_string(busy) +
+                                         : "--pp " + std::to_string(pp) + " with stages of " + std::to_string(shape.per_stage) +
+                                             " GPUs (dp x mp) that do not tile nodes of " + std::to_string(lay.busy_per_node) +
                                              " (each stage whole nodes, or whole stages to a node)";
     return make_error("simulate: " + why + " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) +
                       "; got " + std::to_string(rep.gpus));
   }
-
-  QuietEngineArgs args;
-  sg4::Engine engine(&args.argc, args.argv);
-  configure_engine(engine);
-  PlatformShape shape;
-  if (symmetric) {
-    shape.nodes = (pp + stages_per_node - 1) / stages_per_node;
-    shape.gpus_per_node = std::min(pp, stages_per_node);
-    shape.share = std::min(busy, per_stage);
-    shape.stand_ins = true;
-  } else {
-    shape.nodes = nodes;
-    shape.gpus_per_node = lay.busy_per_node;
-  }
-  Platform pf = build_platform(engine, profile, shape, rep.peak_flops_per_s);
-  Replayer rp(profile, pf, options, lay, symmetric);
-  const int replayed = symmetric ? pp : rep.gpus;
-  for (int r = 0; r < replayed; ++r) {
-    Gpu g;
-    g.index = symmetric ? r * per_stage : r;  // the stage's first GPU: dp rank 0, slice 0
-    g.s = g.index / per_stage;
-    g.d = g.index % per_stage / c.mp;
-    g.m = g.index % c.mp;
-    g.node = symmetric ? r / stages_per_node : r / profile.gpus_per_node;
-    g.host = pf.gpu_at(g.node, symmetric ? r % stages_per_node : r % profile.gpus_per_node);
-    g.name = "gpu" + std::to_string(g.index);
-    rp.add_gpu(*schedules[std::min(size_t(pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
-  }
-  if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
-  if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
-  rep.ranks_simulated = replayed;
-  rep.nodes_simulated = shape.nodes;
-  rep.full = !symmetric;
-  rp.fill(rep);
+  if (Result<bool> ok = replay(schedules, profile, options, lay, shape, rep); !ok) return make_error(ok.error());
   double flops = s0.compute_flops;  // per GPU; with stages their mean
   if (pp > 1) {
     flops = 0;

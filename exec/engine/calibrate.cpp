@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -69,120 +70,127 @@ struct DeviceBuffers {
   }
 };
 
-// Every operator of a one-block GPT at (B, T), forward and backward, as a compute step of the
+// One block's operators with their parameters on the device, each run as a compute step of the
 // engine runs it: the 16-bit weights widened to fp32 first, the fp32 gradient rounded into its
-// 16-bit buffer after (engine.cpp, compute()).
+// 16-bit buffer after (exec/engine/handlers.cpp, compute).
+struct BlockRig {
+  const BackendOps* k = nullptr;
+  void* cx = nullptr;
+  GptOps* gpt = nullptr;
+  adam::DType precision = adam::DType::bf16;
+  std::size_t psz = 2;
+  char *p32 = nullptr, *p16 = nullptr, *g32 = nullptr, *g16 = nullptr;
+  std::vector<OpCall> calls;
+  std::vector<std::string> names;
+  std::vector<std::size_t> elems, offsets;  // each operator's parameter group
+
+  bool mixed() const { return precision != adam::DType::fp32; }
+  void forward(std::size_t i) {
+    OpCall c = calls[i];
+    if (elems[i] > 0) c.params = weights(i);
+    gpt->forward(c);
+  }
+  void backward(std::size_t i) {
+    OpCall c = calls[i];
+    if (elems[i] > 0) {
+      c.params = weights(i);
+      if (mixed()) k->memset_zero(cx, gpt->grad_staging(), elems[i] * 4);
+      c.grads = mixed() ? gpt->grad_staging() : reinterpret_cast<float*>(g32) + offsets[i];
+    }
+    gpt->backward(c);
+    if (elems[i] > 0 && mixed()) k->accumulate_to(cx, g16 + offsets[i] * psz, gpt->grad_staging(), precision, long(elems[i]));
+  }
+
+ private:
+  const float* weights(std::size_t i) {
+    if (!mixed()) return reinterpret_cast<const float*>(p32) + offsets[i];
+    k->to_fp32(cx, gpt->weight_staging(), p16 + offsets[i] * psz, precision, long(elems[i]));
+    return gpt->weight_staging();
+  }
+};
+
+// The rig's parameters (initialised, rounded to 16 bits), inputs and operator calls.
+Result<bool> set_up(BlockRig& r, DeviceBuffers& mem, const GptConfig& cfg, int B, int T) {
+  const std::vector<float> init = gpt_init_params(cfg, 1);
+  const std::size_t n = init.size();
+  Result<char*> p32 = mem.get(n * 4), p16 = mem.get(n * r.psz), g32 = mem.get(n * 4), g16 = mem.get(n * r.psz);
+  if (!p32 || !p16 || !g32 || !g16)
+    return make_error("calibrate: device memory for the parameters: " +
+                      (!p32 ? p32.error() : !p16 ? p16.error() : !g32 ? g32.error() : g16.error()));
+  r.p32 = *p32, r.p16 = *p16, r.g32 = *g32, r.g16 = *g16;
+  r.k->copy_h2d_async(r.cx, 0, r.p32, init.data(), n * 4);
+  r.k->from_fp32(r.cx, r.p16, reinterpret_cast<const float*>(r.p32), r.precision, long(n));
+  std::vector<int> tok(std::size_t(B) * T);
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = int((i * 131 + 7) % std::size_t(cfg.vocab));
+  r.k->copy_h2d_async(r.cx, 0, r.gpt->tokens(0), tok.data(), tok.size() * sizeof(int));
+  r.k->copy_h2d_async(r.cx, 0, r.gpt->targets(0), tok.data(), tok.size() * sizeof(int));
+  r.k->synchronize(r.cx);
+  const std::vector<ParamGroup> groups = gpt_param_groups(cfg);
+  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
+  for (size_t v : graph.order) {
+    const Operator& gop = graph.op(v);
+    OpCall c;
+    c.op = OpRef{gop.role, gop.block};
+    const int gi = param_group_of(cfg, gop.role, gop.block);
+    r.calls.push_back(c);
+    r.names.push_back(gop.name);
+    r.elems.push_back(gi >= 0 ? groups[size_t(gi)].elems : 0);
+    r.offsets.push_back(gi >= 0 ? groups[size_t(gi)].offset : 0);
+  }
+  return true;
+}
+
+// One iteration of the block as training runs a checkpointed one: forward, then in backward the
+// block recomputed from its saved input, then its backward; `each` wraps every call.
+template <typename Each>
+void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, std::vector<std::vector<double>>& bwd) {
+  for (std::size_t i = 0; i < r.calls.size(); ++i) {
+    r.calls[i].recompute = false;
+    each(fwd[i], [&] { r.forward(i); });
+  }
+  for (std::size_t i = 0; i < r.calls.size(); ++i) {
+    r.calls[i].recompute = r.calls[i].op.block >= 0;
+    if (r.calls[i].recompute) each(fwd[i], [&] { r.forward(i); });
+  }
+  for (std::size_t i = r.calls.size(); i-- > 0;) each(bwd[i], [&] { r.backward(i); });
+}
+
+// Every operator of a one-block GPT at (B, T), forward and backward, timed where it runs in
+// training: inside whole iterations of the block (forward, the checkpointed block recomputed,
+// backward), every call synchronised, so it meets the caches and the thread pools (OpenBLAS's,
+// OpenMP's) the operator before it left behind, not a loop of itself. The median over the
+// iterations; forward calls and recomputes together.
 Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision) {
-  const auto& k = b.ops();
-  void* cx = b.ctx();
   DeviceBuffers mem(b);
   const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, 1);
   Result<char*> ws = mem.get(ws_bytes);
   if (!ws) return make_error(ws.error());
   Result<std::unique_ptr<GptOps>> made = GptOps::create(b, cfg, B, T, 1, 1, 1, *ws, ws_bytes);
   if (!made) return make_error(made.error());
-  GptOps& gpt = **made;
-  const std::vector<float> init = gpt_init_params(cfg, 1);
-  const std::size_t n = init.size(), psz = adam::dtype_bytes(precision);
-  const bool mixed = precision != adam::DType::fp32;
-  Result<char*> p32 = mem.get(n * 4), p16 = mem.get(n * psz), g32 = mem.get(n * 4), g16 = mem.get(n * psz);
-  if (!p32 || !p16 || !g32 || !g16) return make_error("calibrate: device memory for the parameters: " +
-                                                      (!p32 ? p32.error() : !p16 ? p16.error() : !g32 ? g32.error() : g16.error()));
-  k.copy_h2d_async(cx, 0, *p32, init.data(), n * 4);
-  k.from_fp32(cx, *p16, reinterpret_cast<const float*>(*p32), precision, long(n));
-  std::vector<int> tok(std::size_t(B) * T);
-  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = int((i * 131 + 7) % std::size_t(cfg.vocab));
-  k.copy_h2d_async(cx, 0, gpt.tokens(0), tok.data(), tok.size() * sizeof(int));
-  k.copy_h2d_async(cx, 0, gpt.targets(0), tok.data(), tok.size() * sizeof(int));
-  k.synchronize(cx);
-
-  const std::vector<ParamGroup> groups = gpt_param_groups(cfg);
-  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
-  std::vector<OpCall> calls;
-  std::vector<std::string> names;
-  std::vector<std::size_t> elems, offsets;
-  for (size_t v : graph.order) {
-    const Operator& gop = graph.op(v);
-    OpCall c;
-    c.op = OpRef{gop.role, gop.block};
-    std::size_t off = 0, ne = 0;
-    if (const int gi = param_group_of(cfg, gop.role, gop.block); gi >= 0) {
-      const ParamGroup& g = groups[size_t(gi)];
-      off = g.offset;
-      ne = g.elems;
-    }
-    calls.push_back(c);
-    names.push_back(graph.op(v).name);
-    elems.push_back(ne);
-    offsets.push_back(off);
-  }
-  auto forward = [&](std::size_t i) {
-    OpCall c = calls[i];
-    if (elems[i] > 0) {
-      if (mixed) {
-        k.to_fp32(cx, gpt.weight_staging(), *p16 + offsets[i] * psz, precision, long(elems[i]));
-        c.params = gpt.weight_staging();
-      } else {
-        c.params = reinterpret_cast<const float*>(*p32) + offsets[i];
-      }
-    }
-    gpt.forward(c);
-  };
-  auto backward = [&](std::size_t i) {
-    OpCall c = calls[i];
-    if (elems[i] > 0) {
-      if (mixed) {
-        k.to_fp32(cx, gpt.weight_staging(), *p16 + offsets[i] * psz, precision, long(elems[i]));
-        c.params = gpt.weight_staging();
-        k.memset_zero(cx, gpt.grad_staging(), elems[i] * 4);
-        c.grads = gpt.grad_staging();
-      } else {
-        c.params = reinterpret_cast<const float*>(*p32) + offsets[i];
-        c.grads = reinterpret_cast<float*>(*g32) + offsets[i];
-      }
-    }
-    gpt.backward(c);
-    if (elems[i] > 0 && mixed)
-      k.accumulate_to(cx, *g16 + offsets[i] * psz, gpt.grad_staging(), precision, long(elems[i]));
-  };
-  // One whole iteration first, as the engine runs a checkpointed block: forward, then in backward
-  // the block recomputed from its saved input, then its backward. From then on every buffer holds
-  // what it would in training, and the block's operators are timed as recomputes (the same kernels).
-  for (std::size_t i = 0; i < calls.size(); ++i) forward(i);
-  gpt.set_segment_input(0, gpt.block_input(0, 0));
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    calls[i].recompute = calls[i].op.block >= 0;
-    if (calls[i].recompute) forward(i);
-  }
-  for (std::size_t i = calls.size(); i-- > 0;) backward(i);
-  k.synchronize(cx);
-  // Each operator is timed where it runs in training: inside whole iterations of the block
-  // (forward, the checkpointed block recomputed, backward), every call synchronised, so it meets
-  // the caches and the thread pools (OpenBLAS's, OpenMP's) the operator before it left behind,
-  // not a loop of itself. The median over the iterations; forward calls and recomputes together.
-  std::vector<std::vector<double>> fwd(calls.size()), bwd(calls.size());
+  BlockRig r;
+  r.k = &b.ops();
+  r.cx = b.ctx();
+  r.gpt = made->get();
+  r.precision = precision;
+  r.psz = adam::dtype_bytes(precision);
+  if (Result<bool> ok = set_up(r, mem, cfg, B, T); !ok) return make_error(ok.error());
+  std::vector<std::vector<double>> fwd(r.calls.size()), bwd(r.calls.size());
+  // one untimed iteration first: from then on every buffer holds what it would in training
+  r.gpt->set_segment_input(0, r.gpt->block_input(0, 0));
+  iteration(r, [](std::vector<double>&, auto&& fn) { fn(); }, fwd, bwd);
+  r.k->synchronize(r.cx);
   auto timed = [&](std::vector<double>& into, auto&& fn) {
     const auto t0 = Clock::now();
     fn();
-    k.synchronize(cx);
+    r.k->synchronize(r.cx);
     into.push_back(since(t0));
   };
   const auto started = Clock::now();
-  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) {
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      calls[i].recompute = false;
-      timed(fwd[i], [&] { forward(i); });
-    }
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      calls[i].recompute = calls[i].op.block >= 0;
-      if (calls[i].recompute) timed(fwd[i], [&] { forward(i); });
-    }
-    for (std::size_t i = calls.size(); i-- > 0;) timed(bwd[i], [&] { backward(i); });
-  }
+  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) iteration(r, timed, fwd, bwd);
   std::vector<OpTime> out;
-  for (std::size_t i = 0; i < calls.size(); ++i) out.push_back({names[i], median(fwd[i]), median(bwd[i])});
-  if (k.sticky_error)
-    if (const char* e = k.sticky_error(cx)) return make_error(std::string("calibrate: the backend failed: ") + e);
+  for (std::size_t i = 0; i < r.calls.size(); ++i) out.push_back({r.names[i], median(fwd[i]), median(bwd[i])});
+  if (r.k->sticky_error)
+    if (const char* e = r.k->sticky_error(r.cx)) return make_error(std::string("calibrate: the backend failed: ") + e);
   return out;
 }
 
@@ -229,42 +237,14 @@ const Measurement* Calibration::find(const std::string& field) const {
   return nullptr;
 }
 
-Result<Calibration> calibrate(const CalibrateOptions& o) {
-  const auto t_start = Clock::now();
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
-  if (o.bsz < 1 || o.seq < 1 || o.head_size < 1) return make_error("calibrate: bsz, seq and head size must be >= 1");
-  for (int h : o.hiddens)
-    if (h < o.head_size || h % o.head_size != 0)
-      return make_error("--hidden: " + std::to_string(h) + " is not a multiple of the head size " +
-                        std::to_string(o.head_size));
-  if (o.kernel_hidden < o.head_size || o.kernel_hidden % o.head_size != 0)
-    return make_error("--kernel-hidden: " + std::to_string(o.kernel_hidden) + " is not a multiple of the head size " +
-                      std::to_string(o.head_size));
-  MpiWorld& world = MpiWorld::get();
-  Calibration c;
-  c.backend = o.backend;
-  c.ranks = world.size();
-  c.precision = o.precision;
-  BackendOptions bo;
-  Result<std::unique_ptr<Backend>> be = create_backend(o.backend, bo);
-  if (!be) return make_error(be.error());
-  Backend& b = **be;
-  c.device = b.caps().device;
-  const auto& k = b.ops();
-  void* cx = b.ctx();
+namespace {
+
+using Say = std::function<void(const std::string&)>;
+
+// GEMM FLOP/s by hidden size: the linear operators of one block; the other kernels at kernel_hidden.
+Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c, const Say& say) {
   const std::string prec(adam::dtype_name(o.precision));
   const double act_bytes = executor_sizes(GptConfig{}, TrainingConfig{}, o.precision, 1).act_bytes;
-
-  // --- device memory (what the profile calls the GPU's)
-  if (o.backend == "cpu")
-    c.fields.push_back({"gpu.memory", o.device_memory_bytes,
-                        "chosen, not measured: the cpu backend's device capacity (memwall run's `capacity`)"});
-  else
-    c.fields.push_back({"gpu.memory", double(b.caps().capacity_bytes), "measured: free device memory at start"});
-
-  // --- GEMM FLOP/s by hidden size: the linear operators of one block
   for (int h : o.hiddens) {
     say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + " ...");
     const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
@@ -289,7 +269,13 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
                       "backward, " + prec + " weights widened as the engine does; B " + std::to_string(o.bsz) +
                           ", T " + std::to_string(o.seq) + ")"});
 
-  // --- memory-bound kernel bandwidth: the residual add (2 reads, 1 write) over 3 x 64 MiB
+  return true;
+}
+
+// Memory-bound kernel bandwidth: the residual add (2 reads, 1 write) over 3 x 64 MiB.
+Result<bool> measure_memory_bandwidth(const CalibrateOptions&, Backend& b, Calibration& c, const Say& say) {
+  const auto& k = b.ops();
+  void* cx = b.ctx();
   {
     say("device memory bandwidth (residual kernel) ...");
     const long n = 16L << 20;
@@ -308,7 +294,13 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     }
   }
 
-  // --- host <-> device copies, from page-locked host memory, 1 MiB pieces
+  return true;
+}
+
+// Host <-> device copies, from page-locked host memory, 1 MiB pieces, one and two streams.
+Result<bool> measure_copies(const CalibrateOptions& o, Backend& b, Calibration& c, const Say& say) {
+  const auto& k = b.ops();
+  void* cx = b.ctx();
   {
     say("host <-> device copies ...");
     const std::size_t bytes = std::size_t(64) << 20, piece = std::size_t(1) << 20;
@@ -355,7 +347,12 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     if (registered) k.host_unregister(cx, host);
   }
 
-  // --- collectives between the job's ranks
+  return true;
+}
+
+// An all-reduce between the job's ranks (mpirun): links.gpu_gpu.
+Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibration& c, const Say& say) {
+  MpiWorld& world = MpiWorld::get();
   if (world.size() > 1) {
     say("all-reduce between " + std::to_string(world.size()) + " ranks ...");
     Result<std::unique_ptr<Collectives>> coll = make_mpi_collectives();
@@ -384,7 +381,12 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     c.fields.push_back({"links.gpu_gpu", 0, "not measured: one process (run under mpirun -np 2 to measure it)"});
   }
 
-  // --- CPU Adam and DRAM
+  return true;
+}
+
+// CPU Adam and the DRAM triad (memwall adam-bench), physical memory.
+Result<bool> measure_cpu(const CalibrateOptions& o, Backend&, Calibration& c, const Say& say) {
+  const std::string prec(adam::dtype_name(o.precision));
   {
     say("CPU Adam and DRAM triad (" + format_count(double(o.adam_params)) + " params) ...");
     adam::AdamBenchOptions ao;
@@ -405,7 +407,11 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     c.fields.push_back({"cpu.pinned_budget", o.pinned_budget_bytes, "chosen: what memwall run may page-lock"});
   }
 
-  // --- NVMe through the engine's io engine
+  return true;
+}
+
+// NVMe through the engine's io engine (io-bench at its block size and queue depth).
+Result<bool> measure_nvme(const CalibrateOptions& o, Backend&, Calibration& c, const Say& say) {
   if (o.nvme_dir.empty()) {
     c.fields.push_back({"nvme.capacity", 0, "not measured: no --nvme-dir"});
     c.fields.push_back({"nvme.read", 0, "not measured: no --nvme-dir"});
@@ -430,6 +436,41 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     c.fields.push_back({"nvme.read", r->read_Bps, how});
     c.fields.push_back({"nvme.write", r->write_Bps, how});
   }
+  return true;
+}
+
+}  // namespace
+
+Result<Calibration> calibrate(const CalibrateOptions& o) {
+  const auto t_start = Clock::now();
+  const Say say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  if (o.bsz < 1 || o.seq < 1 || o.head_size < 1) return make_error("calibrate: bsz, seq and head size must be >= 1");
+  for (int h : o.hiddens)
+    if (h < o.head_size || h % o.head_size != 0)
+      return make_error("--hidden: " + std::to_string(h) + " is not a multiple of the head size " +
+                        std::to_string(o.head_size));
+  if (o.kernel_hidden < o.head_size || o.kernel_hidden % o.head_size != 0)
+    return make_error("--kernel-hidden: " + std::to_string(o.kernel_hidden) + " is not a multiple of the head size " +
+                      std::to_string(o.head_size));
+  Calibration c;
+  c.backend = o.backend;
+  c.ranks = MpiWorld::get().size();
+  c.precision = o.precision;
+  Result<std::unique_ptr<Backend>> be = create_backend(o.backend, BackendOptions{});
+  if (!be) return make_error(be.error());
+  Backend& b = **be;
+  c.device = b.caps().device;
+  // what the profile calls the GPU's memory
+  if (o.backend == "cpu")
+    c.fields.push_back({"gpu.memory", o.device_memory_bytes,
+                        "chosen, not measured: the cpu backend's device capacity (memwall run's `capacity`)"});
+  else
+    c.fields.push_back({"gpu.memory", double(b.caps().capacity_bytes), "measured: free device memory at start"});
+  for (auto* measure : {measure_gemm, measure_memory_bandwidth, measure_copies, measure_collectives, measure_cpu,
+                        measure_nvme})
+    if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
   c.seconds = since(t_start);
   return c;
 }
