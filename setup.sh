@@ -20,7 +20,7 @@ packages=(
   libsimgrid-dev liburing-dev libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth
   fio python3-torch python3-numpy
-  clang libclang-rt-14-dev e2fsprogs
+  clang libclang-rt-14-dev e2fsprogs stress-ng
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -34,6 +34,7 @@ struct RunFlags {
   bool json = false;
   bool serial = false;
   bool verify = false;
+  double stall_timeout_s = 120;
 };
 
 std::string progress_bar(int step, int steps) {
@@ -67,6 +68,10 @@ Command add_run(CLI::App& app) {
                   "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
   sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
   sub->add_flag("--serial", f->serial, "Debug: run one step of the schedule at a time (same results, no overlap)");
+  add_number(*sub, "--stall-timeout", f->stall_timeout_s, 86400,
+             "Seconds with no progress anywhere (no step, I/O block or host-lane piece completed, on any rank\n"
+             "of the node) before the run is declared stuck and names what it waited on (default 120; a step\n"
+             "expected to take longer on the profile gets 20 times its expected time)");
   sub->add_flag("--verify", f->verify,
                 "Check every NVMe read against a checksum taken when the block was written (swap files); a\n"
                 "mismatch stops the run with the file and offset (exit 1)");
@@ -77,6 +82,7 @@ Command add_run(CLI::App& app) {
             const HardwareProfile& profile = o.profile;
             o.trace = !f->trace.empty() || f->json;
             o.serial = f->serial;
+            o.stall_timeout_s = f->stall_timeout_s;
             o.io.verify = f->verify;
             if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests
             if (f->save_every < 0) throw UsageError("--save-every: expected a number of steps >= 1, got " +

@@ -61,6 +61,19 @@ char* named(EngineContext& e, const Step& s, BufferKind kind) {
 
 Result<Token> unsupported(const char* what) { return make_error(std::string(what) + " is planned and simulated, not executed"); }
 
+// One request per piece of an optimizer chunk: the piece's elements of its unit's slot in `state`'s
+// swap file, at `at[i]` bytes into the chunk buffer.
+std::vector<io::IoRequest> piece_requests(EngineContext& e, const ChunkLayout& ch, State state, io::IoOp op, char* buf,
+                                          const std::vector<std::size_t>& at) {
+  io::SwapFile& sw = e.tiers.swap(state);
+  std::vector<io::IoRequest> rq;
+  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
+    const PieceLayout& pc = ch.pieces[i];
+    rq.push_back({op, sw.file(), sw.shard(pc.unit).offset + pc.from * psz(e), buf + at[i], io::align_up(pc.count * psz(e))});
+  }
+  return rq;
+}
+
 // ---- fetch: nc (NVMe -> pinned), cg (pinned or CPU state -> device), gg / bcast (collectives) ----
 
 // gg: every rank's shard of a unit into its whole buffer (zero3: this rank's from its shard on
@@ -108,14 +121,8 @@ Result<Token> fetch_optimizer(EngineContext& e, const Step& s) {
   }
   char* buf = e.buffer(s.dst_buf);
   if (s.state == State::optim32) return io_token(t.swap(State::optim32).read(size_t(s.chunk), buf));
-  std::vector<io::IoRequest> rq;  // gradients of the chunk's pieces, each from its unit's slot
-  io::SwapFile& sw = t.swap(State::grad16);
-  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
-    const PieceLayout& pc = ch.pieces[i];
-    rq.push_back({io::IoOp::read, sw.file(), sw.shard(pc.unit).offset + pc.from * psz(e), buf + ch.grad_at[i],
-                  io::align_up(pc.count * psz(e))});
-  }
-  return io_token(t.io()->submit(rq));
+  // gradients of the chunk's pieces, each from its unit's slot
+  return io_token(t.io()->submit(piece_requests(e, ch, State::grad16, io::IoOp::read, buf, ch.grad_at)));
 }
 
 Result<Token> fetch(EngineContext& e, const Step& s) {
@@ -203,15 +210,8 @@ Result<Token> offload_optimizer(EngineContext& e, const Step& s) {
   }
   char* buf = e.buffer(s.src_buf);
   if (s.state == State::optim32) return io_token(t.swap(State::optim32).write(size_t(s.chunk), buf));
-  const ChunkLayout& ch = chunk_of(e, s);
-  io::SwapFile& sw = t.swap(State::param16);
-  std::vector<io::IoRequest> rq;
-  for (std::size_t i = 0; i < ch.pieces.size(); ++i) {
-    const PieceLayout& pc = ch.pieces[i];
-    rq.push_back({io::IoOp::write, sw.file(), sw.shard(pc.unit).offset + pc.from * psz(e), buf + ch.param_at[i],
-                  io::align_up(pc.count * psz(e))});
-  }
-  return io_token(t.io()->submit(rq));
+  const ChunkLayout& ch = chunk_of(e, s);  // the updated parameters of its pieces, each to its unit's slot
+  return io_token(t.io()->submit(piece_requests(e, ch, State::param16, io::IoOp::write, buf, ch.param_at)));
 }
 
 Result<Token> offload(EngineContext& e, const Step& s) {

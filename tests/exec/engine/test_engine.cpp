@@ -14,7 +14,12 @@
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
 
+#include "exec/backend/backend_delay.hpp"
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
 
@@ -374,6 +379,125 @@ TEST(Engine, BadInputIsRefusedBeforeAnythingRuns) {
   t.config.tiling_factor = 3;
   EXPECT_NE(error(t).find("--tiling: 3 must divide"), std::string::npos) << error(t);
   std::filesystem::remove_all(p.nvme_dir);
+}
+
+// Delays injected into the real engine: every backend event and every io completion of a run
+// arrives up to 1 ms late, by a seeded random amount, so steps complete in orders an undelayed run
+// does not show. 200 seeds over every placement with its checkpoints on the GPU and in CPU memory,
+// tiling, and the optimizer overlapped with backward and delayed (dpu): each gives the undelayed
+// run's losses bit for bit and none fails (the memory plan leaves nothing to the order of
+// completions; the old first-fit admission failed on such orders, issue 25).
+TEST(Engine, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
+  struct Config {
+    std::string strategy, ckpt;
+    int tiling;
+    OptimizerOverlap overlap;
+  };
+  std::vector<Config> configs;
+  for (const char* s : {"data_parallel", "zero2", "zero_offload", "zero3", "zero_inf_cpu", "zero_inf_nvme", "l2l"})
+    for (const char* ckpt : {"gpu", "cpu"})
+      for (int tiling : {1, 2}) configs.push_back({s, ckpt, tiling, OptimizerOverlap::none});
+  configs.push_back({"zero_inf_cpu", "gpu", 1, OptimizerOverlap::backward});
+  configs.push_back({"zero_inf_nvme", "cpu", 2, OptimizerOverlap::backward});
+  configs.push_back({"zero_offload", "gpu", 1, OptimizerOverlap::dpu});
+  // Each configuration on about the smallest device and pinned budget its memory plan fits: the
+  // schedule's live peaks, raised 5 % at a time until plan_rank accepts them (where the old
+  // admission ran out of room in some orders of completion).
+  auto options = [](const Config& k) {
+    EngineOptions o = tiny(k.strategy, {"act_ckpt=" + k.ckpt});
+    o.config.tiling_factor = k.tiling;
+    o.config.optimizer_overlap = k.overlap;
+    o.config.dpu_warmup = 1;  // the delayed update's schedule from the second step on
+    o.nvme_dir = "/nonexistent";  // plan_rank does not touch it
+    const Schedule loose = plan_rank(o).value().schedule;
+    double device = loose.peak_bytes[int(Tier::gpu)], pinned = loose.peak_bytes[int(Tier::cpu)];
+    for (double b : loose.persistent_bytes[int(Tier::cpu)]) pinned -= b;
+    for (int i = 0; i < 60; ++i, device *= 1.05, pinned *= 1.05) {
+      o.capacity_bytes = std::size_t(device) / 4096 * 4096 + 4096;
+      o.profile.pinned_budget_bytes = std::max(4096.0, std::ceil(pinned / 4096) * 4096);
+      if (plan_rank(o).ok()) break;
+    }
+    o.nvme_dir.clear();
+    return o;
+  };
+  auto label = [](const Config& k) {
+    return k.strategy + " act_ckpt=" + k.ckpt + " tiling " + std::to_string(k.tiling) + " overlap " + to_string(k.overlap);
+  };
+  std::map<std::size_t, std::vector<float>> ref;
+  int runs = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const std::size_t k = seed % configs.size();
+    if (!ref.count(k)) ref[k] = losses(options(configs[k]), 2, "ref");
+    ASSERT_EQ(ref[k].size(), 2u) << label(configs[k]);
+    EngineOptions o = options(configs[k]);
+    o.wrap_backend = [seed](std::unique_ptr<Backend> real) { return delaying_backend(std::move(real), {seed, 1e-3}); };
+    struct Io {
+      std::mutex m;
+      std::mt19937_64 rng;
+    };
+    auto io = std::make_shared<Io>();
+    io->rng.seed(seed * 7919 + 1);
+    o.io.inject = [io](io::IoOp, const std::string&, std::uint64_t, std::size_t, long res) {
+      double d = 0;
+      {
+        std::lock_guard lock(io->m);
+        d = std::uniform_real_distribution<double>(0, 1e-3)(io->rng);
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(d));
+      return res;
+    };
+    EXPECT_EQ(losses(o, 2, "delayed"), ref[k]) << label(configs[k]) << ", seed " << seed;
+    ++runs;
+  }
+  EXPECT_EQ(runs, 200);
+}
+
+// The watchdog decides "stuck" by progress, not by silence (issue 25, item 6). A step that is slow
+// but moving, one read of many 4 KiB blocks each 40 ms late, takes far longer than the stall
+// limit and still finishes: every block the io engine completes counts. A step with no progress
+// anywhere (a compute whose completion comes 3 s late, nothing else able to run) is stopped once
+// the limit passes, and the error names the step, its resource and how long it waited.
+TEST(Engine, TheWatchdogTellsSlowFromStuck) {
+  EngineOptions slow = tiny("zero_inf_nvme");
+  slow.stall_timeout_s = 0.3;
+  slow.io.block_bytes = 4096;
+  slow.io.queue_depth = 1;  // one block at a time: a unit's read moves a block per 40 ms
+  slow.io.inject = [](io::IoOp op, const std::string& path, std::uint64_t, std::size_t, long res) {
+    if (op == io::IoOp::read && path.find("param16") != std::string::npos)
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    return res;
+  };
+  slow.trace = true;
+  slow.nvme_dir = temp_dir("slow");
+  {
+    auto e = Engine::create(slow);
+    ASSERT_TRUE(e.ok()) << e.error();
+    Batches b;
+    b.next(**e, slow.model.max_seq);
+    Result<IterationReport> r = (*e)->step(b.tokens, b.targets);
+    ASSERT_TRUE(r.ok()) << "slow is not stuck: " << r.error();
+    double longest = 0;
+    for (const StepTime& t : r->times) longest = std::max(longest, t.end_s - t.start_s);
+    EXPECT_GT(longest, slow.stall_timeout_s) << "a step took longer than the stall limit";
+  }
+  std::filesystem::remove_all(slow.nvme_dir);
+
+  EngineOptions stuck = tiny("data_parallel");
+  stuck.stall_timeout_s = 0.3;
+  stuck.wrap_backend = [](std::unique_ptr<Backend> real) {
+    DelayOptions d;
+    d.delay_for = [](std::uint64_t n) { return n == 20 ? 3.0 : 0.0; };
+    return delaying_backend(std::move(real), d);
+  };
+  auto e = Engine::create(stuck);
+  ASSERT_TRUE(e.ok()) << e.error();
+  Batches b;
+  b.next(**e, stuck.model.max_seq);
+  Result<IterationReport> r = (*e)->step(b.tokens, b.targets);
+  ASSERT_FALSE(r.ok()) << "a step with no progress anywhere is stuck";
+  EXPECT_NE(r.error().find("stuck: nothing completed on any lane or rank for"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("waiting on step "), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find(" on gpu_compute, in flight "), std::string::npos) << r.error();
 }
 
 // The engine on every compiled backend: cuda where a device exists, skipped (with the reason)
