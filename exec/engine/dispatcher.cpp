@@ -237,13 +237,18 @@ class Loop {
     return true;
   }
 
-  // After an error: let what is in flight finish so no buffer is written after we return.
+  // After an error: let what is in flight finish so no buffer is written after we return, and give
+  // its events back to the pool.
   void drain() {
     e_.k().synchronize(e_.cx());
     if (io::IoEngine* io = e_.tiers.io()) (void)io->wait_all();
-    for (int id : inflight_)
-      if (tok_[size_t(id)].kind == Token::host)
-        while (!tok_[size_t(id)].task->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int id : inflight_) {
+      Token& t = tok_[size_t(id)];
+      if (t.kind == Token::host)
+        while (!t.task->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (t.kind == Token::event && t.ev) e_.event_pool.push_back(t.ev);
+      t.ev = nullptr;
+    }
   }
 
   EngineContext& e_;
