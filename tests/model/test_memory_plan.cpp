@@ -105,8 +105,11 @@ TEST(MemoryPlan, ArenaIsTheLivePeakOrTwiceItAtMost) {
       EXPECT_GE(double(s.arena_bytes[size_t(t)]), most) << label(k) << " " << to_string(t);
       EXPECT_LE(double(s.arena_bytes[size_t(t)]), 2 * most + 1) << label(k) << " " << to_string(t);
     }
-    for (const Buffer& b : s.buffers)
-      if (b.kind == BufferKind::workspace) EXPECT_EQ(b.offset, 0u) << label(k);
+    for (const Buffer& b : s.buffers) {
+      if (b.kind == BufferKind::workspace) {
+        EXPECT_EQ(b.offset, 0u) << label(k);
+      }
+    }
   }
 }
 

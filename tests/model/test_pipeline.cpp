@@ -247,7 +247,9 @@ TEST(Pipeline, DeepSpeedBlogsTrillionParameterThreeD) {
                 with.of(Tier::gpu).peak_bytes / (1 << 30), without.of(Tier::gpu).peak_bytes / (1 << 30),
                 with.of(Tier::gpu).capacity_bytes / (1 << 30));
     EXPECT_LE(with.of(Tier::gpu).peak_bytes, with.of(Tier::gpu).capacity_bytes) << stage;
-    if (stage == 0) EXPECT_GT(without.of(Tier::gpu).peak_bytes, without.of(Tier::gpu).capacity_bytes);
+    if (stage == 0) {
+      EXPECT_GT(without.of(Tier::gpu).peak_bytes, without.of(Tier::gpu).capacity_bytes);
+    }
   }
 }
 
