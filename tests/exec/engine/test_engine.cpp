@@ -22,6 +22,7 @@
 #include "exec/backend/backend_delay.hpp"
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
+#include "model/memory_plan.hpp"
 
 using namespace memwall;
 using namespace memwall::exec;
@@ -171,6 +172,46 @@ TEST(Engine, SerialModeGivesTheSameLosses) {
   const std::vector<float> a = losses(o, 5, "async");
   o.serial = true;
   EXPECT_EQ(losses(o, 5, "serial"), a);
+}
+
+// The engine holds what the plan says, no more: run one step at a time (serial), its live bytes
+// rise and fall as the model's walk over the buffers' lifetimes says, so its high-water mark on
+// each tier equals the walk's peak exactly, and the highest byte any buffer reached equals the
+// plan's arena. (Unserialized, steps overlap and the live bytes can pass the walk's peak, never
+// the arena: the other offload test.)
+TEST(Engine, OneStepAtATimeHoldsExactlyThePlansPeak) {
+  for (const char* s : {"zero2", "zero_offload", "zero3", "zero_inf_cpu", "zero_inf_nvme", "l2l"}) {
+    EngineOptions o = tiny(s);
+    o.serial = true;
+    o.config.optimizer_overlap = std::string(s) == "zero_inf_nvme" ? OptimizerOverlap::backward : OptimizerOverlap::none;
+    o.nvme_dir = temp_dir(s);
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.ok()) << s << ": " << e.error();
+    const Schedule& sched = (*e)->schedule();
+    std::array<std::size_t, kTiers> live{}, peak{};
+    walk_buffers(
+        sched,
+        [&](const Step&, int b) {
+          const Buffer& buf = sched.buffers[size_t(b)];
+          live[size_t(buf.tier)] += buf.arena_bytes;
+          peak[size_t(buf.tier)] = std::max(peak[size_t(buf.tier)], live[size_t(buf.tier)]);
+        },
+        [](const Step&) {},
+        [&](const Step&, int b) { live[size_t(sched.buffers[size_t(b)].tier)] -= sched.buffers[size_t(b)].arena_bytes; });
+    Batches b;
+    b.next(**e, o.model.max_seq);
+    ASSERT_TRUE((*e)->step(b.tokens, b.targets).ok()) << s;
+    const EngineStats st = (*e)->stats();
+    EXPECT_GT(peak[int(Tier::gpu)], 0u) << s;
+    if (std::string(s) == "zero_inf_nvme") {
+      EXPECT_GT(peak[int(Tier::cpu)], 0u) << s << ": staging buffers";
+    }
+    for (Tier t : {Tier::gpu, Tier::cpu}) {
+      EXPECT_EQ(st.arena_high_water_bytes[size_t(t)], peak[size_t(t)]) << s << " " << to_string(t);
+      EXPECT_EQ(st.arena_extent_bytes[size_t(t)], sched.arena_bytes[size_t(t)]) << s << " " << to_string(t);
+    }
+    std::filesystem::remove_all(o.nvme_dir);
+  }
 }
 
 // The proof that offload is real (the model: 8 layers, hidden 512, a 64 MiB device).
