@@ -1,5 +1,6 @@
 #include "cli/cli_common.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <iostream>
 
 #include "exec/io/temp_file.hpp"
+#include "exec/io/user_files.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -67,6 +70,9 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, double& target, 
             if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !(v <= hi))
               throw CLI::ValidationError(name, "expected a number > 0 and at most " + format_g(hi) + ", got \"" + text +
                                                    "\"");
+            if (!std::isnormal(v))  // a denormal: 1e-320 would print 9.88e-324 TFLOP and "fits"
+              throw CLI::ValidationError(name, "expected a number > 0 and at most " + format_g(hi) + ", got \"" + text +
+                                                   "\" (too small to compute with)");
             target = v;
           },
           help)
@@ -246,6 +252,46 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows, int 
   return out;
 }
 
+namespace {
+
+// The temporary write_output makes beside `path` (same filesystem, so the rename is atomic), named
+// so no user file is hit: made new, never through a link.
+std::string temp_beside(const std::string& path) { return path + ".memwall-" + std::to_string(::getpid()) + ".tmp"; }
+
+}  // namespace
+
+void check_output_file(const std::string& flag, const std::string& path) {
+  if (path.empty() || path == "-") return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(path, ec))) throw UsageError(flag + ": " + path + ": is a folder, expected a file name to write");
+  if (Result<bool> link = io::refuse_link(path); !link) throw UsageError(flag + ": " + link.error());
+  const std::string tmp = temp_beside(path);
+  const io::TempFileGuard guard(tmp);
+  Result<int> fd = io::create_new_file(tmp, io::Existing::replace, O_WRONLY);
+  if (!fd) throw UsageError(flag + ": " + path + ": cannot be written (" + fd.error() + ")");
+  ::close(*fd);
+}
+
+void make_output_folder(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::exists(fs::symlink_status(p, ec))) {
+    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (!fs::is_directory(parent, ec))
+      throw UsageError(flag + ": " + path + ": its folder " + parent.string() + " does not exist (make it first)");
+    if (!fs::create_directory(p, ec) && !fs::is_directory(p))
+      throw UsageError(flag + ": " + path + ": cannot make the folder: " + ec.message());
+  }
+  if (!fs::is_directory(p, ec)) throw UsageError(flag + ": " + path + ": not a folder");
+  const std::string probe = (p / (".memwall-probe-" + std::to_string(::getpid()))).string();
+  const io::TempFileGuard guard(probe);
+  Result<int> fd = io::create_new_file(probe, io::Existing::replace, O_WRONLY);
+  if (!fd) throw UsageError(flag + ": " + path + ": not writable (" + fd.error() + ")");
+  ::close(*fd);
+}
+
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::cout << text;
@@ -256,21 +302,30 @@ void write_output(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   std::error_code ec;
-  if (fs::is_directory(target, ec)) throw UsageError(path + ": is a folder, expected a file name to write");
-  // Beside the target (same filesystem, so the rename is atomic), named so no user file is hit.
-  fs::path tmp = target;
-  tmp += ".memwall-" + std::to_string(::getpid()) + ".tmp";
-  const io::TempFileGuard guard(tmp.string());  // removed unless renamed, also on SIGINT/SIGTERM/SIGHUP
-  auto give_up = [&](const std::string& why) { throw UsageError(path + ": " + why); };
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw UsageError(path + ": cannot open for writing: " + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) give_up("write failed");
+  if (fs::is_directory(fs::symlink_status(target, ec))) throw UsageError(path + ": is a folder, expected a file name to write");
+  if (Result<bool> link = io::refuse_link(path); !link) throw UsageError(link.error());
+  const std::string tmp = temp_beside(path);
+  const io::TempFileGuard guard(tmp);  // removed unless renamed, also on SIGINT/SIGTERM/SIGHUP
+  Result<int> made = io::create_new_file(tmp, io::Existing::replace, O_WRONLY);
+  if (!made) {
+    std::string why = made.error();  // "PATH: reason"
+    if (why.rfind(tmp + ": ", 0) == 0) why = why.substr(tmp.size() + 2);
+    throw UsageError(path + ": cannot open for writing: " + why);
   }
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(*made, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string e = w == 0 ? "no progress" : std::strerror(errno);
+      ::close(*made);
+      throw UsageError(path + ": write failed at offset " + std::to_string(done) + ": " + e);
+    }
+    done += std::size_t(w);
+  }
+  if (::close(*made) != 0) throw UsageError(path + ": write failed: " + std::strerror(errno));
   fs::rename(tmp, target, ec);
-  if (ec) give_up("cannot write: " + ec.message());
+  if (ec) throw UsageError(path + ": cannot write: " + ec.message());
 }
 
 }  // namespace memwall::cli

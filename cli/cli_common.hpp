@@ -99,5 +99,11 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows, int 
 // nothing half-written and no temporary file; "-" or empty means stdout (a failed write to stdout,
 // such as a full disk behind a redirection, is an error too).
 void write_output(const std::string& path, const std::string& text);
+// Before any work: `path` (a file write_output will write; "-" or empty: stdout) can be written:
+// its folder exists and takes a new file, and it is neither a folder nor a link. UsageError naming
+// `flag` otherwise.
+void check_output_file(const std::string& flag, const std::string& path);
+// Before any work: folder `path` exists or is made (its parent must exist) and takes new files.
+void make_output_folder(const std::string& flag, const std::string& path);
 
 }  // namespace memwall::cli

@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include "exec/engine/engine.hpp"
 #include "exec/engine/run_config.hpp"
 #include "exec/engine/training.hpp"
+#include "exec/io/user_files.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -30,7 +32,7 @@ struct RunFlags {
   RunInputs in;
   std::string trace;
   std::string save, resume;
-  int save_every = 0;
+  std::optional<int> save_every;  // at the end only when not given
   bool json = false;
   bool serial = false;
   bool verify = false;
@@ -62,7 +64,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("--save", f->save,
                   "Checkpoint folder: every rank writes its 16-bit parameters and fp32 optimizer states from\n"
                   "wherever they live, rank 0 a manifest last (DIR/step-N/, DIR/latest; the newest two are kept)");
-  sub->add_option("--save-every", f->save_every, "Checkpoint every K steps (with --save; default: at the end only)");
+  add_int(*sub, "--save-every", f->save_every, 1, 1000000000, "Checkpoint every K steps (with --save; default: at the end only)");
   sub->add_option("--resume", f->resume, "Continue from the latest checkpoint in this folder (same model, placement, dp)");
   sub->add_option("--trace", f->trace,
                   "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
@@ -85,9 +87,7 @@ Command add_run(CLI::App& app) {
             o.stall_timeout_s = f->stall_timeout_s;
             o.io.verify = f->verify;
             if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests
-            if (f->save_every < 0) throw UsageError("--save-every: expected a number of steps >= 1, got " +
-                                                    std::to_string(f->save_every));
-            if (f->save_every > 0 && f->save.empty()) throw UsageError("--save-every: give --save DIR too");
+            if (f->save_every && f->save.empty()) throw UsageError("--save-every: give --save DIR too");
             // dpu: after the warm-up, a step ends with its gradients pending (the next step applies
             // them); a checkpoint does not hold them, so it would lose a step's update.
             if (!f->save.empty() && o.config.optimizer_overlap == OptimizerOverlap::dpu) {
@@ -106,6 +106,19 @@ Command add_run(CLI::App& app) {
               std::cerr << "memwall run: " << message << "\n";
               return code;
             };
+            // Destinations before any work (a run must not train for hours, then fail to save), and
+            // the checkpoint folder this run's alone while it lives (one lock per rank).
+            if (world.rank() == 0) check_output_file("--trace", f->trace);
+            std::optional<io::FolderLock> save_lock;
+            if (!f->save.empty()) {
+              make_output_folder("--save", f->save);
+              Result<io::FolderLock> lock = io::FolderLock::acquire(f->save, world.rank(), "--save");
+              if (!lock) {
+                if (world.size() > 1) return fail(lock.error(), 2);
+                throw UsageError(lock.error());
+              }
+              save_lock = std::move(lock).value();
+            }
             Result<std::unique_ptr<exec::Engine>> created = exec::Engine::create(o);
             if (!created) {
               if (world.size() > 1) return fail(created.error(), 2);
@@ -135,7 +148,7 @@ Command add_run(CLI::App& app) {
             to.last_step = rc.steps;
             to.data_rng = exec::data_seed(rc);
             to.save_dir = f->save;
-            to.save_every = f->save_every;
+            to.save_every = f->save_every.value_or(0);
             if (!f->resume.empty()) {
               Result<exec::RunPosition> at = engine->resume(f->resume);
               if (!at) {

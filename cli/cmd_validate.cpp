@@ -77,14 +77,10 @@ Command add_validate(CLI::App& app) {
   add_int(*sub, "--top", f->top, 0, 1000, "How many of the most-differing steps to list (default 10)");
   sub->add_flag("--json", f->json, "JSON output");
   return {sub, [f, sub]() {
-            if (f->in.steps == 0) f->in.steps = 8;
-            if (f->in.steps < 2) throw UsageError("--steps: expected at least 2 (one warm-up, one measured), got " +
-                                                  std::to_string(f->in.steps));
-            if (!f->trace_dir.empty()) {
-              std::error_code ec;
-              if (!std::filesystem::is_directory(f->trace_dir, ec))
-                throw UsageError("--trace-dir: " + f->trace_dir + ": not a folder");
-            }
+            if (!f->in.steps) f->in.steps = 8;
+            if (*f->in.steps < 2) throw UsageError("--steps: expected at least 2 (one warm-up, one measured), got " +
+                                                   std::to_string(*f->in.steps));
+            if (!f->trace_dir.empty()) make_output_folder("--trace-dir", f->trace_dir);
             PreparedRun prep = prepare_run(f->in, *sub);
             exec::EngineOptions& o = prep.options;
             o.trace = true;

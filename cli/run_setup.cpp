@@ -42,7 +42,7 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
   profile.add_gpus(sub);
   run.add(sub);
   sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
-  sub.add_option("--steps", steps, steps_help);
+  add_int(sub, "--steps", steps, 1, 1000000000, steps_help);
 }
 
 PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
@@ -50,8 +50,7 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   exec::RunConfig rc;
   if (!in.config.empty()) rc = take(exec::load_run_config(in.config));
   if (rc.corpus.empty()) rc.corpus = exec::default_corpus_path();
-  if (in.steps < 0) throw UsageError("--steps: expected a number of steps >= 1, got " + std::to_string(in.steps));
-  if (in.steps > 0) rc.steps = in.steps;
+  if (in.steps) rc.steps = *in.steps;
   exec::EngineOptions o;
   HardwareProfile profile;
   if (!in.plan.empty()) {

@@ -3,6 +3,7 @@
 // place, so what validate executes is what run executes.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -19,7 +20,7 @@ struct RunInputs {
   ProfileFlags profile;
   StrategyFlags run;
   std::string nvme_dir;
-  int steps = 0;
+  std::optional<int> steps;  // the run config's when not given
   RunInputs();  // strategy data_parallel, profile local-cpu
   // --config, --plan, --profile, --nodes, --gpus, the strategy flags, --nvme-dir, --steps
   void add(CLI::App& app, const std::string& steps_help);

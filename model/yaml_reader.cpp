@@ -151,6 +151,7 @@ double YamlReader::quantity(const YAML::Node& map, const std::string& path, cons
   Result<double> v = parse_quantity(n.Scalar(), d);
   if (!v) fail(n, join(path, key), v.error());
   if (*v <= 0) fail(n, join(path, key), "expected a positive value, got \"" + n.Scalar() + "\"");
+  if (!std::isnormal(*v)) fail(n, join(path, key), "expected a positive value, got \"" + n.Scalar() + "\" (too small to compute with)");
   const QuantityRange range = quantity_range(d);
   if (*v < range.min)
     fail(n, join(path, key), "expected at least " + format_quantity(range.min, d) + ", got \"" + n.Scalar() + "\"");
@@ -199,6 +200,7 @@ double YamlReader::positive_number(const YAML::Node& map, const std::string& pat
   if (!n.IsScalar()) fail(n, join(path, key), "expected " + expected);
   Result<double> v = parse_quantity(n.Scalar(), Dimension::count);
   if (!v || !(*v > 0) || *v > max_value) fail(n, join(path, key), "expected " + expected + ", got \"" + n.Scalar() + "\"");
+  if (!std::isnormal(*v)) fail(n, join(path, key), "expected " + expected + ", got \"" + n.Scalar() + "\" (too small to compute with)");
   return *v;
 }
 

@@ -145,7 +145,7 @@ std::size_t Tiers::swap_bytes() const {
   return s;
 }
 
-Result<bool> Tiers::check_nvme_dir(std::size_t need) const {
+Result<bool> Tiers::check_nvme_dir(std::size_t need) {
   if (o_->nvme_dir.empty()) {
     std::string which;
     for (State s : {State::param16, State::grad16, State::optim32})
@@ -154,18 +154,18 @@ Result<bool> Tiers::check_nvme_dir(std::size_t need) const {
   }
   std::error_code ec;
   if (!std::filesystem::is_directory(o_->nvme_dir, ec)) return make_error("--nvme-dir " + o_->nvme_dir + ": not a folder");
-  const std::string probe = o_->nvme_dir + "/.memwall-write-test-" + std::to_string(::getpid());
-  FILE* f = std::fopen(probe.c_str(), "w");
-  if (!f) return make_error("--nvme-dir " + o_->nvme_dir + ": not writable: " + std::strerror(errno));
-  std::fclose(f);
-  std::filesystem::remove(probe, ec);
   struct statvfs vs {};
   if (::statvfs(o_->nvme_dir.c_str(), &vs) != 0)
     return make_error("--nvme-dir " + o_->nvme_dir + ": statvfs: " + std::strerror(errno));
   const double free_bytes = double(vs.f_bavail) * double(vs.f_frsize);
-  if (double(need) > free_bytes)
+  if (double(need) > free_bytes && vs.f_blocks > 0)  // (no blocks at all: /proc and the like, refused below)
     return make_error("--nvme-dir " + o_->nvme_dir + ": the swap files need " + format_bytes(double(need)) + " (" +
                       std::to_string(need) + " bytes), " + format_bytes(free_bytes) + " are free");
+  // The folder is this run's while it lives (a second run on it is refused with our pid), which
+  // also proves it writable; swap files left by a killed run are then ours to replace.
+  Result<io::FolderLock> lock = io::FolderLock::acquire(o_->nvme_dir, rank_, "--nvme-dir");
+  if (!lock) return make_error(lock.error());
+  nvme_lock_ = std::move(lock).value();
   return true;
 }
 

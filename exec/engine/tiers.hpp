@@ -22,6 +22,7 @@
 #include "exec/io/pinned_pool.hpp"
 #include "exec/io/swap_file.hpp"
 #include "exec/io/temp_file.hpp"
+#include "exec/io/user_files.hpp"
 #include "model/schedule.hpp"
 
 namespace memwall::exec {
@@ -114,7 +115,7 @@ class Tiers {
   Result<std::vector<float>> master_slices();
 
  private:
-  Result<bool> check_nvme_dir(std::size_t need) const;
+  Result<bool> check_nvme_dir(std::size_t need);
   Result<bool> make_swap_files();
   Result<bool> make_device(const std::vector<const Schedule*>& plans);
   Result<bool> make_host(const std::vector<const Schedule*>& plans);
@@ -140,6 +141,7 @@ class Tiers {
   std::unique_ptr<io::PinnedPool> pool_;
   io::PinnedBuffer pinned_;
   HostRegion host_param_, host_grad_, host_optim_;
+  io::FolderLock nvme_lock_;  // before the swap files: they are removed before the lock goes
   std::unique_ptr<io::IoEngine> ioe_;
   std::optional<io::SwapFile> swap_param_, swap_grad_, swap_optim_;
   // Swap files this engine made: removed when it ends, however it ends, and on SIGINT/SIGTERM/SIGHUP.

@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include "exec/io/engine_detail.hpp"
+#include "exec/io/user_files.hpp"
 
 namespace memwall::io {
 
@@ -108,7 +109,14 @@ void IoEngine::warn_once(const std::string& message) {
 }
 
 Result<IoFile> IoEngine::open(const std::string& path, const OpenOptions& how) {
-  int flags = O_RDWR | O_CLOEXEC | (how.create ? O_CREAT : 0) | (how.truncate ? O_TRUNC : 0);
+  // A file this engine makes is made without following a link at its place (user_files.hpp); a
+  // truncated one is a new file, so nothing else's bytes are cut.
+  if (how.truncate) {
+    Result<int> made = create_new_file(path, Existing::replace, O_RDWR);
+    if (!made) return make_error("open " + made.error());
+    ::close(*made);
+  }
+  int flags = O_RDWR | O_CLOEXEC | (how.create || how.truncate ? O_CREAT | O_NOFOLLOW : 0);
   auto state = std::make_shared<FileState>();
   state->path = path;
   std::string why_buffered;
@@ -129,6 +137,10 @@ Result<IoFile> IoEngine::open(const std::string& path, const OpenOptions& how) {
     }
   }
   if (state->fd < 0) state->fd = ::open(path.c_str(), flags, 0644);
+  if (state->fd < 0 && errno == ELOOP && (flags & O_NOFOLLOW)) {
+    Result<bool> link = refuse_link(path);
+    return make_error("open " + (link ? path + ": " + std::strerror(ELOOP) : link.error()));
+  }
   if (state->fd < 0) return make_error("open " + path + ": " + std::strerror(errno));
   if (!why_buffered.empty())
     warn_once("memwall io: warning: " + path + ": " + why_buffered +

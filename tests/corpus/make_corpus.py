@@ -685,6 +685,16 @@ flag_case("run_strategy", "run", SHORT + " --strategy zero9", r"--strategy: unkn
 flag_case("run_place", "run", SHORT + " --place param16=disk", r"--place param16: expected a tier")
 flag_case("run_profile", "run", SHORT + " --profile dgx9", r"dgx9: no such profile file")
 flag_case("run_plan_missing", "run", "--plan {tmp}/nope.yaml", r".*nope.yaml: no such plan file$")
+# issue 30: sentinels refused, destinations checked before any work
+flag_case("run_steps_zero", "run", SHORT.replace(" --steps 1", "") + " --steps 0", INT("--steps", 1, 1000000000, "0") + HELP("run"))
+flag_case("run_save_every_zero", "run", SHORT + " --save {tmp}/ck --save-every 0", INT("--save-every", 1, 1000000000, "0") + HELP("run"))
+flag_case("run_bsz_denormal", "run", SHORT + " --bsz 1e-320", NUM("--bsz", "65536", "1e-320") + r" \(too small to compute with\)" + HELP("run"))
+flag_case("analyze_bsz_denormal", "analyze", M1T + " --bsz 1e-320", NUM("--bsz", "65536", "1e-320") + r" \(too small to compute with\)" + HELP("analyze"))
+flag_case("run_save_file", "run", SHORT + " --save {src}/README.md", r"--save: .*README.md: not a folder$")
+flag_case("run_save_no_parent", "run", SHORT + " --save {tmp}/no/ck", r"--save: .*ck: its folder .*no does not exist \(make it first\)$")
+flag_case("run_save_proc", "run", SHORT + " --save /proc", r"--save: /proc: not writable")
+flag_case("run_trace_folder", "run", SHORT + " --trace {src}", r"--trace: .*: is a folder, expected a file name to write$")
+flag_case("run_trace_no_parent", "run", SHORT + " --trace {tmp}/no/t.json", r"--trace: .*t.json: cannot be written")
 flag_case("run_plan_folder", "run", "--plan {tmp}/folder.yaml", r".*folder.yaml: is a folder, not a plan file$")
 
 # calibrate and validate (issue 15)
@@ -701,7 +711,8 @@ flag_case("calibrate_nvme_size", "calibrate", "--nvme-dir {tmp} --nvme-size 1KiB
 VSHORT = "--config {src}/tests/exec/engine/fixtures/short.yaml"
 flag_case("validate_no_config", "validate", "", r"--config: missing \(or give --plan\)$")
 flag_case("validate_one_step", "validate", VSHORT + " --steps 1", r"--steps: expected at least 2 \(one warm-up, one measured\), got 1$")
-flag_case("validate_trace_dir", "validate", VSHORT + " --trace-dir {tmp}/nope", r"--trace-dir: .*nope: not a folder$")
+flag_case("validate_trace_dir", "validate", VSHORT + " --trace-dir {tmp}/no/nope", r"--trace-dir: .*nope: its folder .*no does not exist \(make it first\)$")
+flag_case("validate_trace_dir_file", "validate", VSHORT + " --trace-dir {src}/README.md", r"--trace-dir: .*README.md: not a folder$")
 flag_case("validate_top", "validate", VSHORT + " --top -1", INT("--top", 0, 1000, "-1") + HELP("validate"))
 flag_case("validate_strategy", "validate", VSHORT + " --strategy zero9", r"--strategy: unknown strategy \"zero9\"")
 flag_case("validate_onebit", "validate", VSHORT + " --onebit-adam", r"--onebit-adam: 1-bit Adam is a what-if")

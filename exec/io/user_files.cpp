@@ -1,0 +1,210 @@
+#include "exec/io/user_files.hpp"
+
+#include "exec/io/temp_file.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace memwall::io {
+namespace {
+
+std::string join(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+std::string link_refusal(const std::string& path) {
+  return path + ": is a symbolic link; memwall does not write through links (remove it, or choose another folder)";
+}
+
+// What is at `name` in folder `dir_fd`, without following a link: 0 when nothing is there.
+Result<mode_t> kind_at(int dir_fd, const std::string& path, const std::string& name) {
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return st.st_mode & S_IFMT;
+  if (errno == ENOENT) return mode_t(0);
+  return make_error(path + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+// ---- FolderLock ----
+
+Result<FolderLock> FolderLock::acquire(const std::string& dir, int rank, std::string_view flag) {
+  Result<Folder> folder = Folder::open(dir, flag);
+  if (!folder) return make_error(folder.error());
+  char name[40];
+  std::snprintf(name, sizeof name, ".memwall-lock-rank%04d", rank);
+  FolderLock lock;
+  lock.path_ = join(dir, name);
+  // A lock file another process unlinks as it ends may be the one we locked: then lock the new one.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::openat(folder->fd(), name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == ELOOP) return make_error(std::string(flag) + " " + link_refusal(lock.path_));
+      return make_error(std::string(flag) + " " + dir + ": not writable (cannot make the lock file " + lock.path_ +
+                        ": " + std::strerror(errno) + ")");
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char holder[64] = {};
+      const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+      ::close(fd);
+      if (err != EWOULDBLOCK)
+        return make_error(std::string(flag) + " " + dir + ": cannot lock " + lock.path_ + ": " + std::strerror(err));
+      std::string pid = n > 0 ? std::string(holder, std::size_t(n)) : "unknown";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return make_error(std::string(flag) + " " + dir + ": in use by another memwall run (pid " + pid +
+                        "); give each run its own folder, or wait for that run to end");
+    }
+    struct stat held {}, now {};
+    if (::fstat(fd, &held) == 0 && ::fstatat(folder->fd(), name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+        const std::string e = std::strerror(errno);
+        ::close(fd);
+        return make_error(std::string(flag) + " " + dir + ": cannot write " + lock.path_ + ": " + e);
+      }
+      lock.fd_ = fd;
+      // removed on SIGINT/SIGTERM/SIGHUP too (unlinked while still held: safe, see above)
+      lock.guard_ = std::make_unique<TempFileGuard>(lock.path_);
+      return lock;
+    }
+    ::close(fd);  // unlinked or replaced under us: try again
+  }
+  return make_error(std::string(flag) + " " + dir + ": its lock file " + lock.path_ + " keeps changing (another process?)");
+}
+
+FolderLock::FolderLock(FolderLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), guard_(std::move(o.guard_)) {
+  o.fd_ = -1;
+}
+
+FolderLock& FolderLock::operator=(FolderLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    guard_ = std::move(o.guard_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+FolderLock::~FolderLock() { release(); }
+
+void FolderLock::release() {
+  if (fd_ < 0) return;
+  guard_.reset();  // unlinks it while still locked: a waiter that opened it retries on the new file
+  ::close(fd_);
+  fd_ = -1;
+}
+
+// ---- Folder ----
+
+Result<Folder> Folder::open(const std::string& dir, std::string_view flag) {
+  // The folder the user named may be a link (a scratch folder pointing at the drive): followed.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string who = flag.empty() ? dir : std::string(flag) + " " + dir;
+    if (errno == ENOTDIR) return make_error(who + ": not a folder");
+    return make_error(who + ": " + std::strerror(errno));
+  }
+  Folder f;
+  f.fd_ = fd;
+  f.path_ = dir;
+  return f;
+}
+
+Folder::Folder(Folder&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+
+Folder& Folder::operator=(Folder&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Folder::~Folder() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<Folder> Folder::make_folder(const std::string& name, bool* made) const {
+  const std::string path = join(path_, name);
+  const bool new_one = ::mkdirat(fd_, name.c_str(), 0755) == 0;
+  if (!new_one && errno != EEXIST) return make_error(path + ": cannot make the folder: " + std::strerror(errno));
+  if (made) *made = new_one;
+  Result<mode_t> kind = kind_at(fd_, path, name);
+  if (!kind) return make_error(kind.error());
+  if (*kind == S_IFLNK) return make_error(link_refusal(path));
+  const int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) return make_error(link_refusal(path));
+    if (errno == ENOTDIR) return make_error(path + ": exists and is not a folder");
+    return make_error(path + ": " + std::strerror(errno));
+  }
+  Folder f;
+  f.fd_ = fd;
+  f.path_ = path;
+  return f;
+}
+
+Result<int> Folder::create_file(const std::string& name, Existing existing, int flags) const {
+  const std::string path = join(path_, name);
+  Result<mode_t> kind = kind_at(fd_, path, name);
+  if (!kind) return make_error(kind.error());
+  if (*kind == S_IFLNK) return make_error(link_refusal(path));
+  if (*kind != 0 && *kind != S_IFREG) return make_error(path + ": exists and is not a regular file");
+  if (*kind == S_IFREG) {
+    if (existing == Existing::refuse)
+      return make_error(path + ": exists; memwall does not overwrite a file it did not make (remove it, or choose another name)");
+    if (::unlinkat(fd_, name.c_str(), 0) != 0 && errno != ENOENT)
+      return make_error(path + ": cannot replace the file left there: " + std::strerror(errno));
+  }
+  const int fd = ::openat(fd_, name.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) return fd;
+  if (errno == ELOOP) return make_error(link_refusal(path));
+  if (errno == EEXIST) return make_error(path + ": appeared while memwall was making it (another process writes in this folder)");
+  return make_error(path + ": " + std::strerror(errno));
+}
+
+Result<bool> Folder::replace(const std::string& from, const std::string& to) const {
+  Result<mode_t> kind = kind_at(fd_, join(path_, to), to);
+  if (!kind) return make_error(kind.error());
+  if (*kind == S_IFLNK) return make_error(link_refusal(join(path_, to)));
+  if (*kind == S_IFDIR) return make_error(join(path_, to) + ": is a folder, expected a file name to write");
+  if (::renameat(fd_, from.c_str(), fd_, to.c_str()) != 0)
+    return make_error("rename " + join(path_, from) + " -> " + join(path_, to) + ": " + std::strerror(errno));
+  ::fsync(fd_);
+  return true;
+}
+
+void Folder::remove(const std::string& name) const { ::unlinkat(fd_, name.c_str(), 0); }
+
+Result<int> create_new_file(const std::string& path, Existing existing, int flags) {
+  const std::filesystem::path p(path);
+  const std::string parent = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (const int probe = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); probe < 0)
+    return make_error(path + ": " + std::strerror(errno));
+  else
+    ::close(probe);
+  Result<Folder> f = Folder::open(parent, "");
+  if (!f) return make_error(f.error());
+  return f->create_file(p.filename().string(), existing, flags);
+}
+
+Result<bool> refuse_link(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return make_error(link_refusal(path));
+  return true;
+}
+
+}  // namespace memwall::io
