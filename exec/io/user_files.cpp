@@ -66,11 +66,8 @@ Result<FolderLock> FolderLock::acquire(const std::string& dir, int rank, std::st
     if (::fstat(fd, &held) == 0 && ::fstatat(folder->fd(), name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
         held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
       const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
-        const std::string e = std::strerror(errno);
-        ::close(fd);
-        return make_error(std::string(flag) + " " + dir + ": cannot write " + lock.path_ + ": " + e);
-      }
+      // the pid is for the message a second run prints; the lock holds without it (a full drive)
+      if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) (void)::ftruncate(fd, 0);
       lock.fd_ = fd;
       // removed on SIGINT/SIGTERM/SIGHUP too (unlinked while still held: safe, see above)
       lock.guard_ = std::make_unique<TempFileGuard>(lock.path_);
