@@ -112,10 +112,7 @@ Result<Folder> Folder::open(const std::string& dir, std::string_view flag) {
     if (errno == ENOTDIR) return make_error(who + ": not a folder");
     return make_error(who + ": " + std::strerror(errno));
   }
-  Folder f;
-  f.fd_ = fd;
-  f.path_ = dir;
-  return f;
+  return Folder(fd, dir);
 }
 
 Folder::Folder(Folder&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
@@ -148,10 +145,7 @@ Result<Folder> Folder::make_folder(const std::string& name, bool* made) const {
     if (errno == ENOTDIR) return make_error(path + ": exists and is not a folder");
     return make_error(path + ": " + std::strerror(errno));
   }
-  Folder f;
-  f.fd_ = fd;
-  f.path_ = path;
-  return f;
+  return Folder(fd, path);
 }
 
 Result<int> Folder::create_file(const std::string& name, Existing existing, int flags) const {

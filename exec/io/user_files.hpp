@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "model/result.hpp"
 
@@ -75,6 +76,7 @@ class Folder {
   void remove(const std::string& name) const;
 
  private:
+  Folder(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_ = -1;
   std::string path_;
 };
