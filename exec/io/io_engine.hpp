@@ -76,8 +76,8 @@ struct IoCounters {
 };
 
 struct OpenOptions {
-  bool create = true;                      // O_CREAT
-  bool truncate = false;                   // O_TRUNC
+  bool create = true;                      // O_CREAT | O_NOFOLLOW: made if absent, a link at the path refused
+  bool truncate = false;                   // a new empty file (a regular one there is replaced, a link refused)
   std::uint64_t preallocate_bytes = 0;     // fallocate() [0, n) when > 0, so writes never hit ENOSPC halfway
 };
 
