@@ -124,6 +124,7 @@ Command add_io_bench(CLI::App& app) {
               j["direct"] = b.direct;
               j["pinned"] = b.pinned;
               j["registered_buffers"] = b.registered_buffers;
+              j["huge_pages"] = b.huge_pages;
               j["size_bytes"] = o.size_bytes;
               j["block_bytes"] = o.block_bytes;
               j["queue_depth"] = o.queue_depth;
@@ -147,7 +148,8 @@ Command add_io_bench(CLI::App& app) {
               if (o.engine == io::EngineKind::uring) out << ", " << o.rings << " ring(s)";
               out << "\nbuffers: " << format_bytes(double(io::kWindowPerQueueSlot * o.queue_depth) * double(o.block_bytes))
                   << (b.pinned ? " pinned (mlock)" : " NOT pinned")
-                  << (b.registered_buffers ? ", registered with io_uring" : "") << "\n\n";
+                  << (b.registered_buffers ? ", registered with io_uring" : "")
+                  << (b.huge_pages ? ", huge pages" : "") << "\n\n";
               std::vector<std::vector<std::string>> t = {{"phase", "bandwidth", "bytes", "time"}};
               for (const auto& p : b.phases)
                 t.push_back({p.name, format_bandwidth(p.Bps), format_bytes(double(p.bytes)),

@@ -1,6 +1,5 @@
 #include "exec/engine/tiers.hpp"
 
-#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -46,15 +45,13 @@ bool whole(double x, std::size_t& out) {
 }  // namespace
 
 HostRegion::~HostRegion() {
-  if (p) ::munmap(p, bytes);
+  io::unmap_host_memory(p, bytes);
 }
 
 bool HostRegion::make(std::size_t n) {
   bytes = align_to(std::max<std::size_t>(n, 1), kPage);
-  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return false;
-  p = static_cast<char*>(m);
-  return true;
+  p = static_cast<char*>(io::map_host_memory(bytes, false));
+  return p != nullptr;
 }
 
 Tiers::~Tiers() {

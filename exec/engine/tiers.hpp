@@ -46,7 +46,8 @@ struct ChunkLayout {
   std::vector<std::size_t> grad_at, param_at;
 };
 
-// Page-aligned host memory for model states kept in CPU memory (zeroed by mmap).
+// Host memory for model states kept in CPU memory (zeroed; io::map_host_memory: 2 MiB aligned,
+// huge pages where the kernel gives them).
 struct HostRegion {
   char* p = nullptr;
   std::size_t bytes = 0;

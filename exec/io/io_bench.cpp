@@ -83,6 +83,10 @@ Result<IoBenchResult> run_io_bench(const IoBenchOptions& o) {
                           .require_lock = false});
   if (!pool) return make_error(pool.error());
   r.pinned = (*pool)->stats().locked;
+  r.huge_pages = huge_pages_available();
+  if (!r.huge_pages)
+    r.notes += "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled): DMA into 4 KiB "
+               "pages is slower; ";
   if (!r.pinned) r.notes += "buffers not locked (mlock failed: RLIMIT_MEMLOCK); ";
   if (o.engine == EngineKind::uring) {
     Status reg = e.register_buffers((*pool)->regions());

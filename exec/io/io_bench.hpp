@@ -42,6 +42,7 @@ struct IoBenchResult {
   bool direct = false;            // O_DIRECT was used; false: buffered, numbers include the page cache
   bool pinned = false;            // buffers mlock'd
   bool registered_buffers = false;  // buffers registered with io_uring
+  bool huge_pages = false;        // the kernel gives the buffers transparent huge pages (map_host_memory)
   std::string notes;              // why pinned or registered_buffers is false, if so
   std::vector<IoBenchPhase> phases;
   std::uint64_t verified_bytes = 0;  // read bytes checked (verify); a mismatch fails the run instead

@@ -156,10 +156,13 @@ class IoEngine {
   explicit IoEngine(EngineOptions options);
   struct Chunk;                                   // one block of one request, queued to a worker
   virtual void enqueue(std::vector<Chunk*>& chunks) = 0;
-  // Called by workers with the kernel's result for a chunk (bytes or -errno). Returns true when the
-  // chunk must be issued again for its remaining bytes (short transfer, -EAGAIN); otherwise the
-  // chunk is finished (and freed) here.
-  bool on_result(Chunk* c, long res);
+  // Called by workers with the kernel's result for a chunk (bytes or -errno). `again`: issue the
+  // chunk again for its remaining bytes (short transfer, -EAGAIN); `failed`: finished (and freed)
+  // here with its error; `transferred`: every byte moved, and the worker calls complete(c) (the
+  // uring worker refills its ring first, so --verify's checksums run while the disk works).
+  enum class Outcome { again, transferred, failed };
+  Outcome on_result(Chunk* c, long res);
+  void complete(Chunk* c);                        // verify (if asked) and finish a transferred chunk
   void finish(Chunk* c, std::string error);       // fails a chunk outright (worker-side errors)
 
  private:

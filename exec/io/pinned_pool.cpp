@@ -4,13 +4,53 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "exec/io/io_engine.hpp"
 #include "model/units.hpp"
 
 namespace memwall::io {
+
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}  // namespace
+
+void* map_host_memory(std::size_t bytes, bool populate) {
+  // Over-map by one huge page and trim both ends so the region starts on a 2 MiB boundary (the
+  // kernel aligns large anonymous maps itself since 6.7; older ones do not).
+  const std::size_t want = (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+  if (want == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, want + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char* raw = static_cast<char*>(m);
+  char* p = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + kHugePage - 1) / kHugePage * kHugePage);
+  if (p > raw) ::munmap(raw, std::size_t(p - raw));
+  if (std::size_t tail = std::size_t(raw + want + kHugePage - (p + want)); tail > 0) ::munmap(p + want, tail);
+  ::madvise(p, want, MADV_HUGEPAGE);  // advice: fails harmlessly where THP is compiled out
+  if (populate) {
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(p, want, MADV_POPULATE_WRITE) == 0) return p;
+#endif
+    for (std::size_t at = 0; at < want; at += kIoAlignment) p[at] = 0;  // kernels before 5.14
+  }
+  return p;
+}
+
+void unmap_host_memory(void* p, std::size_t bytes) {
+  if (p) ::munmap(p, (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment);
+}
+
+bool huge_pages_available() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  return std::getline(f, line) && line.find("[never]") == std::string::npos;
+}
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
 
@@ -47,9 +87,8 @@ Result<std::unique_ptr<PinnedPool>> PinnedPool::create(const PinnedPoolOptions& 
   std::unique_ptr<PinnedPool> p(new PinnedPool(o));
   std::size_t slabs = o.budget_bytes / o.slab_bytes;
   p->mapped_bytes_ = slabs * o.slab_bytes;
-  void* mem = ::mmap(nullptr, p->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                     -1, 0);
-  if (mem == MAP_FAILED)
+  void* mem = map_host_memory(p->mapped_bytes_, true);
+  if (!mem)
     return make_error("pinned pool: mmap of " + format_bytes(static_cast<double>(p->mapped_bytes_)) +
                       " failed: " + std::strerror(errno));
   p->base_ = static_cast<char*>(mem);
@@ -80,7 +119,7 @@ Result<std::unique_ptr<PinnedPool>> PinnedPool::create(const PinnedPoolOptions& 
 PinnedPool::~PinnedPool() {
   if (base_) {
     if (locked_) ::munlock(base_, mapped_bytes_);
-    ::munmap(base_, mapped_bytes_);
+    unmap_host_memory(base_, mapped_bytes_);
   }
 }
 

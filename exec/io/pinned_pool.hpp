@@ -24,6 +24,18 @@
 
 namespace memwall::io {
 
+// Anonymous host memory for buffers that DMA reads and writes land in: aligned to 2 MiB and advised
+// for transparent huge pages (MADV_HUGEPAGE), so a 1 MiB O_DIRECT request is one physically
+// contiguous segment instead of 256 pages; on a virtio disk that took io-bench's reads from 1.5 to
+// 2.8 GB/s and writes from 2.2 to 3.7 (bench/io). Huge pages are advice: where the kernel has them
+// off (/sys/kernel/mm/transparent_hugepage/enabled = never) the memory is ordinary pages. `populate`
+// faults every page in before returning. nullptr with errno set on failure; free with
+// unmap_host_memory(p, bytes) using the same `bytes`.
+void* map_host_memory(std::size_t bytes, bool populate);
+void unmap_host_memory(void* p, std::size_t bytes);
+// Whether the kernel gives transparent huge pages to memory that asks (always or madvise).
+bool huge_pages_available();
+
 struct PinnedPoolOptions {
   std::size_t budget_bytes = 0;        // hard cap on pinned bytes; rounded down to whole slabs
   std::size_t slab_bytes = 1 << 20;    // every buffer is one slab; a positive multiple of 4096

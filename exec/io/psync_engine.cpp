@@ -61,13 +61,15 @@ class PsyncEngine final : public IoEngine {
         queue_.pop_front();
       }
       long res;
+      Outcome o;
       do {
         char* p = c->buf + c->done;
         std::size_t n = c->length - c->done;
         auto off = static_cast<off_t>(c->offset + c->done);
         ssize_t r = c->op == IoOp::read ? ::pread(c->file->fd, p, n, off) : ::pwrite(c->file->fd, p, n, off);
         res = r < 0 ? -errno : r;
-      } while (on_result(c, res));
+      } while ((o = on_result(c, res)) == Outcome::again);
+      if (o == Outcome::transferred) complete(c);
     }
   }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <set>
@@ -111,6 +112,31 @@ TEST(PinnedPool, MemoryIsLocked) {
   auto regions = pool->regions();
   ASSERT_EQ(regions.size(), 1u);
   EXPECT_EQ(regions[0].iov_len, 6 * MiB);
+}
+
+// The slabs sit on 2 MiB boundaries and, where the kernel gives transparent huge pages, on huge
+// pages: with 4 KiB pages this machine's virtio disk read at 1.5 GB/s instead of 2.8 (bench/io).
+TEST(PinnedPool, BuffersAreHugePageAlignedAndBacked) {
+  auto pool = pool_of(8 * MiB, 2 * MiB);
+  auto regions = pool->regions();
+  ASSERT_EQ(regions.size(), 1u);
+  auto base = reinterpret_cast<std::uintptr_t>(regions[0].iov_base);
+  EXPECT_EQ(base % (2 * MiB), 0u) << std::hex << base;
+  if (!huge_pages_available()) GTEST_SKIP() << "transparent huge pages are off in this kernel";
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  long huge_kib = -1;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= base && base < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      huge_kib = std::stol(line.substr(14));
+      break;
+    }
+  }
+  EXPECT_GE(huge_kib, 2048) << "the pool's region has no huge page";
 }
 
 // In a child without CAP_IPC_LOCK and with a 64 KiB RLIMIT_MEMLOCK, mlock must fail, and the pool
