@@ -252,44 +252,13 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows, int 
   return out;
 }
 
-namespace {
-
-// The temporary write_output makes beside `path` (same filesystem, so the rename is atomic), named
-// so no user file is hit: made new, never through a link.
-std::string temp_beside(const std::string& path) { return path + ".memwall-" + std::to_string(::getpid()) + ".tmp"; }
-
-}  // namespace
-
 void check_output_file(const std::string& flag, const std::string& path) {
   if (path.empty() || path == "-") return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(fs::symlink_status(path, ec))) throw UsageError(flag + ": " + path + ": is a folder, expected a file name to write");
-  if (Result<bool> link = io::refuse_link(path); !link) throw UsageError(flag + ": " + link.error());
-  const std::string tmp = temp_beside(path);
-  const io::TempFileGuard guard(tmp);
-  Result<int> fd = io::create_new_file(tmp, io::Existing::replace, O_WRONLY);
-  if (!fd) throw UsageError(flag + ": " + path + ": cannot be written (" + fd.error() + ")");
-  ::close(*fd);
+  if (Result<bool> r = io::check_output_file(path); !r) throw UsageError(flag + ": " + r.error());
 }
 
 void make_output_folder(const std::string& flag, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (!fs::exists(fs::symlink_status(p, ec))) {
-    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    if (!fs::is_directory(parent, ec))
-      throw UsageError(flag + ": " + path + ": its folder " + parent.string() + " does not exist (make it first)");
-    if (!fs::create_directory(p, ec) && !fs::is_directory(p))
-      throw UsageError(flag + ": " + path + ": cannot make the folder: " + ec.message());
-  }
-  if (!fs::is_directory(p, ec)) throw UsageError(flag + ": " + path + ": not a folder");
-  const std::string probe = (p / (".memwall-probe-" + std::to_string(::getpid()))).string();
-  const io::TempFileGuard guard(probe);
-  Result<int> fd = io::create_new_file(probe, io::Existing::replace, O_WRONLY);
-  if (!fd) throw UsageError(flag + ": " + path + ": not writable (" + fd.error() + ")");
-  ::close(*fd);
+  if (Result<bool> r = io::make_output_folder(path); !r) throw UsageError(flag + ": " + r.error());
 }
 
 void write_output(const std::string& path, const std::string& text) {
@@ -299,33 +268,7 @@ void write_output(const std::string& path, const std::string& text) {
     if (!std::cout) throw UsageError("stdout: write failed (disk full or closed?)");
     return;
   }
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (fs::is_directory(fs::symlink_status(target, ec))) throw UsageError(path + ": is a folder, expected a file name to write");
-  if (Result<bool> link = io::refuse_link(path); !link) throw UsageError(link.error());
-  const std::string tmp = temp_beside(path);
-  const io::TempFileGuard guard(tmp);  // removed unless renamed, also on SIGINT/SIGTERM/SIGHUP
-  Result<int> made = io::create_new_file(tmp, io::Existing::replace, O_WRONLY);
-  if (!made) {
-    std::string why = made.error();  // "PATH: reason"
-    if (why.rfind(tmp + ": ", 0) == 0) why = why.substr(tmp.size() + 2);
-    throw UsageError(path + ": cannot open for writing: " + why);
-  }
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(*made, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const std::string e = w == 0 ? "no progress" : std::strerror(errno);
-      ::close(*made);
-      throw UsageError(path + ": write failed at offset " + std::to_string(done) + ": " + e);
-    }
-    done += std::size_t(w);
-  }
-  if (::close(*made) != 0) throw UsageError(path + ": write failed: " + std::strerror(errno));
-  fs::rename(tmp, target, ec);
-  if (ec) throw UsageError(path + ": cannot write: " + ec.message());
+  if (Result<bool> r = io::write_output_file(path, text); !r) throw UsageError(r.error());
 }
 
 }  // namespace memwall::cli

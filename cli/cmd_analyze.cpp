@@ -248,6 +248,7 @@ Command add_analyze(CLI::App& app) {
   sub->add_flag("--json", f->json, "JSON output");
 
   return {sub, [f]() {
+            check_output_file("-o", f->output);
             std::string text;
             if (!f->table.empty() && !f->sweep.empty()) throw UsageError("--table and --sweep: give one, not both");
             if (f->table == "fig2a") {

@@ -66,6 +66,7 @@ Command add_calibrate(CLI::App& app) {
             if (f->backend != "cpu" && f->backend != "cuda")
               throw UsageError("--backend: expected cpu or cuda, got \"" + f->backend + "\"");
             o.backend = f->backend;
+            if (exec::MpiWorld::get().rank() == 0) check_output_file("-o", f->output);
             namespace fs = std::filesystem;
             std::error_code ec;
             if (!fs::is_directory(f->nvme_dir, ec))

@@ -118,9 +118,6 @@ int run_reproduce(const PlanFlags& f) {
   const double alloc = f.max_alloc.empty() ? 2.0 * (1 << 30) : parse_alloc(f.max_alloc);
   Reproduction r = take(f.reproduce == "fig6" ? reproduce_fig6(p) : reproduce_fig7(p, alloc));
   if (!f.output.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(f.output, ec);
-    if (ec) throw UsageError(f.output + ": cannot create directory: " + ec.message());
     write_output((std::filesystem::path(f.output) / (f.reproduce + ".csv")).string(), r.csv);
     write_output((std::filesystem::path(f.output) / (f.reproduce + ".md")).string(), r.markdown);
   }
@@ -417,6 +414,12 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--check", f->check, "Load a plan YAML, cross-check it against --profile and re-check its fit");
   sub->add_flag("--json", f->json, "JSON: strategy, bsz, ci, tiling_factor, tflops_per_gpu, fits, checks, runners_up ...");
   return {sub, [f]() {
+            // Destinations before any work (a search can take minutes): the folder --reproduce writes
+            // into, or the files -o and --deepspeed name.
+            if (!f->reproduce.empty() && !f->output.empty()) make_output_folder("-o", f->output);
+            if (f->reproduce.empty()) check_output_file("-o", f->output);
+            check_output_file("--deepspeed", f->deepspeed);
+            if (!f->deepspeed.empty() && f->deepspeed != "-") check_output_file("--deepspeed", f->deepspeed + ".notes.txt");
             if (!f->reproduce.empty()) return run_reproduce(*f);
             if (!f->check.empty()) return run_check(*f);
             if (f->max_model_size) return run_max_model(*f);

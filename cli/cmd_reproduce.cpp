@@ -35,14 +35,10 @@ Command add_reproduce(CLI::App& app) {
             if (f->figure != "all" && std::find(known.begin(), known.end(), f->figure) == known.end())
               throw UsageError("--figure: expected one of " + names + "or all, got \"" + f->figure + "\"");
             std::vector<std::string> figures = f->figure == "all" ? known : std::vector<std::string>{f->figure};
-            std::error_code ec;
-            if (std::filesystem::exists(f->out, ec) && !std::filesystem::is_directory(f->out, ec))
-              throw UsageError("-o: " + f->out + ": not a folder");
+            make_output_folder("-o", f->out);
             for (const std::string& fig : figures) {
               auto progress = [](const std::string& what) { std::cerr << "  " << what << "\n"; };
               std::vector<sim::ReproRow> rows = take(sim::reproduce(fig, node, progress));
-              std::filesystem::create_directories(f->out, ec);  // once there is something to write
-              if (ec) throw UsageError("-o: cannot create " + f->out + ": " + ec.message());
               write_output(f->out + "/" + fig + ".csv", sim::repro_csv(rows));
               std::string md = sim::repro_markdown(fig, rows);
               write_output(f->out + "/" + fig + ".md", md);

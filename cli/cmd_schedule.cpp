@@ -110,6 +110,7 @@ Command add_schedule(CLI::App& app) {
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
   return {sub, [f]() {
             if (f->json && f->text) throw UsageError("--json and --text: give one, not both");
+            check_output_file("-o", f->output);
             HardwareProfile p = f->profile.load();
             if (!f->model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
             ModelSpec m = f->model.load();

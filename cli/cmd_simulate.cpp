@@ -45,6 +45,7 @@ Command add_simulate(CLI::App& app) {
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
   return {sub, [f, sub]() {
+            check_output_file("--trace", f->trace);
             HardwareProfile p;
             ModelSpec m;
             Placement pl;

@@ -1,9 +1,12 @@
 #include "gui/export.hpp"
 
 #include <QApplication>
+#include <QBuffer>
+#include <QFile>
 #include <QDir>
 #include <QPixmap>
 
+#include "exec/io/user_files.hpp"
 #include "gui/efficiency_chart.hpp"
 #include "gui/memory_view.hpp"
 #include "gui/plan_sim_views.hpp"
@@ -12,6 +15,8 @@ namespace memwall::gui {
 namespace {
 
 // A widget that was never shown has no layout yet: show it off screen, let it lay out, grab it.
+// The PNG is encoded in memory and written through a temporary and a rename, so a full disk leaves
+// no truncated PNG behind.
 QString save(QWidget* w, QSize size, const QString& path) {
   w->setAttribute(Qt::WA_DontShowOnScreen);
   w->resize(size);
@@ -20,39 +25,51 @@ QString save(QWidget* w, QSize size, const QString& path) {
   QPixmap pm = w->grab();
   w->hide();
   if (pm.size() != size) pm = pm.scaled(size, Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
-  if (!pm.save(path, "PNG")) return path + ": cannot write the PNG";
+  QByteArray png;
+  QBuffer buffer(&png);
+  buffer.open(QIODevice::WriteOnly);
+  if (!pm.save(&buffer, "PNG")) return path + ": cannot encode the PNG";
+  if (Result<bool> r = io::write_output_file(path.toStdString(), std::string_view(png.constData(), std::size_t(png.size())));
+      !r)
+    return QString::fromStdString(r.error());
   return {};
+}
+
+// All or nothing: when one PNG cannot be written, the ones this export already wrote go too.
+Result<QStringList> undo(const QStringList& written, const std::string& error) {
+  for (const QString& p : written) QFile::remove(p);
+  return make_error(error);
 }
 
 }  // namespace
 
 Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size) {
-  if (!QDir().mkpath(dir)) return make_error(dir.toStdString() + ": cannot create the directory");
+  if (Result<bool> r = io::make_output_folder(dir.toStdString()); !r) return make_error(r.error());
   QStringList written;
   for (Fig3Panel p : {Fig3Panel::a_param_grad, Fig3Panel::b_optimizer, Fig3Panel::c_act_ckpt}) {
     EfficiencyChart chart(p);
     chart.set_data(panel_data(s, p));
     const QString path = QDir(dir).filePath(panel_file_stem(p) + ".png");
-    if (QString err = save(&chart, size, path); !err.isEmpty()) return make_error(err.toStdString());
+    if (QString err = save(&chart, size, path); !err.isEmpty()) return undo(written, err.toStdString());
     written << path;
   }
   Result<MemoryData> m = memory_data(s);
-  if (!m) return make_error(m.error());
+  if (!m) return undo(written, m.error());
   MemoryView view;
   view.setAutoFillBackground(true);
   view.setStyleSheet("background:white");
   view.set_data(*m, memory_heading(s, *m));
   const QString path = QDir(dir).filePath("memory.png");
-  if (QString err = save(&view, size, path); !err.isEmpty()) return make_error(err.toStdString());
+  if (QString err = save(&view, size, path); !err.isEmpty()) return undo(written, err.toStdString());
   written << path;
 
   // The Simulate tab's timeline: the small default model under the session's preset.
   Result<SimInputs> in = sim_inputs(s, false, s.placement);
-  if (!in) return make_error(in.error());
+  if (!in) return undo(written, in.error());
   sim::SimOptions o;
   o.trace = true;
   Result<sim::SimReport> r = sim::simulate_isolated(in->model, in->placement, in->config, in->profile, o);
-  if (!r) return make_error(r.error());
+  if (!r) return undo(written, r.error());
   SimView sim_view;
   sim_view.set_session(s);
   sim_view.setAutoFillBackground(true);
@@ -63,7 +80,7 @@ Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size
                                .arg(in->config.bsz)
                                .arg(in->config.ci));
   const QString tpath = QDir(dir).filePath("timeline.png");
-  if (QString err = save(&sim_view, size, tpath); !err.isEmpty()) return make_error(err.toStdString());
+  if (QString err = save(&sim_view, size, tpath); !err.isEmpty()) return undo(written, err.toStdString());
   written << tpath;
   return written;
 }

@@ -12,8 +12,10 @@
 
 namespace memwall::gui {
 
-// Writes the PNGs into `dir` (created if missing); returns the paths written, or an error naming
-// the file that could not be written. The memory schedule and the simulation run synchronously.
+// Writes the PNGs into `dir` (made if its parent exists; io::make_output_folder); returns the paths
+// written, or an error naming the file that could not be written, after removing the PNGs this
+// call wrote (each is written whole through a temporary, so none is ever truncated). The memory
+// schedule and the simulation run synchronously.
 Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size = QSize(1000, 650));
 
 }  // namespace memwall::gui

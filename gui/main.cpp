@@ -6,14 +6,21 @@
 #include <cstring>
 #include <iostream>
 
+#include "exec/io/user_files.hpp"
 #include "gui/export.hpp"
 #include "gui/main_window.hpp"
 
 int main(int argc, char** argv) {
   // Qt picks its platform when QApplication is built: an export must work with no display at all.
   for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--export") == 0 || std::strncmp(argv[i], "--export=", 9) == 0)
+    if (std::strcmp(argv[i], "--export") == 0 || std::strncmp(argv[i], "--export=", 9) == 0) {
       qputenv("QT_QPA_PLATFORM", "offscreen");
+      // An export speaks in memwall's lines only: the offscreen platform's notes ("does not support
+      // propagateSizeHints", XDG_RUNTIME_DIR) are not the user's business; Qt's errors still print.
+      qInstallMessageHandler([](QtMsgType type, const QMessageLogContext&, const QString& msg) {
+        if (type == QtCriticalMsg || type == QtFatalMsg) std::cerr << msg.toStdString() << "\n";
+      });
+    }
   QApplication app(argc, argv);
 
   memwall::gui::SessionRequest req;
@@ -49,7 +56,14 @@ int main(int argc, char** argv) {
     std::cerr << "memwall-gui: " << s.error() << "\n";
     return 2;
   }
-  if (!export_dir.empty()) {
+  const bool exporting = cli.count("--export") > 0;
+  if (exporting) {
+    // The destination before any work: an empty name or a folder that cannot be made or written
+    // into is bad input (exit 2), not a window.
+    if (memwall::Result<bool> r = memwall::io::make_output_folder(export_dir); !r) {
+      std::cerr << "memwall-gui: --export: " << r.error() << "\n";
+      return 2;
+    }
     memwall::Result<QStringList> out = memwall::gui::export_pngs(*s, QString::fromStdString(export_dir), QSize(w, h));
     if (!out) {
       std::cerr << "memwall-gui: " << out.error() << "\n";

@@ -198,4 +198,95 @@ Result<bool> refuse_link(const std::string& path) {
   return true;
 }
 
+namespace {
+
+// The temporary an output is written to, beside it (same filesystem, so the rename is atomic) and
+// named so no user file is hit.
+std::string temp_name(const std::string& name) { return name + ".memwall-" + std::to_string(::getpid()) + ".tmp"; }
+
+struct OutputPlace {
+  Folder folder;
+  std::string name;  // the file's name in `folder`
+};
+
+Result<OutputPlace> output_place(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(path, ec))) return make_error(path + ": is a folder, expected a file name to write");
+  if (Result<bool> link = refuse_link(path); !link) return make_error(link.error());
+  const fs::path p(path);
+  const std::string parent = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (!fs::is_directory(parent, ec))
+    return make_error(path + ": its folder " + parent + " does not exist (make it first)");
+  Result<Folder> f = Folder::open(parent, "");
+  if (!f) return make_error(path + ": " + f.error());
+  return OutputPlace{std::move(f).value(), p.filename().string()};
+}
+
+// "DIR/NAME: reason" from create_file becomes "reason" (the caller names the path it was asked for).
+std::string reason(const std::string& error, const std::string& made) {
+  return error.rfind(made + ": ", 0) == 0 ? error.substr(made.size() + 2) : error;
+}
+
+}  // namespace
+
+Result<bool> check_output_file(const std::string& path) {
+  Result<OutputPlace> at = output_place(path);
+  if (!at) return make_error(at.error());
+  const std::string tmp = temp_name(at->name);
+  const TempFileGuard guard(join(at->folder.path(), tmp));
+  Result<int> fd = at->folder.create_file(tmp, Existing::replace);
+  if (!fd) return make_error(path + ": cannot be written (" + reason(fd.error(), join(at->folder.path(), tmp)) + ")");
+  ::close(*fd);
+  at->folder.remove(tmp);
+  return true;
+}
+
+Result<bool> make_output_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (path.empty()) return make_error("expected a folder, got an empty name");
+  if (!fs::exists(fs::symlink_status(p, ec))) {
+    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (!fs::is_directory(parent, ec))
+      return make_error(path + ": its folder " + parent.string() + " does not exist (make it first)");
+    if (!fs::create_directory(p, ec) && !fs::is_directory(p))
+      return make_error(path + ": cannot make the folder: " + ec.message());
+  }
+  if (!fs::is_directory(p, ec)) return make_error(path + ": not a folder");
+  Result<Folder> f = Folder::open(path, "");
+  if (!f) return make_error(f.error());
+  const std::string probe = ".memwall-probe-" + std::to_string(::getpid());
+  const TempFileGuard guard(join(path, probe));
+  Result<int> fd = f->create_file(probe, Existing::replace);
+  if (!fd) return make_error(path + ": not writable (" + reason(fd.error(), join(path, probe)) + ")");
+  ::close(*fd);
+  f->remove(probe);
+  return true;
+}
+
+Result<bool> write_output_file(const std::string& path, std::string_view bytes) {
+  Result<OutputPlace> at = output_place(path);
+  if (!at) return make_error(at.error());
+  const std::string tmp = temp_name(at->name);
+  const TempFileGuard guard(join(at->folder.path(), tmp));  // removed unless renamed, also on a signal
+  Result<int> fd = at->folder.create_file(tmp, Existing::replace);
+  if (!fd) return make_error(path + ": cannot open for writing: " + reason(fd.error(), join(at->folder.path(), tmp)));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(*fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string e = w == 0 ? "no progress" : std::strerror(errno);
+      ::close(*fd);
+      return make_error(path + ": write failed at offset " + std::to_string(done) + ": " + e);
+    }
+    done += std::size_t(w);
+  }
+  if (::close(*fd) != 0) return make_error(path + ": write failed: " + std::strerror(errno));
+  if (Result<bool> r = at->folder.replace(tmp, at->name); !r) return make_error(path + ": cannot write: " + r.error());
+  return true;
+}
+
 }  // namespace memwall::io

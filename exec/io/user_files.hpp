@@ -87,4 +87,15 @@ Result<int> create_new_file(const std::string& path, Existing existing, int flag
 // Refuses a symbolic link at `path` ("PATH: is a symbolic link; ..."); true when there is none.
 Result<bool> refuse_link(const std::string& path);
 
+// Output files (reports, traces, exports) a command writes where the user says.
+// Before any work: `path` can be written: its folder exists and takes a new file, and it is neither
+// a folder nor a link. The error starts with the path.
+Result<bool> check_output_file(const std::string& path);
+// Before any work: folder `path` exists or is made (its parent must exist) and takes new files.
+Result<bool> make_output_folder(const std::string& path);
+// Writes `bytes` to `path` through a temporary file beside it (made new, never through a link) and
+// a rename, so a failure (a full disk, a signal) leaves neither a half-written file nor the
+// temporary. The error names the path and, for a failed write, the offset.
+Result<bool> write_output_file(const std::string& path, std::string_view bytes);
+
 }  // namespace memwall::io

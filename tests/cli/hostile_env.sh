@@ -68,7 +68,7 @@ case "$case_name" in
       -- "$MW" schedule --profile "$work/locked/p.yaml" --model table1-1T ;;
   output_in_unwritable_folder)
     mkdir -m 555 "$work/ro"
-    as_nobody "$EXPECT" 2 "^memwall analyze: $work/ro/out.txt: cannot open for writing: Permission denied$" "" \
+    as_nobody "$EXPECT" 2 "^memwall analyze: -o: $work/ro/out.txt: cannot be written \\(Permission denied\\)$" "" \
       --no-file "$work/ro/out.txt" -- "$MW" analyze --model fig2a-1T -o "$work/ro/out.txt" ;;
   adam_threads_refused)
     few_threads "$EXPECT" 2 "^memwall adam-bench: --threads: cannot start 16 threads: Resource temporarily unavailable$" "" \
@@ -86,7 +86,7 @@ case "$case_name" in
       sh "$work/scratch" "$EXPECT" "$MW" ;;
   read_only_output)
     need_root
-    unshare -m -- sh -c 'mount --bind -o ro "$1" "$1" && exec "$2" 2 "^memwall analyze: $1/out.txt: cannot open for writing: Read-only file system$" "" --no-file "$1/out.txt" -- "$3" analyze -o "$1/out.txt"' \
+    unshare -m -- sh -c 'mount --bind -o ro "$1" "$1" && exec "$2" 2 "^memwall analyze: -o: $1/out.txt: cannot be written \\(Read-only file system\\)$" "" --no-file "$1/out.txt" -- "$3" analyze -o "$1/out.txt"' \
       sh "$work/scratch" "$EXPECT" "$MW" ;;
   signal_removes_temp_file)
     # SIGTERM, SIGINT and SIGHUP while io-bench's file exists: the file goes, the process dies of the signal.

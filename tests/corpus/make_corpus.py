@@ -553,7 +553,7 @@ flag_case("analyze_table", "analyze", "--table fig9", r"--table: .*fig9")
 flag_case("analyze_sweep", "analyze", "--sweep fig4", r"--sweep: .*fig4")
 flag_case("analyze_table_and_sweep", "analyze", "--table fig2a --sweep fig3a", r"--table and --sweep: give one, not both$")
 flag_case("analyze_output_folder", "analyze", "-o {tmp}", r".*: is a folder, expected a file name to write$")
-flag_case("analyze_output_missing_folder", "analyze", "-o {tmp}/no/such/out.txt", r".*/no/such/out.txt: cannot open for writing: No such file or directory$")
+flag_case("analyze_output_missing_folder", "analyze", "-o {tmp}/no/such/out.txt", r".*/no/such/out.txt: its folder .*/no/such does not exist \(make it first\)$")
 flag_case("analyze_unknown_flag", "analyze", "--frobnicate", r"The following argument was not expected: --frobnicate" + HELP("analyze"))
 flag_case("analyze_nodes_twice", "analyze", M1T + " --nodes 2 --nodes 3", r"--nodes" )
 flag_case("analyze_cannot_scale", "analyze", "--profile {src}/tests/cli/fixtures/one_node_only.yaml " + M1T + " --nodes 2",
@@ -631,7 +631,18 @@ flag_case("plan_max_model_with_model", "plan", "--max-model-size --strategy zero
 flag_case("plan_strategy_without_max", "plan", "--model table1-1T --strategy zero3", r"--strategy: only with --max-model-size")
 flag_case("plan_layers_memory", "plan", "--layers 100000 --hidden 1K --heads 8", r"--layers: 100000 makes a schedule of about")
 flag_case("plan_no_model", "plan", "", r"--model: missing")
-flag_case("plan_output_missing_folder", "plan", "--layers 4 --hidden 1K --heads 16 -o {tmp}/no/p.yaml", r".*/no/p.yaml: cannot open for writing")
+flag_case("plan_output_missing_folder", "plan", "--layers 4 --hidden 1K --heads 16 -o {tmp}/no/p.yaml", r".*/no/p.yaml: its folder .*/no does not exist \(make it first\)$")
+# Destinations are checked before any work (issue 30, item 4): each of these would compute for
+# seconds to minutes first if the check came at the end.
+NOFOLDER = lambda flag, path: esc(flag) + r": .*/no/" + esc(path) + r": its folder .*/no does not exist \(make it first\)$"
+flag_case("plan_search_output_missing_folder", "plan", "--model table1-1T -o {tmp}/no/p.yaml", NOFOLDER("-o", "p.yaml"))
+flag_case("plan_deepspeed_missing_folder", "plan", "--model table1-1T --deepspeed {tmp}/no/ds.json", NOFOLDER("--deepspeed", "ds.json"))
+flag_case("plan_reproduce_output_is_file", "plan", "--reproduce fig6 -o /proc/version", r"-o: /proc/version: not a folder$")
+flag_case("schedule_output_missing_folder", "schedule", "--model table1-1T -o {tmp}/no/s.txt", NOFOLDER("-o", "s.txt"))
+flag_case("simulate_trace_missing_folder", "simulate", "--model table1-1T --trace {tmp}/no/t.json", NOFOLDER("--trace", "t.json"))
+flag_case("analyze_output_is_folder", "analyze", "--model table1-1T -o /tmp", r"-o: /tmp: is a folder, expected a file name to write$")
+flag_case("calibrate_output_missing_folder", "calibrate", "--quick --nvme-dir {tmp} -o {tmp}/no/p.yaml", NOFOLDER("-o", "p.yaml"))
+flag_case("reproduce_output_is_file", "reproduce", "-o /proc/version", r"-o: /proc/version: not a folder$")
 flag_case("plan_deepspeed_folder", "plan", "--layers 4 --hidden 1K --heads 16 --deepspeed {tmp}", r".*: is a folder, expected a file name to write$")
 flag_case("plan_nodes_huge", "plan", "--model table1-1T --nodes 1000000", INT("--nodes", 1, 65536, "1000000") + HELP("plan"))
 
@@ -694,7 +705,7 @@ flag_case("run_save_file", "run", SHORT + " --save {src}/README.md", r"--save: .
 flag_case("run_save_no_parent", "run", SHORT + " --save {tmp}/no/ck", r"--save: .*ck: its folder .*no does not exist \(make it first\)$")
 flag_case("run_save_proc", "run", SHORT + " --save /proc", r"--save: /proc: not writable")
 flag_case("run_trace_folder", "run", SHORT + " --trace {src}", r"--trace: .*: is a folder, expected a file name to write$")
-flag_case("run_trace_no_parent", "run", SHORT + " --trace {tmp}/no/t.json", r"--trace: .*t.json: cannot be written")
+flag_case("run_trace_no_parent", "run", SHORT + " --trace {tmp}/no/t.json", r"--trace: .*t.json: its folder .*/no does not exist \(make it first\)$")
 flag_case("run_plan_folder", "run", "--plan {tmp}/folder.yaml", r".*folder.yaml: is a folder, not a plan file$")
 
 # calibrate and validate (issue 15)

@@ -2,6 +2,7 @@
 // blank (many colours, a fair share of non-white pixels); a broken profile exits 2 with the
 // CLI's one-line message and writes nothing.
 #include <QDir>
+#include <QFile>
 #include <QImage>
 #include <QProcess>
 #include <QSet>
@@ -68,6 +69,32 @@ class ExportTest : public QObject {
     QVERIFY2(err.contains(QRegularExpression("memwall-gui: .*broken_profile.yaml:25: nvme.read: expected a bandwidth")),
              qPrintable(err));
     QVERIFY(!QDir(dir.path() + "/out").exists());
+  }
+
+  // Issue 30: an empty --export opened a window and never exited; a folder that cannot be made
+  // failed only after the work. Both are bad input: exit 2, one line, no window, nothing written.
+  void bad_export_folder_exits_2_with_one_line() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    QFile file(dir.path() + "/a-file");
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.close();
+    const QList<QPair<QString, QString>> cases = {
+        {"", "--export: expected a folder, got an empty name"},
+        {dir.path() + "/no/such", "--export: .*/no/such: its folder .*/no does not exist \\(make it first\\)"},
+        {dir.path() + "/a-file", "--export: .*/a-file: not a folder"},
+    };
+    for (const auto& [target, message] : cases) {
+      QProcess p;
+      p.setProcessEnvironment(no_display());
+      p.start(MEMWALL_GUI_BIN, {"--export", target, "--profile", "workstation"});
+      QVERIFY2(p.waitForFinished(30000), qPrintable("--export '" + target + "' did not exit"));
+      QCOMPARE(p.exitCode(), 2);
+      const QString err = QString::fromUtf8(p.readAllStandardError());
+      QVERIFY2(err.count('\n') == 1, qPrintable(err));
+      QVERIFY2(err.contains(QRegularExpression("^memwall-gui: " + message + "\n$")), qPrintable(err));
+    }
+    QCOMPARE(QDir(dir.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries), QStringList{"a-file"});
   }
 };
 

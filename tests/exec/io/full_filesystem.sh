@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# full_filesystem.sh MEMWALL RUN_YAML: a real full filesystem (issue 16, item 6). As root, makes a
+# full_filesystem.sh MEMWALL RUN_YAML MEMWALL_GUI: a real full filesystem (issue 16, item 6). As root, makes a
 # 32 MiB ext4 image, loop-mounts it and fills it with 4 KiB files, then deletes every other one:
 # statvfs then counts the free space (so memwall's own "does it fit" checks pass) but the free
 # space is 4 KiB holes, and a file that size needs extent-tree blocks on top, which the kernel
@@ -7,10 +7,13 @@
 #   memwall io-bench --dir MNT            (its temporary file), and
 #   memwall run ... --nvme-dir MNT       (its swap files)
 # stop with one line on stderr naming the file, the offset and "No space left on device", exit
-# non-zero with nothing on stdout, and leave no file of theirs behind.
+# non-zero with nothing on stdout, and leave no file of theirs behind; and on the full disk
+#   memwall run ... --save MNT/ckpt        (a checkpoint at the end of training), and
+#   memwall-gui --export MNT/png          (five PNGs)
+# stop with one line naming the file, leaving no step folder, no PNG and no temporary.
 # Exit 77 (CTest SKIP_RETURN_CODE) only when not root or no loop device can be set up and mounted.
 set -u
-mw=$1 run_yaml=$2
+mw=$1 run_yaml=$2 gui=$3
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (mount -o loop)"; exit 77; }
 command -v mkfs.ext4 >/dev/null || { echo "FAIL: mkfs.ext4 missing (e2fsprogs; setup.sh installs it)"; exit 1; }
 losetup -f >/dev/null 2>&1 || { echo "SKIP: no free loop device (losetup -f)"; exit 77; }
@@ -94,10 +97,36 @@ expect_enospc() {
   [ -z "$left" ] || fail "left behind in the filesystem: $left"
 }
 
+# The folders --save and --export write into exist before the disk fills (an empty folder takes a
+# new empty file, the lock and the probe, without a data block).
+mkdir "$mnt/ckpt" "$mnt/png"
 # Fill with 4 KiB files until the kernel says ENOSPC.
 n=$(fs fill) || { echo "FAIL: filling the filesystem"; exit 1; }
 [ "$n" -gt 1000 ] || { echo "FAIL: only $n files fit"; exit 1; }
 echo "filled with $n files of 4 KiB; $(avail) bytes free"
+
+# Runs "$@" on the full disk and checks: non-zero exit, one stderr line matching $1, and folder $2
+# empty afterwards (the checkpoint's step folder and temporaries, the PNGs, all gone).
+expect_clean_failure() {
+  local re=$1 folder=$2
+  shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  echo "\$ $* -> exit $rc"
+  cat "$work/err"
+  [ "$rc" != 0 ] || fail "exit code 0 on a full filesystem"
+  [ "$(wc -l <"$work/err")" = 1 ] || fail "stderr is not exactly one line"
+  grep -Eq -- "$re" "$work/err" || fail "stderr does not match /$re/"
+  left=$(ls -A "$folder")
+  [ -z "$left" ] || fail "left behind in $folder: $left"
+}
+fs holes $((16 << 10))  # room for the step folder, not for its files
+expect_clean_failure "^memwall run: .*$mnt/ckpt/step-00000001/.*No space left on device" "$mnt/ckpt" \
+  "$mw" run --config "$run_yaml" --steps 1 --save "$mnt/ckpt"
+expect_clean_failure "^memwall-gui: $mnt/png/fig3a\.png: write failed at offset [0-9]+: No space left on device$" "$mnt/png" \
+  env -u DISPLAY "$gui" --export "$mnt/png" --profile workstation
+rmdir "$mnt/ckpt" "$mnt/png"
+fs refill
 
 # io-bench: every other block freed until 4 MiB are free, then exactly what statvfs says is asked for.
 fs holes $((4 << 20))
