@@ -23,8 +23,13 @@ struct ScheduleFlags {
   int stage = 0;
   bool json = false;
   bool text = false;
+  bool full = false;
   std::string output;
 };
+
+// Past this many steps the text leaves the step list out unless asked (--full): 32000 layers made
+// 472 MB of it.
+constexpr std::size_t kListedSteps = 20000;
 
 nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
@@ -106,7 +111,10 @@ Command add_schedule(CLI::App& app) {
   add_int(*sub, "--rank", f->rank, 0, kMaxGpus - 1, "Which data-parallel rank to print");
   add_int(*sub, "--stage", f->stage, 0, kMaxPp - 1, "With --pp: which pipeline stage to print");
   sub->add_flag("--json", f->json, "JSON: steps (kind, op, bytes, src, dst, deps), peak_bytes, peak_moment, traffic_bytes");
-  sub->add_flag("--text", f->text, "Text: one step per line (the default)");
+  sub->add_flag("--text", f->text, "Text: one step per line (the default), then the summary");
+  sub->add_flag("--full", f->full,
+                "Text: list every step also past " + std::to_string(kListedSteps) +
+                    " steps (by default only the summary is printed then)");
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
   return {sub, [f]() {
             if (f->json && f->text) throw UsageError("--json and --text: give one, not both");
@@ -122,7 +130,24 @@ Command add_schedule(CLI::App& app) {
             TrainingConfig resolved = c;
             resolved.dp = s.dp;
             const MemoryModel mm = memory_model(m, pl, resolved, p, f->rank, MemorySizes{}, f->stage);
-            std::string out = f->json ? schedule_json(s, mm).dump(1) + "\n" : schedule_text(s) + summary_text(s, mm);
+            std::string out;
+            if (f->json) {
+              // nlohmann's destructor allocates (a stack for nested values) and aborts when that
+              // fails, so a JSON document that cannot fit must be refused before it is built: the
+              // probe allocates what the document and its text take (about 2.5 KiB per step, 0.5 KiB
+              // per buffer, measured on the paper's models) and throws a clean bad_alloc instead.
+              {
+                const std::size_t probe = s.steps.size() * 2560 + s.buffers.size() * 512;
+                std::unique_ptr<char[]> room(new char[probe]);
+                room[probe - 1] = 0;
+              }
+              out = schedule_json(s, mm).dump(1) + "\n";
+            }
+            else if (f->full || s.steps.size() <= kListedSteps)
+              out = schedule_text(s) + summary_text(s, mm);
+            else
+              out = "the step list of " + std::to_string(s.steps.size()) + " steps is left out past " +
+                    std::to_string(kListedSteps) + " (give --full to print it, or --json)\n" + summary_text(s, mm);
             write_output(f->output, out);
             return s.overflow ? 1 : 0;
           }};

@@ -4,12 +4,18 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
+#include <unordered_set>
 
 #include "model/units.hpp"
 
 namespace memwall {
 namespace {
+
+// The most buffers of one tier placed greedily by size (and spread to keep reuse far apart); more
+// are placed in time order by first fit (fit_in_time_order). About 400 layers of a paper GPT.
+constexpr size_t kGreedyBuffers = 20000;
 
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return a <= 1 ? n : (n + a - 1) / a * a; }
 
@@ -117,6 +123,21 @@ class Reuse {
   std::map<std::uint64_t, std::pair<std::uint64_t, int>> last_;  // offset -> (end, step that gave it back)
 };
 
+// Returns [at, at + n) to a map of free ranges (offset -> length), merged with its neighbours.
+void give_back_range(std::map<std::uint64_t, std::uint64_t>& free, std::uint64_t at, std::uint64_t n) {
+  if (n == 0) return;
+  auto it = free.emplace(at, n).first;
+  if (auto next = std::next(it); next != free.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free.erase(next);
+  }
+  if (it != free.begin())
+    if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free.erase(it);
+    }
+}
+
 // Offsets within `limit` bytes for the buffers of one tier, in time order: the whole-iteration
 // buffers at the bottom, then each buffer, as the steps make it, in the free range whose bytes
 // were given back longest ago (never-used bytes first), so that a buffer seldom waits for one
@@ -171,28 +192,76 @@ std::uint64_t spread_offsets(Schedule& s, const std::vector<int>& ids, std::uint
     for (int id : given[i]) {
       const Buffer& b = s.buffers[size_t(id)];
       last.give_back(b.offset, b.arena_bytes, int(i));
-      auto [it, fresh] = free.emplace(b.offset, b.arena_bytes);
-      (void)fresh;
-      if (auto next = std::next(it); next != free.end() && it->first + it->second == next->first) {
-        it->second += next->second;
-        free.erase(next);
-      }
-      if (it != free.begin())
-        if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
-          prev->second += it->second;
-          free.erase(it);
-        }
+      give_back_range(free, b.offset, b.arena_bytes);
     }
   }
   return extent;
 }
 
-bool depends_on(const Schedule& s, int step, int on) {
+// Offsets in time order, first fit: walking the steps, each buffer takes the lowest free range
+// that holds it (or the top of the arena), and gives it back when freed; neighbours merge. Linear
+// in buffers times the free ranges (a handful: the schedule's buffers come and go mostly as a
+// stack, checkpoints freed in reverse order), where greedy by size costs the buffers times those
+// alive beside each, which grows with the square of the layers (an activation overlaps every
+// checkpoint alive) and took 490 s for an 8000-layer schedule. Arena against the live peak: equal
+// at 4000 layers of hidden 1K; 6.6 % above it for table1-1T (greedy: equal), 19 % for table1-10B's
+// gpu tier. Returns the arena's size.
+std::uint64_t fit_in_time_order(Schedule& s, const std::vector<int>& ids) {
+  std::uint64_t top = 0;
+  std::vector<std::vector<int>> made(s.steps.size()), given(s.steps.size());
+  for (int id : ids) {
+    Buffer& b = s.buffers[size_t(id)];
+    if (whole_life(s, b)) {
+      b.offset = top;
+      top += b.arena_bytes;
+    } else {
+      made[size_t(b.made_at)].push_back(id);
+      given[size_t(b.freed_at)].push_back(id);
+    }
+  }
+  std::map<std::uint64_t, std::uint64_t> free;  // free ranges below the top: offset -> length
+  std::uint64_t extent = top;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    for (int id : made[i]) {
+      Buffer& b = s.buffers[size_t(id)];
+      auto fit = std::find_if(free.begin(), free.end(), [&](const auto& r) { return r.second >= b.arena_bytes; });
+      if (fit != free.end()) {
+        const auto [off, len] = *fit;
+        free.erase(fit);
+        b.offset = off;
+        if (len > b.arena_bytes) free[off + b.arena_bytes] = len - b.arena_bytes;
+      } else if (!free.empty() && std::prev(free.end())->first + std::prev(free.end())->second == top) {
+        b.offset = std::prev(free.end())->first;  // the free range under the top, grown
+        free.erase(std::prev(free.end()));
+        top = b.offset + b.arena_bytes;
+      } else {
+        b.offset = top;
+        top += b.arena_bytes;
+      }
+      extent = std::max(extent, top);
+    }
+    for (int id : given[i]) {
+      const Buffer& b = s.buffers[size_t(id)];
+      give_back_range(free, b.offset, b.arena_bytes);
+    }
+  }
+  return extent;
+}
+
+// Whether `step` waits for `on` directly or through one of its direct dependencies. A step with
+// more than kScannedDeps dependencies (an optimizer chunk's fetch reuses the bytes of thousands of
+// buffers, one edge each) is checked for a direct edge only, through `direct` (its deps as a set):
+// scanning two levels of such lists made the plan cubic in layers (92 s at 8000 layers). Unsure
+// means an edge that is redundant, never a missing one.
+constexpr size_t kScannedDeps = 64;
+
+bool depends_on(const Schedule& s, int step, int on, const std::unordered_set<int>* direct) {
   const std::vector<int>& d = s.steps[size_t(step)].deps;
+  if (direct) return direct->count(on) > 0;
   if (std::find(d.begin(), d.end(), on) != d.end()) return true;
   for (int x : d) {
     const std::vector<int>& dd = s.steps[size_t(x)].deps;
-    if (std::find(dd.begin(), dd.end(), on) != dd.end()) return true;
+    if (dd.size() <= kScannedDeps && std::find(dd.begin(), dd.end(), on) != dd.end()) return true;
   }
   return false;
 }
@@ -271,10 +340,12 @@ std::array<double, kTiers> lifetimes_and_peaks(Schedule& s, const std::function<
   return laid_out_peak;
 }
 
-// One tier's offsets: packed; with room to spare (up to twice the live peak), buffers in time
+// One tier's offsets. Past kGreedyBuffers buffers, first fit in time order (the greedy packings
+// below cost the square of the layers). Otherwise packed; with room to spare (up to twice the live peak), buffers in time
 // order on the bytes given back longest ago, failing that the longer of two reuse distances that
 // fits, failing that packed. A buffer reusing bytes given back long before seldom waits for them.
 std::uint64_t place_tier(Schedule& s, Tier t, const std::vector<int>& ids, double live_peak, double room) {
+  if (ids.size() > kGreedyBuffers) return fit_in_time_order(s, ids);
   const std::uint64_t packed = pack_offsets(s, ids, 0);
   const std::uint64_t a = tier_align(s, t);
   const std::uint64_t limit = std::uint64_t(std::min(2.0 * live_peak, room)) / a * a;
@@ -292,6 +363,9 @@ std::uint64_t place_tier(Schedule& s, Tier t, const std::vector<int>& ids, doubl
 void add_reuse_edges(Schedule& s) {
   const std::vector<std::vector<int>> users = users_of(s);
   std::array<Reuse, kTiers> reuse;
+  // A step's deps as a set, once they outgrow kScannedDeps; kept across buffers (a step using
+  // thousands of buffers rebuilt it for each: quadratic).
+  std::vector<std::unique_ptr<std::unordered_set<int>>> direct_of(s.steps.size());
   s.memory_edges = 0;
   walk_buffers(
       s,
@@ -302,12 +376,20 @@ void add_reuse_edges(Schedule& s) {
         reuse[size_t(buf.tier)].take(buf.offset, buf.arena_bytes, after);
         std::sort(after.begin(), after.end());
         after.erase(std::unique(after.begin(), after.end()), after.end());
-        for (int f : after)
-          for (int u : users[size_t(b)])  // in step order: a later user reached through an earlier one is covered
-            if (f < u && !depends_on(s, u, f)) {
-              s.steps[size_t(u)].deps.push_back(f);
+        if (after.empty()) return;
+        for (int u : users[size_t(b)]) {  // in step order: a later user reached through an earlier one is covered
+          std::vector<int>& deps = s.steps[size_t(u)].deps;
+          std::unique_ptr<std::unordered_set<int>>& direct = direct_of[size_t(u)];
+          for (int f : after) {
+            if (!direct && deps.size() > kScannedDeps)
+              direct = std::make_unique<std::unordered_set<int>>(deps.begin(), deps.end());
+            if (f < u && !depends_on(s, u, f, direct.get())) {
+              deps.push_back(f);
+              if (direct) direct->insert(f);
               ++s.memory_edges;
             }
+          }
+        }
       },
       [](const Step&) {},
       [&](const Step& st, int b) {

@@ -46,6 +46,7 @@ struct Shape {
   std::vector<ScheduleUnit> units;              // this rank's stage, in forward (partition) order
   std::map<std::pair<size_t, int>, int> unit_of;  // (owner vertex, tile) -> units
   std::vector<size_t> head_ops, tail_ops;       // the embedding; ln_f and lm_head (this stage's)
+  std::vector<std::vector<size_t>> ops_of_block;  // per transformer block: its operators in graph order
 
   bool tiled(size_t v) const { return c.tiling_factor > 1 && g.op(v).kind == OpKind::linear; }
   int tiles(size_t v) const { return tiled(v) ? c.tiling_factor : 1; }
@@ -77,7 +78,8 @@ struct Shape {
   // of a checkpoint and the slices are all-gathered over the mp group before the recompute.
   bool ckpt_gathered() const { return pl.act_ckpt.partitioned && c.mp > 1; }
   double kept_ckpt_bytes() const { return ckpt_bytes() / (ckpt_gathered() ? c.mp : 1); }
-  std::vector<size_t> block_ops(int b) const;
+  // Block b's operators in graph order (indexed once: a scan per block made schedules quadratic in layers).
+  const std::vector<size_t>& block_ops(int b) const { return ops_of_block[size_t(b)]; }
   // Items of `ops` in order (reversed in backward); l2l runs every micro-batch through one operator
   // before the next.
   std::vector<Item> items_of(const std::vector<size_t>& ops, Phase ph) const;

@@ -40,6 +40,9 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
     if (!g.op(v).param_owner.empty()) owner[v] = index.at(g.op(v).param_owner);
   for (size_t v : g.order)
     if (g.op(v).block < 0 && computes(v)) (g.op(v).role == OpRole::embed ? head_ops : tail_ops).push_back(v);
+  ops_of_block.assign(size_t(std::max(m.layers, 0)), {});
+  for (size_t v : g.order)
+    if (const int b = g.op(v).block; b >= 0 && size_t(b) < ops_of_block.size()) ops_of_block[size_t(b)].push_back(v);
   // The units: param_units' order, with this rank's part of each (ScheduleUnit).
   const std::vector<ParamUnit> pu = param_units(m, c, stage);
   const std::vector<int> roots = broadcast() ? broadcast_owners(pu, dp) : std::vector<int>();
@@ -69,13 +72,6 @@ bool Shape::computes(size_t v) const {
   const Operator& op = g.op(v);
   if (op.block >= 0) return op.block >= blocks.first && op.block < blocks.last;
   return op.role == OpRole::embed ? first_stage() : last_stage();
-}
-
-std::vector<size_t> Shape::block_ops(int b) const {
-  std::vector<size_t> out;
-  for (size_t v : g.order)
-    if (g.op(v).block == b) out.push_back(v);
-  return out;
 }
 
 std::vector<Item> Shape::items_of(const std::vector<size_t>& list, Phase ph) const {

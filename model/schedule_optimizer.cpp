@@ -224,12 +224,20 @@ void optimizer_on_gpu(Builder& b, const std::vector<int>& all_grads) {
   }
 }
 
+// The chunks in order, three reads ahead. The first three reads wait for `after` (every gradient
+// offload: one per unit); a later read waits for the read of the chunk three back, which waited for
+// them, and whose buffer it takes anyway. Handing every read the whole list made layers x chunks
+// dependencies, a schedule quadratic in layers.
 void run_chunks(Builder& b, const std::vector<int>& after) {
   const int n = b.opt.chunks;
+  auto read_after = [&](int k) -> const std::vector<int>& {
+    const std::vector<int>& back = k >= 3 ? b.opt.reads[size_t(k - 3)] : after;
+    return back.empty() ? after : back;
+  };
   for (int k = 0; k < std::min(3, n); ++k) emit_read(b, k, after);
   for (int k = 0; k < n; ++k) {
     emit_update(b, k, after);
-    if (k + 3 < n) emit_read(b, k + 3, after);
+    if (k + 3 < n) emit_read(b, k + 3, read_after(k + 3));
   }
 }
 
