@@ -123,6 +123,28 @@ class Reuse {
   std::map<std::uint64_t, std::pair<std::uint64_t, int>> last_;  // offset -> (end, step that gave it back)
 };
 
+// The time-ordered packers' start: buffers alive the whole iteration at the bottom, in id order
+// (their offsets set here); the others listed by the step that makes and the one that frees them.
+struct ByStep {
+  std::uint64_t bottom = 0;  // bytes of the whole-iteration buffers
+  std::vector<std::vector<int>> made, given;
+};
+
+ByStep by_step(Schedule& s, const std::vector<int>& ids) {
+  ByStep out{0, std::vector<std::vector<int>>(s.steps.size()), std::vector<std::vector<int>>(s.steps.size())};
+  for (int id : ids) {
+    Buffer& b = s.buffers[size_t(id)];
+    if (whole_life(s, b)) {
+      b.offset = out.bottom;
+      out.bottom += b.arena_bytes;
+    } else {
+      out.made[size_t(b.made_at)].push_back(id);
+      out.given[size_t(b.freed_at)].push_back(id);
+    }
+  }
+  return out;
+}
+
 // Returns [at, at + n) to a map of free ranges (offset -> length), merged with its neighbours.
 void give_back_range(std::map<std::uint64_t, std::uint64_t>& free, std::uint64_t at, std::uint64_t n) {
   if (n == 0) return;
@@ -144,18 +166,7 @@ void give_back_range(std::map<std::uint64_t, std::uint64_t>& free, std::uint64_t
 // given back just before it. Returns the arena's size, or 0 when some buffer finds no free range.
 std::uint64_t spread_offsets(Schedule& s, const std::vector<int>& ids, std::uint64_t limit) {
   std::map<std::uint64_t, std::uint64_t> free;  // offset -> length
-  std::uint64_t bottom = 0;
-  std::vector<std::vector<int>> made(s.steps.size()), given(s.steps.size());
-  for (int id : ids) {
-    Buffer& b = s.buffers[size_t(id)];
-    if (whole_life(s, b)) {
-      b.offset = bottom;
-      bottom += b.arena_bytes;
-    } else {
-      made[size_t(b.made_at)].push_back(id);
-      given[size_t(b.freed_at)].push_back(id);
-    }
-  }
+  auto [bottom, made, given] = by_step(s, ids);
   if (bottom > limit) return 0;
   if (limit > bottom) free[bottom] = limit - bottom;
   std::uint64_t extent = bottom;
@@ -207,18 +218,7 @@ std::uint64_t spread_offsets(Schedule& s, const std::vector<int>& ids, std::uint
 // at 4000 layers of hidden 1K; 6.6 % above it for table1-1T (greedy: equal), 19 % for table1-10B's
 // gpu tier. Returns the arena's size.
 std::uint64_t fit_in_time_order(Schedule& s, const std::vector<int>& ids) {
-  std::uint64_t top = 0;
-  std::vector<std::vector<int>> made(s.steps.size()), given(s.steps.size());
-  for (int id : ids) {
-    Buffer& b = s.buffers[size_t(id)];
-    if (whole_life(s, b)) {
-      b.offset = top;
-      top += b.arena_bytes;
-    } else {
-      made[size_t(b.made_at)].push_back(id);
-      given[size_t(b.freed_at)].push_back(id);
-    }
-  }
+  auto [top, made, given] = by_step(s, ids);
   std::map<std::uint64_t, std::uint64_t> free;  // free ranges below the top: offset -> length
   std::uint64_t extent = top;
   for (size_t i = 0; i < s.steps.size(); ++i) {
