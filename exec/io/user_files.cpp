@@ -219,7 +219,7 @@ Result<OutputPlace> output_place(const std::string& path) {
   if (!fs::is_directory(parent, ec))
     return make_error(path + ": its folder " + parent + " does not exist (make it first)");
   Result<Folder> f = Folder::open(parent, "");
-  if (!f) return make_error(path + ": " + f.error());
+  if (!f) return make_error(f.error());  // names the folder
   return OutputPlace{std::move(f).value(), p.filename().string()};
 }
 
@@ -228,17 +228,23 @@ std::string reason(const std::string& error, const std::string& made) {
   return error.rfind(made + ": ", 0) == 0 ? error.substr(made.size() + 2) : error;
 }
 
+// Whether `folder` takes a new file: makes `name` there and removes it. The error is the reason.
+Result<bool> takes_new_files(const Folder& folder, const std::string& name) {
+  const TempFileGuard guard(join(folder.path(), name));  // also on a signal between the two
+  Result<int> fd = folder.create_file(name, Existing::replace);
+  if (!fd) return make_error(reason(fd.error(), join(folder.path(), name)));
+  ::close(*fd);
+  folder.remove(name);
+  return true;
+}
+
 }  // namespace
 
 Result<bool> check_output_file(const std::string& path) {
   Result<OutputPlace> at = output_place(path);
   if (!at) return make_error(at.error());
-  const std::string tmp = temp_name(at->name);
-  const TempFileGuard guard(join(at->folder.path(), tmp));
-  Result<int> fd = at->folder.create_file(tmp, Existing::replace);
-  if (!fd) return make_error(path + ": cannot be written (" + reason(fd.error(), join(at->folder.path(), tmp)) + ")");
-  ::close(*fd);
-  at->folder.remove(tmp);
+  if (Result<bool> ok = takes_new_files(at->folder, temp_name(at->name)); !ok)
+    return make_error(path + ": cannot be written (" + ok.error() + ")");
   return true;
 }
 
@@ -257,12 +263,8 @@ Result<bool> make_output_folder(const std::string& path) {
   if (!fs::is_directory(p, ec)) return make_error(path + ": not a folder");
   Result<Folder> f = Folder::open(path, "");
   if (!f) return make_error(f.error());
-  const std::string probe = ".memwall-probe-" + std::to_string(::getpid());
-  const TempFileGuard guard(join(path, probe));
-  Result<int> fd = f->create_file(probe, Existing::replace);
-  if (!fd) return make_error(path + ": not writable (" + reason(fd.error(), join(path, probe)) + ")");
-  ::close(*fd);
-  f->remove(probe);
+  if (Result<bool> ok = takes_new_files(*f, ".memwall-probe-" + std::to_string(::getpid())); !ok)
+    return make_error(path + ": not writable (" + ok.error() + ")");
   return true;
 }
 
