@@ -37,7 +37,16 @@ struct RunFlags {
   bool serial = false;
   bool verify = false;
   double stall_timeout_s = 120;
+  int threads = 0;
 };
+
+// "host threads 1 (fitted: other processes kept 1.9 of 2 cores busy: stress-ng-cpu (pid 812) 1.0, ...)"
+std::string threads_line(const exec::EngineStats& st) {
+  std::string line = "host threads " + std::to_string(st.threads);
+  if (st.threads_fitted) line += " (fitted: " + adam::describe_load(st.load) + ")";
+  else line += " (--threads)";
+  return line;
+}
 
 std::string progress_bar(int step, int steps) {
   const int width = 20, filled = int(std::lround(double(width) * step / steps));
@@ -74,6 +83,10 @@ Command add_run(CLI::App& app) {
              "Seconds with no progress anywhere (no step, I/O block or host-lane piece completed, on any rank\n"
              "of the node) before the run is declared stuck and names what it waited on (default 120; a step\n"
              "expected to take longer on the profile gets 20 times its expected time)");
+  add_int(*sub, "--threads", f->threads, 0, 4096,
+          "Host threads of the CPU kernels (OpenMP, OpenBLAS) and CPU Adam (default 0: the cores other\n"
+          "processes leave free, looked at when the run starts and again as it goes; a thread more than there\n"
+          "are free cores only waits for one). Losses do not depend on it");
   sub->add_flag("--verify", f->verify,
                 "Check every NVMe read against a checksum taken when the block was written (swap files); a\n"
                 "mismatch stops the run with the file and offset (exit 1)");
@@ -85,6 +98,7 @@ Command add_run(CLI::App& app) {
             o.trace = !f->trace.empty() || f->json;
             o.serial = f->serial;
             o.stall_timeout_s = f->stall_timeout_s;
+            o.threads = f->threads;
             o.io.verify = f->verify;
             if (const char* pause = std::getenv("MEMWALL_SAVE_PAUSE_S")) o.save_pause_s = std::atof(pause);  // tests
             if (f->save_every && f->save.empty()) throw UsageError("--save-every: give --save DIR too");
@@ -141,7 +155,8 @@ Command add_run(CLI::App& app) {
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
                   << " steps, peak gpu " << format_bytes(s.peak_bytes[0]) << ", cpu " << format_bytes(s.peak_bytes[1])
-                  << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n\n   step      loss   tokens/s   step ms  hidden\n";
+                  << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n  " << threads_line(engine->stats())
+                  << "\n\n   step      loss   tokens/s   step ms  hidden\n";
             }
             const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
             exec::TrainOptions to;
@@ -166,7 +181,7 @@ Command add_run(CLI::App& app) {
             const int per_iter = engine->tokens_per_iteration();
             auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {
               steps_json.push_back({{"step", i}, {"loss", r.loss}, {"iteration_s", r.iteration_s},
-                                    {"hidden_fraction", r.overlap.hidden_fraction}});
+                                    {"hidden_fraction", r.overlap.hidden_fraction}, {"threads", r.threads}});
               if (!show || !(i == to.first_step || i % every == 0 || i == rc.steps)) return true;
               double moved_s = 0;
               for (double t : r.overlap.transfer_s) moved_s += t;
@@ -269,6 +284,9 @@ Command add_run(CLI::App& app) {
                   {"io_bytes_read", st.io.bytes_read},
                   {"io_bytes_written", st.io.bytes_written},
                   {"io_bytes_verified", st.io.bytes_verified},
+                  {"threads", st.threads},
+                  {"threads_fitted", st.threads_fitted},
+                  {"other_processes_cores", st.load.others},
                   {"dp", engine->ranks()},
                   {"ranks", ranks_json}};
               if (lead) std::cout << j.dump(2) << "\n";

@@ -9,6 +9,7 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "exec/backend/backend.hpp"
 
 namespace {
 
@@ -22,6 +23,7 @@ std::string command_name(CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  memwall::exec::wait_passively_in_openmp(argv);  // may start this program again, with it set
   using namespace memwall::cli;
   using memwall::one_line;
   CLI::App app{

@@ -1,12 +1,14 @@
 #include "exec/adam/cpu_adam.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 #include <system_error>
 #include <thread>
 
 #include "exec/adam/adam_kernels.hpp"
+#include "exec/adam/host_cores.hpp"
 #include "exec/adam/worker_pool.hpp"
 
 #if MEMWALL_ADAM_X86
@@ -51,8 +53,8 @@ Result<int> check_options(const AdamOptions& o, int threads) {
   if (!(o.eps >= 0 && std::isfinite(o.eps))) return bad("eps", "a finite value >= 0", o.eps);
   if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay)))
     return bad("weight_decay", "a finite value >= 0", o.weight_decay);
-  if (threads < 0) return bad("threads", "0 (all cores) or more", threads);
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads < 0) return bad("threads", "0 (every core this process may use) or more", threads);
+  if (threads == 0) threads = cores_allowed().quota_cores;
   return threads;
 }
 
@@ -173,7 +175,10 @@ struct CpuAdam::Impl {
   AdamOptions options;
   detail::KernelTable kernels;
   WorkerPool pool;
-  Impl(const AdamOptions& o, detail::KernelTable k, int threads) : options(o), kernels(k), pool(threads) {}
+  std::atomic<int> in_use;  // set_threads_in_use's cap, <= pool.size()
+  Impl(const AdamOptions& o, detail::KernelTable k, int threads)
+      : options(o), kernels(k), pool(threads), in_use(threads) {}
+  int used_for(std::size_t n) const { return threads_for(n, in_use.load(std::memory_order_relaxed)); }
 };
 
 CpuAdam::CpuAdam(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -184,6 +189,10 @@ CpuAdam::~CpuAdam() = default;
 const AdamOptions& CpuAdam::options() const { return impl_->options; }
 Isa CpuAdam::isa() const { return impl_->kernels.isa; }
 int CpuAdam::threads() const { return impl_->pool.size(); }
+int CpuAdam::threads_in_use() const { return impl_->in_use.load(std::memory_order_relaxed); }
+void CpuAdam::set_threads_in_use(int n) {
+  impl_->in_use.store(std::clamp(n, 1, impl_->pool.size()), std::memory_order_relaxed);
+}
 
 Result<CpuAdam> CpuAdam::create(const AdamOptions& options, int threads, std::optional<Isa> isa) {
   Result<int> n_threads = check_options(options, threads);
@@ -213,7 +222,7 @@ Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScali
 
   const StepScalars s = step_scalars(impl_->options, step, scaling);
   const detail::AdamKernel kernel = impl_->kernels.adam;
-  const int used = threads_for(c.n, impl_->pool.size());
+  const int used = impl_->used_for(c.n);
   impl_->pool.run(used, [&](int t) {
     const auto [b, e] = thread_range(c.n, used, t);
     if (b >= e) return;
@@ -237,7 +246,7 @@ Result<std::size_t> CpuAdam::convert(const float* src, void* dst, DType dst_dtyp
   if (n == 0) return std::size_t{0};
   if (!src || !dst) return make_error("adam: convert: src and dst must be given");
   const detail::ConvertKernel kernel = impl_->kernels.convert;
-  const int used = threads_for(n, impl_->pool.size());
+  const int used = impl_->used_for(n);
   impl_->pool.run(used, [&](int t) {
     const auto [b, e] = thread_range(n, used, t);
     if (b < e) kernel(src + b, static_cast<char*>(dst) + b * 2, dst_dtype, e - b);

@@ -73,7 +73,7 @@ StepScalars step_scalars(const AdamOptions& options, long step, const GradScalin
 
 class CpuAdam {
  public:
-  // threads: 0 = std::thread::hardware_concurrency(). isa: empty = best_isa(); forcing a path the
+  // threads: the pool's size; 0 = every core this process may use (host_cores.hpp). isa: empty = best_isa(); forcing a path the
   // CPU lacks is an error, so tests can run every supported path.
   static Result<CpuAdam> create(const AdamOptions& options, int threads = 0, std::optional<Isa> isa = {});
 
@@ -86,7 +86,11 @@ class CpuAdam {
 
   const AdamOptions& options() const;
   Isa isa() const;
-  int threads() const;
+  int threads() const;  // the pool's size
+  // At most n threads (clamped to [1, threads()]) from the next call on: a busy machine's share
+  // (the engine fits it to the load, host_cores.hpp). Any thread; takes effect between calls.
+  void set_threads_in_use(int n);
+  int threads_in_use() const;
 
   CpuAdam(CpuAdam&&) noexcept;
   CpuAdam& operator=(CpuAdam&&) noexcept;

@@ -47,6 +47,8 @@ struct BackendOptions {
   ComputeType compute = ComputeType::fp32;
   int copy_threads = 2;                 // cpu: worker threads behind the copy streams
   int device = 0;                       // cuda: which GPU (one per data-parallel rank of a node)
+  int threads = 0;                      // cpu: threads of its kernels (OpenMP, OpenBLAS) and adam_update;
+                                        // 0 = every core this process may use (adam/host_cores.hpp)
 };
 
 using Stream = int;   // 0 = compute stream; stream_create() gives copy streams 1, 2, ...
@@ -171,6 +173,11 @@ struct BackendOps {
   // enqueue work on it themselves (NCCL); nullptr where there is none
   void* (*native_stream)(void* ctx, Stream s);
 
+  // optional: the host threads the backend's own CPU work uses from its next call on (cpu: the
+  // kernels' OpenMP team, OpenBLAS, adam_update), n >= 1; the engine fits it to the cores other
+  // processes leave free. nullptr where the host does no parallel work (cuda).
+  void (*set_host_threads)(void* ctx, int n);
+
   void (*destroy)(void* ctx);
 };
 
@@ -196,6 +203,15 @@ class Backend {
 std::vector<std::string> compiled_backends();
 // Creates one; a compiled backend without its device is an error whose message says so.
 Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& options = {});
+
+// OpenMP (GCC's libgomp, which OpenBLAS's OpenMP build shares) reads OMP_WAIT_POLICY once, when it
+// is loaded; unset, a thread with nothing to do spins (some 300000 pause loops) before it sleeps,
+// taking the core that another process, or this one's next serial piece, needs. Passive waiting
+// must be in the environment before the program starts, so this sets OMP_WAIT_POLICY=passive and
+// executes the program again (its path from /proc/self/exe, same arguments, same process) when it is unset; a
+// user's own setting is kept. Call it first in main, before any thread or MPI exists. Returns when
+// there was nothing to do, or when the exec failed (the program then runs with OpenMP's default).
+void wait_passively_in_openmp(char** argv);
 
 // Typed helpers over the table.
 template <typename T>

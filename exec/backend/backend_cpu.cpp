@@ -6,8 +6,10 @@
 // Every kernel writes each output element from one thread in a fixed order: results do not
 // depend on the thread count, so a fixed seed gives the same losses run to run.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <unordered_map>
 
 #include "exec/adam/cpu_adam.hpp"
+#include "exec/adam/host_cores.hpp"
 #include "exec/backend/backend.hpp"
 #include "exec/backend/half.hpp"
 #include "model/units.hpp"
@@ -107,9 +110,28 @@ struct CpuCtx {
   std::vector<std::unique_ptr<Worker>> streams;  // streams[i] is stream i+1
   std::optional<adam::CpuAdam> adam;             // adam_update's, made for the last options seen
   std::string error;                             // sticky_error: the first failure
+  std::atomic<int> threads{1};                   // set_host_threads: OpenMP, OpenBLAS and adam_update
 };
 
 CpuCtx& C_(void* ctx) { return *static_cast<CpuCtx*>(ctx); }
+
+// OpenMP's thread count is per calling thread (its nthreads ICV), and OpenBLAS's OpenMP build
+// follows omp_get_max_threads() on every call: each kernel sets it on the thread that calls it
+// when the backend's count changed.
+template <auto Kernel>
+struct Threaded;
+template <typename... A, void (*Kernel)(void*, A...)>
+struct Threaded<Kernel> {
+  static void call(void* ctx, A... a) {
+    const int want = C_(ctx).threads.load(std::memory_order_relaxed);
+    if (omp_get_max_threads() != want) omp_set_num_threads(want);
+    Kernel(ctx, a...);
+  }
+};
+
+void cpu_set_host_threads(void* ctx, int n) {
+  C_(ctx).threads.store(std::max(1, n), std::memory_order_relaxed);
+}
 
 void record_error(CpuCtx& c, const std::string& what) {
   std::fprintf(stderr, "memwall cpu backend: %s\n", what.c_str());
@@ -514,12 +536,13 @@ void cpu_adam_update(void* ctx, const DeviceAdam& d) {
       c.adam.reset();
   }
   if (!c.adam) {
-    Result<adam::CpuAdam> made = adam::CpuAdam::create(o);
+    Result<adam::CpuAdam> made = adam::CpuAdam::create(o, c.threads.load(std::memory_order_relaxed));
     if (!made) return record_error(c, "adam_update: " + made.error());
     c.adam.emplace(std::move(made).value());
   }
   const adam::AdamChunk chunk{d.param,   d.exp_avg,      d.exp_avg_sq, d.grad, d.grad_type,
                               d.param16, d.param16_type, d.n};
+  c.adam->set_threads_in_use(c.threads.load(std::memory_order_relaxed));
   Result<std::size_t> done = c.adam->step(chunk, d.step);
   if (!done) record_error(c, "adam_update: " + done.error());
 }
@@ -552,29 +575,30 @@ const BackendOps kCpuOps = {
     cpu_synchronize,
     nullptr,  // host_register: host memory is already the device's
     nullptr,
-    cpu_gemm,
-    cpu_encoder_forward,
-    cpu_encoder_backward,
-    cpu_layernorm_forward,
-    cpu_layernorm_backward,
-    cpu_bias_forward,
-    cpu_bias_backward,
-    cpu_attention_scores_forward,
-    cpu_attention_context_forward,
-    cpu_attention_context_backward,
-    cpu_attention_scores_backward,
-    cpu_gelu_forward,
-    cpu_gelu_backward,
-    cpu_residual_forward,
-    cpu_accumulate,
-    cpu_crossentropy_forward,
-    cpu_crossentropy_backward,
-    cpu_to_fp32,
-    cpu_from_fp32,
-    cpu_accumulate_to,
+    Threaded<cpu_gemm>::call,
+    Threaded<cpu_encoder_forward>::call,
+    Threaded<cpu_encoder_backward>::call,
+    Threaded<cpu_layernorm_forward>::call,
+    Threaded<cpu_layernorm_backward>::call,
+    Threaded<cpu_bias_forward>::call,
+    Threaded<cpu_bias_backward>::call,
+    Threaded<cpu_attention_scores_forward>::call,
+    Threaded<cpu_attention_context_forward>::call,
+    Threaded<cpu_attention_context_backward>::call,
+    Threaded<cpu_attention_scores_backward>::call,
+    Threaded<cpu_gelu_forward>::call,
+    Threaded<cpu_gelu_backward>::call,
+    Threaded<cpu_residual_forward>::call,
+    Threaded<cpu_accumulate>::call,
+    Threaded<cpu_crossentropy_forward>::call,
+    Threaded<cpu_crossentropy_backward>::call,
+    Threaded<cpu_to_fp32>::call,
+    Threaded<cpu_from_fp32>::call,
+    Threaded<cpu_accumulate_to>::call,
     cpu_adam_update,
     cpu_sticky_error,  // every cpu kernel has finished when its call returns: only refusals
     nullptr,  // native_stream: copy streams are memwall's own threads
+    cpu_set_host_threads,
     cpu_destroy,
 };
 
@@ -591,6 +615,7 @@ Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o) {
     return make_error(std::string("the cpu backend computes in fp32 only, not ") + compute_type_name(o.compute));
   auto* ctx = new CpuCtx;
   ctx->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : (std::size_t(1) << 30);
+  ctx->threads = o.threads > 0 ? o.threads : adam::cores_allowed().quota_cores;
   BackendCaps caps{"cpu", "host memory (OpenBLAS)", ctx->capacity_bytes, true, false, false, ComputeType::fp32};
   return std::make_unique<Backend>(&kCpuOps, ctx, std::move(caps));
 }

@@ -623,6 +623,7 @@ const BackendOps kCudaOps = {
     cu_adam_update,
     cu_sticky_error,
     cu_native_stream,
+    nullptr,  // set_host_threads: the host runs no kernels
     cu_destroy,
 };
 

@@ -112,6 +112,7 @@ std::unique_ptr<Backend> delaying_backend(std::unique_ptr<Backend> inner, const 
   MEMWALL_FWD(adam_update);
   MEMWALL_FWD(sticky_error);
   MEMWALL_FWD(native_stream);
+  MEMWALL_FWD(set_host_threads);
   ops.event_record = event_record;
   ops.event_query = event_query;
   ops.event_synchronize = event_synchronize;

@@ -74,6 +74,9 @@ class MpiWorld {
   // for a slow peer is not stuck while the peer moves). Lock-free, any thread.
   void publish_progress(std::uint64_t completed);
   std::uint64_t peer_progress() const;
+  // The process ids of this node's other ranks (their CPU time is the job's, not another
+  // program's: host_cores), gathered when MPI starts; empty without mpirun.
+  const std::vector<int>& node_peer_pids() const { return node_peer_pids_; }
   ~MpiWorld();
 
  private:
@@ -84,6 +87,7 @@ class MpiWorld {
   void* board_win_ = nullptr;  // MPI_Win of the board
   std::uint64_t* board_mine_ = nullptr;
   std::vector<std::uint64_t*> board_peers_;
+  std::vector<int> node_peer_pids_;
 };
 
 // True when this process was started by mpirun (OpenMPI's or a PMI launcher's environment).

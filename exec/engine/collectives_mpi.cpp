@@ -2,6 +2,7 @@
 // dispatcher. Every MPI call goes through MPI_CHECK, which turns a failure into an error naming the
 // call, file:line and MPI's own message.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <atomic>
 
@@ -190,6 +191,13 @@ MpiWorld::MpiWorld() {
   node_comm_ = node;
   int node_size = 1;
   MPI_Comm_size(node, &node_size);
+  {
+    const int mine = int(getpid());
+    std::vector<int> pids(std::size_t(node_size), 0);
+    if (MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, node) == MPI_SUCCESS)
+      for (int p : pids)
+        if (p != mine) node_peer_pids_.push_back(p);
+  }
   void* mine = nullptr;
   MPI_Win win = MPI_WIN_NULL;
   if (MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, node, &mine, &win) !=

@@ -44,6 +44,15 @@ struct EngineContext {
   std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
   std::unique_ptr<adam::CpuAdam> adam;
   std::unique_ptr<HostLane> lane;
+  // host threads (options.threads): fitted to the load when `fitted`, from `looked` on
+  struct HostThreads {
+    bool fitted = false;
+    adam::CoresAllowed allowed;
+    std::vector<int> job_peers;  // this node's other ranks
+    adam::CpuSample looked;
+    adam::CpuLoad load;
+    int threads = 1;
+  } host;
   long adam_step = 0;
   int iteration = 0;
   bool dpu_active = false;  // dpu: the delayed update's schedule runs

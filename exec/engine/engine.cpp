@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "exec/engine/checkpoint.hpp"
 #include "exec/engine/context.hpp"
@@ -95,6 +96,9 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
       return make_error("--tiling: " + std::to_string(o.config.tiling_factor) +
                         " must divide the output features of every linear layer (" + g.name + " has " +
                         std::to_string(g.out_features) + ")");
+  if (o.threads < 0 || o.threads > 4096)
+    return make_error("--threads: expected 0 (fit the cores other processes leave free) to 4096, got " +
+                      std::to_string(o.threads));
   Result<Placement> pl = validate(o.placement);
   if (!pl) return make_error(pl.error());
   return true;
@@ -177,8 +181,9 @@ Result<bool> check_ranks_agree(EngineContext& e) {
 }
 
 // The backend, wrapped when a test asks.
-Result<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
+Result<std::unique_ptr<Backend>> make_backend(const EngineOptions& o, int threads) {
   BackendOptions bo;
+  bo.threads = threads;
   bo.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
   bo.compute = o.compute;
   if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && o.backend == "cuda")
@@ -188,6 +193,52 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
   std::unique_ptr<Backend> be = std::move(b).value();
   if (o.wrap_backend) be = o.wrap_backend(std::move(be));
   return be;
+}
+
+// Host threads: what options.threads asks for, or the cores other processes leave free, measured
+// over the engine's own making (at least 0.1 s; its own work is not the others').
+Result<std::optional<adam::LoadWindow>> begin_host_threads(EngineContext& e) {
+  EngineContext::HostThreads& h = e.host;
+  h.allowed = adam::cores_allowed();
+  h.fitted = e.o.threads == 0;
+  h.job_peers = adam::sharing_cpus(MpiWorld::get().node_peer_pids(), h.allowed);
+  h.threads = h.fitted ? std::max(1, h.allowed.quota_cores / (1 + int(h.job_peers.size()))) : e.o.threads;
+  if (!h.fitted) return std::optional<adam::LoadWindow>{};
+  Result<adam::LoadWindow> w = adam::begin_load_window(MpiWorld::get().node_peer_pids());
+  if (!w) return make_error("threads: " + w.error() + " (give --threads N to choose them)");
+  return std::optional<adam::LoadWindow>(std::move(w).value());
+}
+
+Result<bool> fit_host_threads(EngineContext& e, const std::optional<adam::LoadWindow>& window) {
+  EngineContext::HostThreads& h = e.host;
+  if (!window) return true;
+  Result<adam::CpuLoad> load = adam::end_load_window(*window, 0.1);
+  if (!load) return make_error("threads: " + load.error() + " (give --threads N to choose them)");
+  h.load = *load;
+  h.threads = adam::fit_threads(h.load);
+  Result<adam::CpuSample> now = adam::sample_cpu(h.allowed, h.job_peers);
+  if (!now) return make_error("threads: " + now.error());
+  h.looked = *now;
+  return true;
+}
+
+void apply_host_threads(EngineContext& e) {
+  e.adam->set_threads_in_use(e.host.threads);
+  if (e.k().set_host_threads) e.k().set_host_threads(e.cx(), e.host.threads);
+}
+
+// After an iteration: look at the load again once 0.2 s have passed since the last look.
+void refit_host_threads(EngineContext& e) {
+  EngineContext::HostThreads& h = e.host;
+  if (!h.fitted) return;
+  Result<adam::CpuSample> now = adam::sample_cpu(h.allowed, h.job_peers);
+  if (!now || now->wall_s - h.looked.wall_s < 0.2) return;
+  h.load = adam::load_between(h.looked, *now, h.allowed.quota_cores);
+  h.looked = *now;
+  const int t = adam::fit_threads(h.load);
+  if (t == h.threads) return;
+  h.threads = t;
+  apply_host_threads(e);
 }
 
 // dpu: the delayed update's schedule from step warmup + 1 on (its first iteration has no pending
@@ -262,6 +313,8 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   auto ctx = std::make_unique<EngineContext>();
   EngineContext& e = *ctx;
   e.o = plan.options;
+  Result<std::optional<adam::LoadWindow>> load_window = begin_host_threads(e);
+  if (!load_window) return make_error(load_window.error());
   e.rank = plan.rank;
   e.dp = plan.dp;
   e.plan = std::move(plan);
@@ -295,11 +348,12 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   ao.eps = e.o.eps;
   ao.weight_decay = e.o.weight_decay;
   ao.decoupled_weight_decay = true;
-  Result<adam::CpuAdam> a = adam::CpuAdam::create(ao);
+  // the pool as large as the fit may grow (every core allowed), the threads in use the fit
+  Result<adam::CpuAdam> a = adam::CpuAdam::create(ao, e.host.threads);
   if (!a) return make_error("adam: " + a.error());
   e.adam = std::make_unique<adam::CpuAdam>(std::move(a).value());
   e.lane = std::make_unique<HostLane>();
-  Result<std::unique_ptr<Backend>> be = make_backend(e.o);
+  Result<std::unique_ptr<Backend>> be = make_backend(e.o, e.host.threads);
   if (!be) return make_error(be.error());
   e.be = std::move(be).value();
   if (Result<bool> r = e.tiers.make(*e.be, plans); !r) return make_error(r.error());
@@ -334,6 +388,8 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   }
   if (Result<bool> r = e.tiers.initialise(*e.adam); !r) return make_error(r.error());
   if (e.o.keep_gradients) e.grads_kept.assign(e.tiers.elems_of(State::optim32), 0.0f);
+  if (Result<bool> r = fit_host_threads(e, *load_window); !r) return make_error(r.error());
+  apply_host_threads(e);
   return std::unique_ptr<Engine>(new Engine(std::move(ctx)));
 }
 
@@ -372,6 +428,7 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   if (!e.skip_update) ++e.adam_step;
   IterationReport r;
   r.iteration = ++e.iteration;
+  r.threads = e.host.threads;
   e.live_bytes = e.live_high_water = e.extent_high_water = {};  // this iteration's
   Result<bool> ok = run_schedule(e, *e.tables, r.times);
   if (!ok) {
@@ -404,6 +461,7 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   }
   r.held_bytes[int(Tier::nvme)] = r.live_bytes[int(Tier::nvme)] = double(e.tiers.swap_bytes());
   if (!e.o.trace) r.times.clear();
+  refit_host_threads(e);
   return r;
 }
 
@@ -463,6 +521,9 @@ EngineStats Engine::stats() const {
   s.host_state_bytes = e.tiers.host_state_bytes();
   s.swap_file_bytes = e.tiers.swap_bytes();
   if (const io::IoEngine* io = const_cast<EngineContext&>(e).tiers.io()) s.io = io->counters();
+  s.threads = e.host.threads;
+  s.threads_fitted = e.host.fitted;
+  s.load = e.host.load;
   return s;
 }
 

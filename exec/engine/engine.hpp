@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "exec/adam/adam_types.hpp"
+#include "exec/adam/host_cores.hpp"
 #include "exec/backend/backend.hpp"
 #include "exec/gpt/gpt.hpp"
 #include "exec/io/io_engine.hpp"
@@ -64,6 +65,11 @@ struct EngineOptions {
   // longest expected time of what is in flight if that is longer, the run stops and says what it
   // waited on (exec/engine/dispatcher.hpp).
   double stall_timeout_s = 120;
+  // Host threads of the backend's CPU work (OpenMP, OpenBLAS) and CPU Adam. 0: fit the machine,
+  // the cores other processes leave free (exec/adam/host_cores.hpp), looked at over 0.1 s when the
+  // engine is made and again after each iteration once 0.2 s have passed since the last look; n:
+  // exactly n. Losses do not depend on it (every kernel splits work, never a sum, across threads).
+  int threads = 0;
   // tests: wraps the backend the engine made (a wrapper that delays completions, around the real one)
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
   double save_pause_s = 0;         // tests: sleep between writing the shards and the manifest
@@ -88,6 +94,7 @@ struct IterationReport {
   // plus the most buffer bytes live at once (which depends on how the steps overlapped).
   std::array<double, kTiers> held_bytes{}, live_bytes{};
   std::vector<StepTime> times;     // every step, when options.trace
+  int threads = 1;                 // host threads this iteration ran with
 };
 
 struct EngineStats {
@@ -102,6 +109,9 @@ struct EngineStats {
   std::size_t host_state_bytes = 0;        // model states resident in host memory
   std::size_t swap_file_bytes = 0;         // on NVMe
   io::IoCounters io;                       // the io engine's own counters (padded to 4 KiB blocks)
+  int threads = 1;                         // host threads now (options.threads, or fitted)
+  bool threads_fitted = false;             // fitted to the load (options.threads 0)
+  adam::CpuLoad load;                      // what other processes did when the engine last looked
 };
 
 struct RankTraffic {

@@ -8,6 +8,7 @@
 // fp16 / bf16 (fp32 accumulation) 2e-3 / 1.6e-2 (a few units of the format's rounding, 2^-11 / 2^-8).
 // 16-bit conversions are compared bit for bit.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -870,3 +871,27 @@ INSTANTIATE_TEST_SUITE_P(Compiled, BackendTest, ::testing::ValuesIn(compiled_bac
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+// The cpu backend's kernels run on as many OpenMP threads (which OpenBLAS's OpenMP build follows)
+// as it was told: at creation, and again after set_host_threads, on the thread that calls them.
+TEST(CpuBackend, KernelsUseTheHostThreadsItWasGiven) {
+  BackendOptions o;
+  o.threads = 1;
+  auto cpu = create_backend("cpu", o).value();
+  ASSERT_TRUE(cpu->ops().set_host_threads);
+  std::vector<float> a(64 * 64, 1.0f), b(64 * 64, 2.0f), c(64 * 64);
+  auto gemm = [&] {
+    cpu->ops().gemm(cpu->ctx(), false, false, 64, 64, 64, 1.0f, a.data(), 64, 0, b.data(), 64, 0, 0.0f, c.data(), 64,
+                    0, 1);
+  };
+  omp_set_num_threads(5);  // what OpenMP would use otherwise
+  gemm();
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  EXPECT_EQ(c[0], 128.0f);
+  cpu->ops().set_host_threads(cpu->ctx(), 3);
+  gemm();
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  cpu->ops().set_host_threads(cpu->ctx(), 0);  // at least one
+  gemm();
+  EXPECT_EQ(omp_get_max_threads(), 1);
+}

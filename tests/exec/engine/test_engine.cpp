@@ -8,7 +8,9 @@
 #include <algorithm>
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -420,6 +422,56 @@ TEST(Engine, BadInputIsRefusedBeforeAnythingRuns) {
   t.config.tiling_factor = 3;
   EXPECT_NE(error(t).find("--tiling: 3 must divide"), std::string::npos) << error(t);
   std::filesystem::remove_all(p.nvme_dir);
+}
+
+// Host threads (OpenMP, OpenBLAS, CPU Adam) split work, never a sum: any count gives the same
+// losses bit for bit, and a count given is the count used.
+TEST(Engine, LossesDoNotDependOnTheHostThreads) {
+  std::vector<float> ref;
+  for (int n : {1, 2, 3}) {
+    EngineOptions o = tiny("zero_inf_cpu");
+    o.threads = n;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.ok()) << e.error();
+    EXPECT_EQ((*e)->stats().threads, n);
+    EXPECT_FALSE((*e)->stats().threads_fitted);
+    std::vector<float> got = losses(o, 8, "threads" + std::to_string(n));
+    if (ref.empty()) ref = got;
+    EXPECT_EQ(got, ref) << n << " threads";
+  }
+  EngineOptions bad = tiny("data_parallel");
+  bad.threads = -1;
+  auto e = Engine::create(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().find("--threads: expected 0 (fit the cores other processes leave free) to 4096, got -1"),
+            std::string::npos)
+      << e.error();
+}
+
+// With another process keeping a core busy, the engine leaves that core to it: fewer host threads
+// than cores (issue 30: two OpenMP threads on 2 cores beside one busy process made a 33 ms step
+// 300 ms), and it names the process it saw.
+TEST(Engine, HostThreadsLeaveTheCoreAnotherProcessUses) {
+  const adam::CoresAllowed cores = adam::cores_allowed();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    volatile unsigned long x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1;
+    _exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto e = Engine::create(tiny("zero_inf_cpu"));
+  const EngineStats st = e.ok() ? (*e)->stats() : EngineStats{};
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(e.ok()) << e.error();
+  EXPECT_TRUE(st.threads_fitted);
+  EXPECT_LE(st.threads, std::max(1, cores.quota_cores - 1)) << adam::describe_load(st.load);
+  EXPECT_GE(st.load.others, 0.5) << adam::describe_load(st.load);
+  EXPECT_NE(adam::describe_load(st.load).find("(pid " + std::to_string(child) + ")"), std::string::npos)
+      << adam::describe_load(st.load);
 }
 
 // Delays injected into the real engine: every backend event and every io completion of a run
