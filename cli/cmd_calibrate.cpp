@@ -29,6 +29,7 @@ struct CalibrateFlags {
   std::string device_memory = "64 MiB";
   std::string nvme_size = "1 GiB";
   bool quick = false;
+  bool allow_busy = false;
 };
 
 }  // namespace
@@ -42,7 +43,8 @@ Command add_calibrate(CLI::App& app) {
       "bandwidth, host <-> device copies on one and two streams, NVMe through the io engine (io_uring,\n"
       "O_DIRECT, the engine's block size and queue depth), CPU Adam, DRAM, and the all-reduce between\n"
       "ranks under mpirun. Each field carries a comment saying how it was measured; what cannot be\n"
-      "measured is left out. About 30 s.\n"
+      "measured is left out. Every time is the best of several runs. A machine other programs keep busy\n"
+      "(half a core or more) is refused, naming them. About 30 s.\n"
       "  memwall calibrate --nvme-dir /tmp -o my.yaml\n"
       "  memwall validate --profile my.yaml --config exec/data/run.yaml --strategy zero_inf_cpu");
   sub->add_option("--backend", f->backend, "cpu or cuda (default cpu)");
@@ -61,6 +63,9 @@ Command add_calibrate(CLI::App& app) {
                   "cpu backend: the device capacity to write as gpu.memory (default 64 MiB; chosen, not measured)");
   sub->add_option("--nvme-size", f->nvme_size, "Bytes the NVMe measurement writes and reads (default 1 GiB)");
   sub->add_flag("--quick", f->quick, "Smaller measurements (hidden 128 and 256, 256 MiB of NVMe): for tests");
+  sub->add_flag("--allow-busy", f->allow_busy,
+                "Measure even when other programs keep the CPUs busy: the profile then describes the share they\n"
+                "leave (with the threads that fit it), and says what load it saw");
   return {sub, [f, sub]() {
             exec::CalibrateOptions o;
             if (f->backend != "cpu" && f->backend != "cuda")
@@ -90,8 +95,11 @@ Command add_calibrate(CLI::App& app) {
               o.adam_params = 4'000'000;
             }
             const bool lead = exec::MpiWorld::get().rank() == 0;
+            o.allow_busy = f->allow_busy;
             if (lead) o.progress = [](const std::string& s) { std::cerr << "calibrate: " << s << std::endl; };
             exec::Calibration c = take(exec::calibrate(o));
+            if (lead)
+              for (const std::string& w : c.warnings) std::cerr << "memwall calibrate: warning: " << w << "\n";
             const std::string yaml = exec::calibration_yaml(c, f->name);
             // what we write must load as a profile: the same reader as every other command
             Result<HardwareProfile> check = parse_profile(yaml, f->output.empty() ? "<calibrate>" : f->output);

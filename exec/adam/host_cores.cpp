@@ -44,7 +44,11 @@ double tick_s() {
 bool parse_stat_times(const std::string& text, double& ticks, std::string* name) {
   const std::size_t open = text.find('('), close = text.rfind(')');
   if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  if (name) *name = text.substr(open + 1, close - open - 1);
+  if (name) {
+    *name = text.substr(open + 1, close - open - 1);
+    for (char& c : *name)  // a process names itself: keep what we print on one line
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   std::istringstream in(text.substr(close + 1));
   std::string field;
   double utime = 0, stime = 0;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "exec/adam/adam_types.hpp"
+#include "exec/adam/host_cores.hpp"
 #include "model/hardware_profile.hpp"
 #include "model/result.hpp"
 
@@ -39,7 +40,14 @@ struct CalibrateOptions {
   std::uint64_t nvme_bytes = std::uint64_t{1} << 30;  // io-bench file size
   std::size_t adam_params = 16'000'000;
   std::function<void(const std::string&)> progress;
+  // A machine other programs keep busy (half a core or more, exec/adam/host_cores.hpp, looked at
+  // for 0.5 s first) is refused: its figures would be the share the others leave. allow_busy
+  // measures anyway, with the threads that share fits, and the profile says what load it saw.
+  bool allow_busy = false;
 };
+
+// Other programs' load at which calibrate refuses (or, with allow_busy, warns): in cores.
+constexpr double kBusyCores = 0.5;
 
 // One field of the profile: where it goes, its value, how it was measured.
 struct Measurement {
@@ -56,6 +64,9 @@ struct Calibration {
   std::vector<KernelRate> kernels;
   std::vector<Measurement> fields;  // in profile order
   double seconds = 0;               // the calibration's own wall time
+  int threads = 1;                  // host threads of the measurements (the backend's, CPU Adam's)
+  adam::CpuLoad load_before, load_during;  // other programs' load: the first look, and over the measurements
+  std::vector<std::string> warnings;       // what makes the figures doubtful (a busy machine)
   const Measurement* find(const std::string& field) const;
 };
 
