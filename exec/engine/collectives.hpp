@@ -27,6 +27,10 @@ class CollectiveOp {
   virtual ~CollectiveOp() = default;
   // true when done (and whatever it leaves behind is in place); an error stops the run
   virtual Result<bool> test() = 0;
+  // The job is being stopped because a rank stopped answering: the destructor must not wait for
+  // this operation (it would wait for that rank forever). Only on the way to MpiWorld::abort: the
+  // operation's buffers may be written until the process ends.
+  virtual void abandon() {}
 };
 
 class Collectives {
@@ -51,7 +55,9 @@ class Collectives {
   // the sum over ranks lands in root's buf (other ranks' buf is scratch afterwards)
   virtual Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) = 0;
 
-  // Host-side and blocking, for setup and checks outside the schedule.
+  // Host-side and blocking, for setup and checks outside the schedule. MPI's wait as the engine's
+  // watchdog does: with no rank of the node moving for the stall limit, an error naming the rank
+  // waited for (PeerWatch).
   virtual Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) = 0;
   virtual Result<double> all_reduce_sum(double v) = 0;
   virtual Result<bool> all_reduce_sum_host(float* buf, std::size_t count) = 0;  // host memory, in place
@@ -70,10 +76,18 @@ class MpiWorld {
   // Stops every rank of the job (MPI_Abort) after printing `message` on this rank's stderr.
   [[noreturn]] void abort(const std::string& message, int code);
   // The progress board of the ranks of this node: each publishes how many steps it has completed
-  // so far, and sees the sum of the others' (the engine's watchdog: a rank waiting in a collective
-  // for a slow peer is not stuck while the peer moves). Lock-free, any thread.
+  // so far and how many collectives it has entered, and sees the others' (the engine's watchdog: a
+  // rank waiting in a collective for a slow peer is not stuck while the peer moves, and one that is
+  // names the peer that has not reached the collective). Lock-free, any thread.
   void publish_progress(std::uint64_t completed);
-  std::uint64_t peer_progress() const;
+  std::uint64_t peer_progress() const;  // the others' completions, summed
+  void entered_collective();  // every collective call, engine steps and host ones alike
+  std::uint64_t collectives_entered() const;
+  struct PeerState {
+    int rank = 0, pid = 0;  // world rank, process id
+    std::uint64_t completions = 0, collectives = 0;
+  };
+  std::vector<PeerState> peer_states() const;
   // The process ids of this node's other ranks (their CPU time is the job's, not another
   // program's: host_cores), gathered when MPI starts; empty without mpirun.
   const std::vector<int>& node_peer_pids() const { return node_peer_pids_; }
@@ -85,9 +99,33 @@ class MpiWorld {
   int rank_ = 0, size_ = 1;
   void* node_comm_ = nullptr;  // MPI_Comm of this node's ranks (an opaque handle here)
   void* board_win_ = nullptr;  // MPI_Win of the board
-  std::uint64_t* board_mine_ = nullptr;
-  std::vector<std::uint64_t*> board_peers_;
+  std::uint64_t* board_mine_ = nullptr;      // [completions, collectives entered]
+  std::vector<std::uint64_t*> board_peers_;  // the same pair per peer, in node_peers_ order
+  struct NodePeer {
+    int rank = 0, pid = 0;
+  };
+  std::vector<NodePeer> node_peers_;
   std::vector<int> node_peer_pids_;
+  std::uint64_t collectives_ = 0;  // without a board
+};
+
+// What the node's other ranks did while this one waits: moved() refreshes from the board (true
+// when any counter changed); waiting_for() names the ranks this one waits for, with what they did
+// last: those that have not entered this rank's latest collective first, else those that stopped
+// moving longest ago. Empty board (one rank, or an MPI without shared windows): says so.
+class PeerWatch {
+ public:
+  bool moved();
+  std::uint64_t signature() const { return signature_; }
+  std::string waiting_for() const;
+
+ private:
+  struct Seen {
+    MpiWorld::PeerState state;
+    double changed_s = 0;  // steady clock, when its counters last changed
+  };
+  std::vector<Seen> seen_;
+  std::uint64_t signature_ = 0;
 };
 
 // True when this process was started by mpirun (OpenMPI's or a PMI launcher's environment).
@@ -95,7 +133,9 @@ bool launched_by_mpirun();
 
 // MPI collectives over the world (MPI_Iallgather, MPI_Ireduce_scatter_block, ... polled with
 // MPI_Test; 16-bit sums through a user-defined MPI_Op). Needs MpiWorld::get().active().
-Result<std::unique_ptr<Collectives>> make_mpi_collectives();
+// stall_timeout_s: how long a host-side collective waits with no rank of the node moving before
+// it fails naming the rank it waits for (the engine passes its --stall-timeout).
+Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s = 120);
 
 // NCCL collectives between the GPUs of the world on `backend`'s stream for them, the unique id
 // broadcast over MPI. Only in builds with the cuda backend and NCCL.

@@ -5,14 +5,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "exec/backend/half.hpp"
 #include "exec/engine/collectives.hpp"
 #include "exec/adam/cpu_adam.hpp"
+#include "model/units.hpp"
 
 namespace memwall::exec {
 namespace {
@@ -48,11 +52,13 @@ class MpiOp : public CollectiveOp {
  public:
   MpiOp() = default;
   ~MpiOp() override {
+    if (abandoned_) return;  // the job is being aborted: waiting would wait for the rank that stopped
     if (req_ != MPI_REQUEST_NULL) {  // never leave MPI writing into freed memory
       MPI_Wait(&req_, MPI_STATUS_IGNORE);
     }
     if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
   }
+  void abandon() override { abandoned_ = true; }
   MPI_Request* request() { return &req_; }
   void own_type(MPI_Datatype t) { type_ = t; }
   // after completion: copy `bytes` from `from` to `to` (an in-place reduce-scatter's result)
@@ -72,6 +78,7 @@ class MpiOp : public CollectiveOp {
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  bool abandoned_ = false;
   const void* from_ = nullptr;
   void* to_ = nullptr;
   std::size_t bytes_ = 0;
@@ -79,7 +86,7 @@ class MpiOp : public CollectiveOp {
 
 class MpiCollectives : public Collectives {
  public:
-  MpiCollectives() {
+  explicit MpiCollectives(double stall_timeout_s) : stall_timeout_s_(stall_timeout_s) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Op_create(&sum16<adam::DType::bf16>, 1, &types_.bf16_sum);
@@ -96,6 +103,7 @@ class MpiCollectives : public Collectives {
   Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
                                                    adam::DType t, const void* send) override {
     auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
     // rank q's block is `count` elements at q * stride: one contiguous block type whose extent is
     // the stride, gathered in place
     MPI_Datatype block = MPI_DATATYPE_NULL, strided = MPI_DATATYPE_NULL;
@@ -114,6 +122,7 @@ class MpiCollectives : public Collectives {
   Result<std::unique_ptr<CollectiveOp>> reduce_scatter(void* buf, void* out, std::size_t count,
                                                        adam::DType t) override {
     auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
     // in place: the sum of this rank's slice lands at the start of buf, then moves to `out`
     MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD,
                                         op->request()));
@@ -123,18 +132,21 @@ class MpiCollectives : public Collectives {
 
   Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {
     auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
   Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) override {
     auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
     MPI_CHECK(MPI_Ibcast(buf, int(count), mpi_type(t), root, MPI_COMM_WORLD, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
   Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) override {
     auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
     MPI_CHECK(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : buf, rank_ == root ? buf : nullptr, int(count), mpi_type(t),
                           sum(t), root, MPI_COMM_WORLD, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
@@ -142,28 +154,61 @@ class MpiCollectives : public Collectives {
 
   Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) override {
     std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-    MPI_CHECK(MPI_Allgather(&v, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallgather(&v, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    if (Result<bool> ok = wait(req, "an all-gather of one number per rank"); !ok) return make_error(ok.error());
     return all;
   }
   Result<double> all_reduce_sum(double v) override {
     double s = 0;
-    MPI_CHECK(MPI_Allreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+    if (Result<bool> ok = wait(req, "an all-reduce of one number per rank (the loss, or a check)"); !ok)
+      return make_error(ok.error());
     return s;
   }
   Result<bool> all_reduce_sum_host(float* buf, std::size_t count) override {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    return true;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
+    return wait(req, "an all-reduce of " + std::to_string(count) + " fp32 in host memory");
   }
   Result<bool> barrier() override {
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    return true;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    return wait(req, "a barrier");
   }
 
  private:
+  // MPI_Test until done, as the engine's watchdog waits: with nothing moving on any rank of the
+  // node for the stall limit, an error naming the rank waited for. The request is then left to MPI
+  // (the caller is on its way to MPI_Abort; freeing its buffers could let MPI write into them).
+  Result<bool> wait(MPI_Request& req, const std::string& what) {
+    MpiWorld::get().entered_collective();
+    PeerWatch watch;
+    watch.moved();
+    using Clock = std::chrono::steady_clock;
+    auto last_change = Clock::now();
+    int backoff_us = 1;
+    for (;;) {
+      int done = 0;
+      MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return true;
+      const auto now = Clock::now();
+      if (watch.moved()) last_change = now;
+      const double still = std::chrono::duration<double>(now - last_change).count();
+      if (still > stall_timeout_s_)
+        return make_error("stuck in " + what + ": no rank of this node moved for " + format_sig(still, 3) +
+                          " s (limit " + format_sig(stall_timeout_s_, 3) + " s); " + watch.waiting_for());
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      backoff_us = std::min(1000, backoff_us * 2);
+    }
+  }
+
   MPI_Op sum(adam::DType t) const {
     return t == adam::DType::fp32 ? MPI_SUM : t == adam::DType::bf16 ? types_.bf16_sum : types_.fp16_sum;
   }
   int rank_ = 0, size_ = 1;
+  double stall_timeout_s_ = 120;
   Types types_;
 };
 
@@ -191,27 +236,39 @@ MpiWorld::MpiWorld() {
   node_comm_ = node;
   int node_size = 1;
   MPI_Comm_size(node, &node_size);
+  int node_rank = 0;
+  MPI_Comm_rank(node, &node_rank);
   {
-    const int mine = int(getpid());
-    std::vector<int> pids(std::size_t(node_size), 0);
-    if (MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, node) == MPI_SUCCESS)
-      for (int p : pids)
-        if (p != mine) node_peer_pids_.push_back(p);
+    const int mine[2] = {rank_, int(getpid())};
+    std::vector<int> all(2 * std::size_t(node_size), 0);
+    if (MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node) == MPI_SUCCESS)
+      for (int q = 0; q < node_size; ++q)
+        if (q != node_rank) {
+          node_peers_.push_back({all[2 * std::size_t(q)], all[2 * std::size_t(q) + 1]});
+          node_peer_pids_.push_back(all[2 * std::size_t(q) + 1]);
+        }
   }
   void* mine = nullptr;
   MPI_Win win = MPI_WIN_NULL;
-  if (MPI_Win_allocate_shared(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, node, &mine, &win) !=
-      MPI_SUCCESS)
+  const MPI_Aint entry = 2 * sizeof(std::uint64_t);  // completions, collectives entered
+  if (MPI_Win_allocate_shared(entry, 1, MPI_INFO_NULL, node, &mine, &win) != MPI_SUCCESS) {
+    node_peers_.clear();
     return;
+  }
   board_win_ = win;
   board_mine_ = static_cast<std::uint64_t*>(mine);
-  *board_mine_ = 0;
+  board_mine_[0] = board_mine_[1] = 0;
   for (int q = 0; q < node_size; ++q) {
     MPI_Aint bytes = 0;
     int unit = 0;
     void* at = nullptr;
-    if (MPI_Win_shared_query(win, q, &bytes, &unit, &at) == MPI_SUCCESS && at != mine)
-      board_peers_.push_back(static_cast<std::uint64_t*>(at));
+    if (q == node_rank) continue;
+    if (MPI_Win_shared_query(win, q, &bytes, &unit, &at) != MPI_SUCCESS || at == nullptr) {
+      board_peers_.clear();  // all or none: board_peers_[i] is node_peers_[i]'s
+      node_peers_.clear();
+      break;
+    }
+    board_peers_.push_back(static_cast<std::uint64_t*>(at));
   }
   MPI_Barrier(node);  // every counter is zero before anyone reads one
 }
@@ -230,13 +287,97 @@ MpiWorld::~MpiWorld() {
 }
 
 void MpiWorld::publish_progress(std::uint64_t n) {
-  if (board_mine_) std::atomic_ref<std::uint64_t>(*board_mine_).store(n, std::memory_order_relaxed);
+  if (board_mine_) std::atomic_ref<std::uint64_t>(board_mine_[0]).store(n, std::memory_order_relaxed);
 }
+
+void MpiWorld::entered_collective() {
+  ++collectives_;
+  if (board_mine_) std::atomic_ref<std::uint64_t>(board_mine_[1]).store(collectives_, std::memory_order_relaxed);
+}
+
+std::uint64_t MpiWorld::collectives_entered() const { return collectives_; }
 
 std::uint64_t MpiWorld::peer_progress() const {
   std::uint64_t sum = 0;
-  for (std::uint64_t* p : board_peers_) sum += std::atomic_ref<std::uint64_t>(*p).load(std::memory_order_relaxed);
+  for (std::uint64_t* p : board_peers_) sum += std::atomic_ref<std::uint64_t>(p[0]).load(std::memory_order_relaxed);
   return sum;
+}
+
+std::vector<MpiWorld::PeerState> MpiWorld::peer_states() const {
+  std::vector<PeerState> out;
+  for (std::size_t i = 0; i < board_peers_.size() && i < node_peers_.size(); ++i)
+    out.push_back({node_peers_[i].rank, node_peers_[i].pid,
+                   std::atomic_ref<std::uint64_t>(board_peers_[i][0]).load(std::memory_order_relaxed),
+                   std::atomic_ref<std::uint64_t>(board_peers_[i][1]).load(std::memory_order_relaxed)});
+  return out;
+}
+
+bool PeerWatch::moved() {
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const std::vector<MpiWorld::PeerState> states = MpiWorld::get().peer_states();
+  bool any = seen_.size() != states.size();
+  if (any) seen_.assign(states.size(), Seen{});
+  std::uint64_t sig = 0;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    const MpiWorld::PeerState& s = states[i];
+    sig += s.completions + s.collectives;
+    if (seen_[i].changed_s == 0 || s.completions != seen_[i].state.completions ||
+        s.collectives != seen_[i].state.collectives) {
+      any = any || seen_[i].changed_s != 0;
+      seen_[i].state = s;
+      seen_[i].changed_s = now;
+    }
+  }
+  signature_ = sig;
+  return any;
+}
+
+namespace {
+
+// A local process's state as the kernel shows it (/proc/PID/stat, the field after the name):
+// "running", "stopped (SIGSTOP, or a debugger)", "a zombie", "gone", ...
+std::string process_state(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!f || !std::getline(f, text)) return "gone";
+  const std::size_t close = text.rfind(')');
+  const char state = close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+  switch (state) {
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "in uninterruptible I/O";
+    case 'T': return "stopped (SIGSTOP, or a debugger)";
+    case 't': return "stopped by a debugger";
+    case 'Z': return "a zombie (it exited)";
+    case 'X': return "gone";
+    default: return std::string("in state ") + state;
+  }
+}
+
+}  // namespace
+
+std::string PeerWatch::waiting_for() const {
+  if (seen_.empty())
+    return "no other rank of this job on this node to watch: the rank waited for is on another node, or stopped "
+           "before it could say";
+  const double now =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const std::uint64_t mine = MpiWorld::get().collectives_entered();
+  std::string culprits, rest;
+  for (const Seen& s : seen_) {
+    const std::string state = process_state(s.state.pid);
+    const bool behind = s.state.collectives < mine;
+    const bool halted = state != "running" && state != "sleeping" && state != "in uninterruptible I/O";
+    std::string& into = behind || halted ? culprits : rest;
+    into += std::string(into.empty() ? "" : "; ") + "rank " + std::to_string(s.state.rank) + " (pid " +
+            std::to_string(s.state.pid) + "), " + state + ", which has entered " + std::to_string(s.state.collectives) +
+            " collectives to this rank's " + std::to_string(mine) + " and completed nothing for " +
+            format_sig(now - s.changed_s, 3) + " s";
+  }
+  if (!culprits.empty()) return "waiting for " + culprits + (rest.empty() ? "" : "; the others: " + rest);
+  return "every rank of this node has reached this collective and is alive (" + rest +
+         "): the rank waited for is on another node, or the collective itself is stuck";
 }
 
 MpiWorld& MpiWorld::get() {
@@ -250,9 +391,9 @@ void MpiWorld::abort(const std::string& message, int code) {
   std::exit(code);
 }
 
-Result<std::unique_ptr<Collectives>> make_mpi_collectives() {
+Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s) {
   if (!MpiWorld::get().active()) return make_error("MPI collectives need a job started by mpirun");
-  return std::unique_ptr<Collectives>(new MpiCollectives());
+  return std::unique_ptr<Collectives>(new MpiCollectives(stall_timeout_s));
 }
 
 #if !MEMWALL_HAVE_NCCL

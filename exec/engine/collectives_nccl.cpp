@@ -117,6 +117,7 @@ class NcclCollectives : public Collectives {
  private:
   // The collective reads what the compute stream wrote: its stream waits for the compute stream.
   Result<bool> after_compute() {
+    MpiWorld::get().entered_collective();  // every collective starts here: the watchdog's board
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(e, compute_));

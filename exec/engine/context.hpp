@@ -63,6 +63,7 @@ struct EngineContext {
   // empty at dp 1 or across nodes.
   std::function<std::uint64_t()> peer_progress;
   std::function<void(std::uint64_t)> publish_progress;  // this rank's completions so far, for the others
+  std::function<std::string()> describe_peers;          // stuck: the rank waited for (PeerWatch)
   std::uint64_t completions = 0;                        // over the run
   // one iteration's counters, filled by the dispatcher
   std::array<double, kLinkClasses> bytes_moved{};

@@ -234,12 +234,21 @@ class Loop {
     }
     error_ = "stuck: nothing completed on any lane or rank for " + format_sig(at - last_change_, 3) + " s (limit " +
              format_sig(limit, 3) + " s); waiting on " + what;
+    if (e_.describe_peers) error_ += "; " + e_.describe_peers();
+    stuck_ = true;
     return true;
   }
 
   // After an error: let what is in flight finish so no buffer is written after we return, and give
   // its events back to the pool.
   void drain() {
+    // Stuck with collectives in flight: the rank they wait for may never come, and the job is on
+    // its way to MPI_Abort; waiting for them would hang here instead.
+    if (stuck_)
+      for (int id : inflight_)
+        if (tok_[size_t(id)].kind == Token::collective)
+          for (std::unique_ptr<CollectiveOp>& op : tok_[size_t(id)].ops)
+            if (op) op->abandon();
     e_.k().synchronize(e_.cx());
     if (io::IoEngine* io = e_.tiers.io()) (void)io->wait_all();
     for (int id : inflight_) {
@@ -262,6 +271,7 @@ class Loop {
   std::size_t finished_ = 0, next_collective_ = 0;
   int next_serial_ = 0;
   std::string error_;
+  bool stuck_ = false;
   const Clock::time_point t0_ = Clock::now();
   std::uint64_t signature_ = ~std::uint64_t(0);
   double last_change_ = 0;

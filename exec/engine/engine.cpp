@@ -334,11 +334,16 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
     e.tables = &e.main_tables;
   }
   if (e.dp > 1) {
-    Result<std::unique_ptr<Collectives>> c = make_mpi_collectives();
+    Result<std::unique_ptr<Collectives>> c = make_mpi_collectives(e.o.stall_timeout_s);
     if (!c) return make_error(c.error());
     e.coll = std::move(c).value();
     if (Result<bool> r = check_ranks_agree(e); !r) return make_error(r.error());
-    e.peer_progress = [] { return MpiWorld::get().peer_progress(); };
+    auto watch = std::make_shared<PeerWatch>();
+    e.peer_progress = [watch] {
+      watch->moved();
+      return watch->signature();
+    };
+    e.describe_peers = [watch] { return watch->waiting_for(); };
     e.publish_progress = [](std::uint64_t n) { MpiWorld::get().publish_progress(n); };
   }
   adam::AdamOptions ao;

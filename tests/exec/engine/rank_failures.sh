@@ -3,7 +3,9 @@
 #   - ranks started with different settings (mpirun's MPMD form, ci 1 on one and 2 on the other)
 #     are refused before step 0: the schedules' hashes differ (exit 2, the rank named);
 #   - an I/O error on rank 1 mid-run (its parameter swap file cut to nothing under it) stops the
-#     job: MPI_Abort with the rank, the file and the offset, within seconds.
+#     job: MPI_Abort with the rank, the file and the offset, within seconds;
+#   - a rank stopped with SIGSTOP stops the job within the stall limit, rank 0 naming the rank it
+#     waits for, and leaves no process behind.
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -53,3 +55,35 @@ grep -q 'memwall run: rank 1: step [0-9]*: step [0-9]* (fetch.nc .*): read .*ran
   "$dir/err.txt" || { echo "FAIL: stderr:"; cat "$dir/err.txt"; exit 1; }
 [ "$took" -lt 60 ] || { echo "FAIL: took $took s to stop"; exit 1; }
 echo "rank 1's I/O error stopped the job in ${took} s (exit $rc): $(grep -o 'rank 1: .*' "$dir/err.txt" | head -1 | cut -c1-160)"
+
+# a rank stopped with SIGSTOP (it neither fails nor answers): the others' watchdog stops the job
+# within the stall limit, naming the rank it waits for, and no process of the job is left behind
+"${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --stall-timeout 5 \
+  >"$dir/out.txt" 2>"$dir/err.txt" &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && break
+  sleep 0.1
+done
+rank1=
+for p in $(pgrep -x memwall); do
+  { tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' && grep -q "$dir/run.yaml" "/proc/$p/cmdline" &&
+    rank1=$p; } 2>/dev/null || true
+done
+[ -n "$rank1" ] || { echo "FAIL: rank 1's process not found"; kill "$pid"; exit 1; }
+kill -STOP "$rank1"
+start=$(date +%s)
+set +e
+timeout 60 tail --pid="$pid" -f /dev/null
+wait "$pid"
+rc=$?
+set -e
+took=$(($(date +%s) - start))
+kill -CONT "$rank1" 2>/dev/null || true
+[ "$rc" != 0 ] || { echo "FAIL: the job went on with rank 1 stopped"; exit 1; }
+grep -q "memwall run: rank 0: .*stuck.*waiting for rank 1 (pid $rank1), stopped (SIGSTOP, or a debugger), which has entered [0-9]* collectives to this rank's [0-9]* and completed nothing for" \
+  "$dir/err.txt" || { echo "FAIL: stderr:"; cat "$dir/err.txt"; exit 1; }
+[ "$took" -lt 30 ] || { echo "FAIL: took $took s to stop (stall limit 5 s)"; exit 1; }
+sleep 2
+if kill -0 "$rank1" 2>/dev/null; then kill -9 "$rank1"; echo "FAIL: the stopped rank $rank1 was left behind"; exit 1; fi
+echo "rank 1 stopped (SIGSTOP): the job stopped in ${took} s (exit $rc): $(grep -o 'waiting for rank 1 .*' "$dir/err.txt" | head -1 | cut -c1-150)"
