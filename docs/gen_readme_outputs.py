@@ -12,7 +12,8 @@ Run from anywhere; commands run in the repository root with ./build/memwall repl
 What --check normalises, and nothing else: numbers that depend on how fast this machine is at the
 moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): tokens/s, step ms
 and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
-line, and the busy and exposed ms of the link table; with them the spaces that align table
+line, the busy and exposed ms of the link table, and the host threads line (threads fitted to
+the load other programs put on the machine, and that load); with them the spaces that align table
 columns (a wider number shifts a column). Losses, bytes, peaks, schedules and every number of
 analyze, schedule and simulate must match exactly.
 """
@@ -93,8 +94,9 @@ MPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1
 
 def run_table(lines):
     """A run's output: the header and the first step row, '...', the last step row, the summary."""
-    last_row = index_of(lines, r"^$", 4) - 1
-    return elide(lines, [(0, 5), (last_row, None)])
+    header = index_of(lines, r"^ +step +loss")
+    last_row = index_of(lines, r"^$", header) - 1
+    return elide(lines, [(0, header + 2), (last_row, None)])
 
 
 def block_analyze(build):
@@ -184,6 +186,7 @@ TIMED = {"run", "run_nvme", "plan_run", "ranks"}
 
 STEP_ROW = re.compile(r"^(\s+\d+\s+[0-9.]+)\s+\d+\s+[0-9.]+\s+(-|\d+ %)(.*)$")
 LOSS_LINE = re.compile(r"iteration [0-9.]+ ms \(median\), compute [0-9.]+ ms, ([0-9.]+ % of transfer)?")
+THREADS_LINE = re.compile(r"^(\s+host threads) \d+ \(fitted: .*\)$")
 LINK_ROW = re.compile(r"^(\s+(?:\d+\s+)?[a-z_]+\s+[0-9.]+ ?[KMGT]?i?B\s+[0-9.]+ ?[KMGT]?i?B)\s+[0-9.]+ ms\s+[0-9.]+ ms$")
 
 
@@ -196,6 +199,7 @@ def normalise(name, lines):
         line = LOSS_LINE.sub(lambda m: "iteration <ms> (median), compute <ms>, " +
                              ("<hidden> % of transfer" if m.group(1) else ""), line)
         line = LINK_ROW.sub(r"\1 <busy> <exposed>", line)
+        line = THREADS_LINE.sub(r"\1 <n> (fitted: <the load>)", line)
         out.append(re.sub(r" +", " ", line))
     return out
 

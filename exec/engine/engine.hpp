@@ -68,7 +68,8 @@ struct EngineOptions {
   // Host threads of the backend's CPU work (OpenMP, OpenBLAS) and CPU Adam. 0: fit the machine,
   // the cores other processes leave free (exec/adam/host_cores.hpp), looked at over 0.1 s when the
   // engine is made and again after each iteration once 0.2 s have passed since the last look; n:
-  // exactly n. Losses do not depend on it (every kernel splits work, never a sum, across threads).
+  // exactly n. Losses do not depend on it: the kernels split elements across threads, never a sum,
+  // and the cpu backend's GEMMs are tiles fixed by the shape (backend_cpu.cpp, cpu_gemm).
   int threads = 0;
   // tests: wraps the backend the engine made (a wrapper that delays completions, around the real one)
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;

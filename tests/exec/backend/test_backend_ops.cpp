@@ -895,3 +895,37 @@ TEST(CpuBackend, KernelsUseTheHostThreadsItWasGiven) {
   gemm();
   EXPECT_EQ(omp_get_max_threads(), 1);
 }
+
+// GEMM results do not depend on the host threads: OpenBLAS's own threading splits work by its
+// thread count, and some of its kernels then round the sums differently (100 steps of the README's
+// run ended at 3.22188 on one thread and 3.15908 on two with OPENBLAS_CORETYPE=Haswell). The cpu
+// backend cuts C into tiles fixed by the shape; every thread count must give the same bits, for
+// the GPT's shapes and for odd ones, transposed or not, batched or not. CTest runs this also with
+// OPENBLAS_CORETYPE=Haswell (gemm_threads_haswell).
+TEST(CpuBackend, GemmBitsDoNotDependOnTheHostThreads) {
+  struct Shape {
+    bool ta, tb;
+    int M, N, K, batch;
+  };
+  const Shape shapes[] = {{false, true, 512, 768, 256, 1},  {false, false, 512, 256, 1024, 1},
+                          {true, false, 1024, 256, 512, 1}, {false, true, 513, 300, 77, 3},
+                          {true, true, 130, 1030, 200, 2},  {false, false, 64, 64, 64, 8}};
+  auto cpu = create_backend("cpu").value();
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE("M " + std::to_string(sh.M) + " N " + std::to_string(sh.N) + " K " + std::to_string(sh.K) +
+                 " batch " + std::to_string(sh.batch) + (sh.ta ? " A^T" : "") + (sh.tb ? " B^T" : ""));
+    const long a_n = long(sh.M) * sh.K, b_n = long(sh.K) * sh.N, c_n = long(sh.M) * sh.N;
+    const std::vector<float> a = randn(std::size_t(a_n * sh.batch), 7), b = randn(std::size_t(b_n * sh.batch), 8);
+    const std::vector<float> c0 = randn(std::size_t(c_n * sh.batch), 9);
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2, 3, 4}) {
+      cpu->ops().set_host_threads(cpu->ctx(), threads);
+      std::vector<float> c = c0;
+      cpu->ops().gemm(cpu->ctx(), sh.ta, sh.tb, sh.M, sh.N, sh.K, 0.5f, a.data(), sh.ta ? sh.M : sh.K, a_n, b.data(),
+                      sh.tb ? sh.K : sh.N, b_n, 0.25f, c.data(), sh.N, c_n, sh.batch);
+      got.push_back(std::move(c));
+    }
+    for (std::size_t i = 1; i < got.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data(), got[0].data(), got[0].size() * sizeof(float)), 0) << i + 1 << " threads";
+  }
+}
