@@ -16,6 +16,7 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "exec/adam/host_cores.hpp"
 #include "cli/run_setup.hpp"
 #include "exec/adam/cpu_adam.hpp"
 #include "exec/engine/collectives.hpp"
@@ -121,6 +122,11 @@ Command add_validate(CLI::App& app) {
             const std::vector<double> iter_s(trained->iteration_s.begin() + 1, trained->iteration_s.end());
             const double measured_s = median(iter_s);
             if (!lead) return 0;
+            // a busy machine: what was measured includes the others' share of the cores
+            const adam::CpuLoad load = engine->stats().load;
+            if (load.others >= adam::kBusyCores)
+              std::cerr << "memwall validate: warning: while it ran, " << adam::describe_load(load)
+                        << "; the measured times include their share of the cores (run it on a quiet machine)\n";
             if (show) std::cerr << "validate: simulating the same schedule ..." << std::endl;
             std::vector<Schedule> others;  // the broadcast variant's other ranks
             if (executed.broadcast)
@@ -156,7 +162,9 @@ Command add_validate(CLI::App& app) {
                                         {"profile", o.profile.name},
                                         {"dp", c.dp},
                                         {"steps", prep.rc.steps},
-                                        {"schedule_steps", executed.steps.size()}};
+                                        {"schedule_steps", executed.steps.size()},
+                                        {"host_threads", engine->stats().threads},
+                                        {"other_processes_cores", load.others}};
             j["iteration_s"] = {{"measured", measured_s},
                                 {"measured_last", last.iteration_s},
                                 {"simulated", sr.iteration_s},

@@ -87,6 +87,10 @@ Result<CpuLoad> measure_load(double window_s);
 // least 1, at most the quota's share. Half a core's worth of others' work rounds to a core taken.
 int fit_threads(const CpuLoad& load);
 
+// Other programs' load from which a measurement is called a busy machine's (calibrate refuses it,
+// validate warns), in cores.
+constexpr double kBusyCores = 0.5;
+
 // "other processes kept 1.9 of 2 cores busy (stress-ng-cpu pid 812 1.0, ...)"
 std::string describe_load(const CpuLoad& load);
 

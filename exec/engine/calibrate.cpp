@@ -478,7 +478,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   Result<adam::CpuLoad> before = adam::end_load_window(*first, 0.5);
   if (!before) return make_error("calibrate: " + before.error());
   c.load_before = *before;
-  double busy = c.load_before.others >= kBusyCores ? 1 : 0;
+  double busy = c.load_before.others >= adam::kBusyCores ? 1 : 0;
   if (c.ranks > 1) {
     Result<std::unique_ptr<Collectives>> coll = make_mpi_collectives();
     if (!coll) return make_error(coll.error());
@@ -487,7 +487,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     busy = *any;
   }
   if (busy > 0 && !o.allow_busy)
-    return make_error(c.load_before.others >= kBusyCores
+    return make_error(c.load_before.others >= adam::kBusyCores
                           ? "this machine is busy: " + adam::describe_load(c.load_before) +
                                 "; its figures would be the share they leave, not the machine's (run it when they are "
                                 "done, or give --allow-busy to measure that share)"
@@ -516,7 +516,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   Result<adam::CpuLoad> load = adam::end_load_window(*during, 0);
   if (!load) return make_error("calibrate: " + load.error());
   c.load_during = *load;
-  if (c.load_during.others >= kBusyCores)
+  if (c.load_during.others >= adam::kBusyCores)
     c.warnings.push_back("while it measured (on average), " + adam::describe_load(c.load_during) +
                          "; each figure is the best of several runs, but may still be low");
   c.seconds = since(t_start);

@@ -46,8 +46,6 @@ struct CalibrateOptions {
   bool allow_busy = false;
 };
 
-// Other programs' load at which calibrate refuses (or, with allow_busy, warns): in cores.
-constexpr double kBusyCores = 0.5;
 
 // One field of the profile: where it goes, its value, how it was measured.
 struct Measurement {

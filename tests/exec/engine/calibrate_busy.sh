@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# calibrate_busy.sh MEMWALL: `memwall calibrate` on a machine other programs keep busy (issue 30,
+# calibrate_busy.sh MEMWALL RUN_YAML: `memwall calibrate` (and validate) on a machine other programs keep busy (issue 30,
 # item 5; before, it measured 7.8 instead of ~100 GFLOPS beside one busy process, without a word).
 #   - beside `stress-ng --cpu N` (N = this machine's cores) it refuses at once (exit 2), naming the
 #     load and stress-ng, and writes nothing; under mpirun -np 2 every rank refuses, none waits;
 #   - with --allow-busy it measures, with the host threads the others leave (one), warns on stderr
-#     and writes the load it saw into the profile.
+#     and writes the load it saw into the profile;
+#   - validate on the busy machine warns that its measured times include the others' share.
 set -euo pipefail
 mw=$1
+cfg=$2
 command -v stress-ng >/dev/null || { echo "FAIL: stress-ng is not installed (setup.sh installs it)"; exit 1; }
 dir=$(mktemp -d)
 stress_pid=
@@ -51,3 +53,9 @@ grep -q '^# Each time is the best of several runs, with 1 host thread; while it 
 "$mw" simulate --profile "$dir/p.yaml" --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --bsz 8 >/dev/null ||
   fail "the busy machine's profile does not load"
 echo "--allow-busy: $(grep -c warning "$dir/err") warnings; $(grep '^  peak:' "$dir/p.yaml" | cut -c1-40)"
+
+"$mw" validate --profile "$dir/p.yaml" --config "$cfg" --strategy zero_inf_cpu --steps 3 >/dev/null 2>"$dir/err" ||
+  { cat "$dir/err"; fail "validate on the busy machine failed"; }
+grep -q '^memwall validate: warning: while it ran, other processes kept [0-9.]* of [0-9]* cores\? busy' "$dir/err" ||
+  { cat "$dir/err"; fail "validate on a busy machine does not warn"; }
+echo "validate: $(grep warning "$dir/err" | cut -c1-120)"
