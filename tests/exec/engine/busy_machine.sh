@@ -9,20 +9,11 @@
 set -euo pipefail
 mw=$1
 config=$2
-command -v stress-ng >/dev/null || { echo "FAIL: stress-ng is not installed (setup.sh installs it)"; exit 1; }
-dir=$(mktemp -d)
-stress_pid=
-cleanup() {
-  [ -n "$stress_pid" ] && kill "$stress_pid" 2>/dev/null && wait "$stress_pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/stress_lib.sh"
 field() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]])" "$1" "$2"; }
 
 timeout 120 "$mw" run --config "$config" --steps 30 --json >"$dir/idle.json"
-stress-ng --cpu 4 --timeout 300 >/dev/null 2>&1 &
-stress_pid=$!
-sleep 1
+start_stress 4
 set +e
 timeout 300 "$mw" run --config "$config" --steps 30 --json >"$dir/busy.json" 2>"$dir/busy.err"
 rc=$?

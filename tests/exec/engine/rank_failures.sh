@@ -20,6 +20,12 @@ bsz: 2
 steps: 100000
 EOF
 mkdir -p "$dir/swap"
+wait_first_step() {  # until the job's first step row is printed (30 s at most)
+  for _ in $(seq 1 300); do
+    grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && return
+    sleep 0.1
+  done
+}
 set +e
 out=$(timeout 120 "${mpi[@]}" -np 1 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --ci 1 --steps 3 : \
       -np 1 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --ci 2 --steps 3 2>&1)
@@ -33,10 +39,7 @@ echo "mismatched ranks: refused before step 0 (exit 2)"
 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --nvme-dir "$dir/swap" \
   >"$dir/out.txt" 2>"$dir/err.txt" &
 pid=$!
-for _ in $(seq 1 300); do
-  grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && break
-  sleep 0.1
-done
+wait_first_step
 start=$(date +%s)
 # cut it again and again: the optimizer's writes would grow it back before the next read otherwise
 for _ in $(seq 1 500); do
@@ -61,10 +64,7 @@ echo "rank 1's I/O error stopped the job in ${took} s (exit $rc): $(grep -o 'ran
 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --stall-timeout 5 \
   >"$dir/out.txt" 2>"$dir/err.txt" &
 pid=$!
-for _ in $(seq 1 300); do
-  grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && break
-  sleep 0.1
-done
+wait_first_step
 rank1=
 for p in $(pgrep -x memwall); do
   { tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' && grep -q "$dir/run.yaml" "/proc/$p/cmdline" &&
