@@ -230,9 +230,10 @@ void apply_host_threads(EngineContext& e) {
 // After an iteration: look at the load again once 0.2 s have passed since the last look.
 void refit_host_threads(EngineContext& e) {
   EngineContext::HostThreads& h = e.host;
-  if (!h.fitted) return;
+  const double wall_s = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  if (!h.fitted || wall_s - h.looked.wall_s < 0.2) return;  // /proc read only once 0.2 s have passed
   Result<adam::CpuSample> now = adam::sample_cpu(h.allowed, h.job_peers);
-  if (!now || now->wall_s - h.looked.wall_s < 0.2) return;
+  if (!now) return;
   h.load = adam::load_between(h.looked, *now, h.allowed.quota_cores);
   h.looked = *now;
   const int t = adam::fit_threads(h.load);

@@ -20,6 +20,14 @@ bsz: 2
 steps: 100000
 EOF
 mkdir -p "$dir/swap"
+wait_job() {  # the job $pid's exit code into $rc, seconds since $start into $took (at most $1 s)
+  set +e
+  timeout "$1" tail --pid="$pid" -f /dev/null
+  wait "$pid"
+  rc=$?
+  set -e
+  took=$(($(date +%s) - start))
+}
 wait_first_step() {  # until the job's first step row is printed (30 s at most)
   for _ in $(seq 1 300); do
     grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && return
@@ -47,12 +55,7 @@ for _ in $(seq 1 500); do
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.01
 done
-set +e
-timeout 120 tail --pid="$pid" -f /dev/null
-wait "$pid"
-rc=$?
-set -e
-took=$(($(date +%s) - start))
+wait_job 120
 [ "$rc" != 0 ] || { echo "FAIL: the job went on after rank 1's I/O error"; exit 1; }
 grep -q 'memwall run: rank 1: step [0-9]*: step [0-9]* (fetch.nc .*): read .*rank0001.param16.swap: offset [0-9]* length [0-9]*: past the end of the file' \
   "$dir/err.txt" || { echo "FAIL: stderr:"; cat "$dir/err.txt"; exit 1; }
@@ -73,12 +76,7 @@ done
 [ -n "$rank1" ] || { echo "FAIL: rank 1's process not found"; kill "$pid"; exit 1; }
 kill -STOP "$rank1"
 start=$(date +%s)
-set +e
-timeout 60 tail --pid="$pid" -f /dev/null
-wait "$pid"
-rc=$?
-set -e
-took=$(($(date +%s) - start))
+wait_job 60
 kill -CONT "$rank1" 2>/dev/null || true
 [ "$rc" != 0 ] || { echo "FAIL: the job went on with rank 1 stopped"; exit 1; }
 grep -q "memwall run: rank 0: .*stuck.*waiting for rank 1 (pid $rank1), stopped (SIGSTOP, or a debugger), which has entered [0-9]* collectives to this rank's [0-9]* and completed nothing for" \
