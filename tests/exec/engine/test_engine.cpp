@@ -470,8 +470,11 @@ TEST(Engine, HostThreadsLeaveTheCoreAnotherProcessUses) {
   EXPECT_TRUE(st.threads_fitted);
   EXPECT_LE(st.threads, std::max(1, cores.quota_cores - 1)) << adam::describe_load(st.load);
   EXPECT_GE(st.load.others, 0.5) << adam::describe_load(st.load);
-  EXPECT_NE(adam::describe_load(st.load).find("(pid " + std::to_string(child) + ")"), std::string::npos)
-      << adam::describe_load(st.load);
+  // named, unless three others were as busy (the list keeps the top three: under stress-ng its
+  // workers can outrank the child)
+  bool named = false;
+  for (const adam::BusyProcess& p : st.load.busiest) named = named || p.pid == child;
+  EXPECT_TRUE(named || st.load.busiest.size() == 3) << adam::describe_load(st.load);
 }
 
 // Delays injected into the real engine: every backend event and every io completion of a run
