@@ -188,7 +188,7 @@ void StrategyFlags::add(CLI::App& app) {
           "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan, schedule and simulate (run: 1)");
   add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
           "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
-          "bsz x grad-accum x dp); plan and simulate only, the executor runs 1");
+          "bsz x grad-accum x dp); the optimizer runs once per step");
   app.add_option("--optimizer-overlap", overlap,
                  "When CPU Adam runs: none (after backward, Sec. 5.2.2), backward (each chunk as soon as its\n"
                  "gradients are final, beside the rest of backward: exact), dpu (ZeRO-Offload's delayed parameter\n"

@@ -150,8 +150,9 @@ Command add_run(CLI::App& app) {
                   << o.config.bsz << " x seq " << rc.seq << ", ci " << o.config.ci << ", tiling "
                   << o.config.tiling_factor << ", " << std::string(adam::dtype_name(o.precision)) << " parameters, lr " << rc.lr
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
-                  << engine->ranks() << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
-                  << o.config.bsz * engine->ranks() * std::max(1, s.micro_batches) << "): backend "
+                  << engine->ranks() << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
+                  << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
+                  << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
                   << " steps, peak gpu " << format_bytes(s.peak_bytes[0]) << ", cpu " << format_bytes(s.peak_bytes[1])
@@ -288,6 +289,8 @@ Command add_run(CLI::App& app) {
                   {"threads_fitted", st.threads_fitted},
                   {"other_processes_cores", st.load.others},
                   {"dp", engine->ranks()},
+                  {"grad_accum", std::max(1, s.grad_accum)},
+                  {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},
                   {"ranks", ranks_json}};
               if (lead) std::cout << j.dump(2) << "\n";
             }

@@ -102,11 +102,6 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   if (o.config.pp > 1)
     throw UsageError(whence + (in.plan.empty() ? "--pp" : "training.pp") + ": " + std::to_string(o.config.pp) +
                      " pipeline stages are planned and scheduled; the executor runs every block on each rank");
-  if (o.config.grad_accum > 1)
-    throw UsageError(whence + (in.plan.empty() ? "--grad-accum" : "training.grad_accum") + ": " +
-                     std::to_string(o.config.grad_accum) +
-                     " micro-steps per optimizer step is planned and simulated; the executor runs one (plan with "
-                     "--global-batch equal to bsz x ranks, or run with a larger micro-batch)");
   o.model = rc.model;
   o.model.max_seq = rc.seq;
   o.profile = profile;

@@ -567,8 +567,15 @@ void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector
   const double gshare = d.pl.grad16.partitioned && !d.broadcast ? 1.0 / d.dp : 1.0;
   const bool nc_staged = d.pt == Tier::nvme;
   const NcStaging nc = nc_staging(d, fwd, bwd, pshare);
-  const auto [gc_pair, gc_alone] =
+  auto [gc_pair, gc_alone] =
       d.pl.grad16.tier == Tier::nvme ? gc_staging(d, bwd, pshare, gshare) : std::pair<double, double>{0, 0};
+  // gradient accumulation: a later micro-step's gradient waits in CPU memory to be added to the
+  // earlier ones' sum, which on NVMe is read back beside it (one group at a time)
+  const bool accumulates = d.ga > 1 && d.pl.grad16.tier != Tier::gpu;
+  if (accumulates && d.pl.grad16.tier == Tier::nvme) {
+    gc_pair += gc_alone;
+    gc_alone *= 2;
+  }
   optimizer_parts(d, optim, passes, chunk_parts);
   const double overlapped_chunk = sum_parts(chunk_parts);  // backward overlap: one chunk's buffers beside a steady moment
   // the fullest of: the start of a pass (depth + 1 reads), a gradient's write beside a read, and
@@ -586,6 +593,16 @@ void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector
   } else if (chunk_moment > 0) {
     if (one > 0) passes.push_back({"parameters staged from NVMe (one group, at most)", one});
     passes.insert(passes.end(), chunk_parts.begin(), chunk_parts.end());
+  }
+  if (accumulates && d.pl.grad16.tier == Tier::cpu) {  // the largest unit's part this rank keeps
+    double total = 0, at = 0, largest = 0;
+    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double e) { total += e; });
+    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double whole) {
+      const double kept = d.broadcast ? (unit_owner(at, whole, total, d.dp) == d.rank ? whole : 0) : whole * gshare;
+      largest = std::max(largest, kept * d.z.param_bytes);
+      at += whole;
+    });
+    passes.push_back({"a later micro-step's gradient staged for its sum (one unit)", largest});
   }
   const bool optim_binds = d.c.optimizer_overlap == OptimizerOverlap::none && sum_parts(optim) > sum_parts(passes);
   const std::vector<MemoryPart>& chosen = optim_binds ? optim : passes;

@@ -18,11 +18,32 @@ double grad_collective_bytes(const Shape& sh, double bytes, double pieces) {
 // Gradients are final (and the optimizer may read them) only in the last micro-step; partitioned
 // or offloaded ones are reduced and moved in every micro-step and accumulate where they land.
 bool last_micro_step(const Builder& b) { return b.e.accum < 0 || b.e.accum == b.sh.grad_accum - 1; }
+// A micro-step after the first: what it reduces or offloads adds to the earlier micro-steps' sum.
+bool adds_to_earlier(const Builder& b) { return b.e.accum > 0; }
+
+// This micro-step's gradient (this rank's `keep` bytes of unit's, in buffer `src` on tier t) added
+// into the earlier micro-steps' sum: buffer `dst`, or (-1) the persistent grad16 on t.
+int accumulate(Builder& b, int unit, Tier t, int src, int dst, double keep, std::vector<int> after) {
+  Step st;
+  st.kind = StepKind::accumulate;
+  st.phase = Phase::backward;
+  st.state = State::grad16;
+  st.name = b.sh.units[size_t(unit)].name;
+  st.unit = unit;
+  st.bytes = keep;
+  st.src = st.dst = t;
+  st.src_buf = src;
+  st.dst_buf = dst;
+  st.deps = std::move(after);
+  return b.e.emit(std::move(st));
+}
 
 // The reduce of a finished gradient across the data-parallel group: a reduce-scatter (or the
-// owner's reduce) when grad16 is partitioned, else one all-reduce in the last micro-step. Returns
-// the step that finishes it (the compute when nothing is reduced) and sets `keep`, the bytes of it
-// that stay on this rank.
+// owner's reduce) when grad16 is partitioned, else an all-reduce (in the last micro-step only when
+// the gradient accumulates on the GPU). The reduced part lands in grad16's shard on the GPU, or
+// stays in the buffer's slice for the offload or a later micro-step's accumulate. Returns the step
+// that finishes it (the compute when nothing is reduced) and sets `keep`, the bytes of it that
+// stay on this rank.
 int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole, double& keep) {
   const Shape& sh = b.sh;
   const ScheduleUnit& u = sh.units[size_t(unit)];
@@ -35,15 +56,16 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
     const double got = grad_collective_bytes(sh, whole * (dp - 1) / dp, dp - 1);
     Step st = transfer({StepKind::reduce_scatter, Phase::backward, bcast ? Hop::reduce : Hop::rs, State::grad16, got,
                         Tier::gpu, Tier::gpu, sh.collective_link},
-                       u.name, deps({compute_id}), buf, gp.tier == Tier::gpu ? -1 : buf);
+                       u.name, deps({compute_id}), buf, gp.tier == Tier::gpu && !adds_to_earlier(b) ? -1 : buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::reduce, CommGroup::dp, dp, u.root, got * dp / (dp - 1)}
                           : CollectiveSpec{CollectiveKind::reduce_scatter, CommGroup::dp, dp, -1, got / (dp - 1)};
     keep = bcast ? (u.root == sh.rank ? whole : 0) : whole / dp;
     return b.e.emit(std::move(st));
   }
-  if (dp > 1 && last_micro_step(b)) {
-    // whole gradients on every rank accumulate locally; one all-reduce at the last micro-step
+  if (dp > 1 && (last_micro_step(b) || gp.tier != Tier::gpu)) {
+    // whole gradients accumulate in grad16 on the GPU and are all-reduced once, at the last
+    // micro-step; ones that leave the GPU (l2l) are all-reduced in every micro-step, as they go
     const double got = grad_collective_bytes(sh, 2.0 * whole * (dp - 1) / dp, 2.0 * (dp - 1));
     Step st = transfer({StepKind::allreduce, Phase::backward, Hop::ar, State::grad16, got, Tier::gpu, Tier::gpu,
                         sh.collective_link},
@@ -60,31 +82,52 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
 int offload_gradient(Builder& b, int unit, int buf, int after, double keep) {
   const Shape& sh = b.sh;
   const ScheduleUnit& u = sh.units[size_t(unit)];
-  const bool to_nvme = sh.pl.grad16.tier == Tier::nvme;
+  const bool to_nvme = sh.pl.grad16.tier == Tier::nvme, adds = adds_to_earlier(b);
   // dpu: the slot this gradient overwrites holds the previous iteration's until its update read it
   const std::vector<int> readers = delayed_update_readers(b, unit);
   std::vector<int> gc_deps = deps({after});
   if (!to_nvme) gc_deps.insert(gc_deps.end(), readers.begin(), readers.end());
-  const int staged = to_nvme ? b.e.buffer(BufferKind::staged_grad, "gc:" + u.name, Tier::cpu, keep, unit) : -1;
+  // staged in CPU memory on its way to NVMe, or to be added to the earlier micro-steps' sum
+  const int staged = to_nvme || adds ? b.e.buffer(BufferKind::staged_grad, "gc:" + u.name, Tier::cpu, keep, unit) : -1;
   Step gc = transfer({StepKind::offload, Phase::backward, Hop::gc, State::grad16, keep, Tier::gpu, Tier::cpu,
                       LinkClass::cpu_gpu},
                      u.name, gc_deps, buf, staged);
   gc.unit = unit;
+  if (staged >= 0) gc.allocs.push_back(staged);
   int prev = b.e.emit(std::move(gc));
   b.e.free_at(prev, buf);
   b.grads.offloads.push_back(prev);
   b.grads.done.push_back(prev);
+  if (adds && !to_nvme) {  // into the persistent grad16 in CPU memory
+    prev = accumulate(b, unit, Tier::cpu, staged, -1, keep, deps({prev}));
+    b.e.free_at(prev, staged);
+    b.grads.offloads.push_back(prev);
+    return prev;
+  }
   if (!to_nvme) return prev;
-  b.e.step(prev).allocs.push_back(staged);
+  int out = staged;  // what goes to the drive
+  if (adds) {  // the earlier micro-steps' sum back from the drive, this one's added, the sum written back
+    const int sum = b.e.buffer(BufferKind::staged_grad, "sum:" + u.name, Tier::cpu, keep, unit);
+    Step nc = transfer({StepKind::fetch, Phase::backward, Hop::nc, State::grad16, keep, Tier::nvme, Tier::cpu,
+                        LinkClass::nvme_cpu},
+                       u.name, deps({b.grads.written.at(unit)}), -1, sum);
+    nc.unit = unit;
+    nc.allocs.push_back(sum);
+    const int read = b.e.emit(std::move(nc));
+    prev = accumulate(b, unit, Tier::cpu, staged, sum, keep, deps({prev, read}));
+    b.e.free_at(prev, staged);
+    out = sum;
+  }
   std::vector<int> cn_deps = deps({prev});
   cn_deps.insert(cn_deps.end(), readers.begin(), readers.end());
   Step cn = transfer({StepKind::offload, Phase::backward, Hop::cn, State::grad16, keep, Tier::cpu, Tier::nvme,
                       LinkClass::nvme_cpu},
-                     u.name, cn_deps, staged, -1);
+                     u.name, cn_deps, out, -1);
   cn.unit = unit;
   prev = b.e.emit(std::move(cn));
-  b.e.free_at(prev, staged);
+  b.e.free_at(prev, out);
   b.grads.offloads.push_back(prev);
+  b.grads.written[unit] = prev;
   return prev;
 }
 
@@ -105,8 +148,11 @@ void grad_ready(Builder& b, const Item& it, int compute_id) {
     b.grads.pending.erase(p);
   }
   double keep = 0;
-  const int prev = reduce_gradient(b, unit, buf, compute_id, sh.param_bytes(it.v), keep);
+  int prev = reduce_gradient(b, unit, buf, compute_id, sh.param_bytes(it.v), keep);
   if (sh.pl.grad16.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
+    // a later micro-step's reduced part, in the buffer's slice, added to the earlier ones' in grad16
+    if (keep > 0 && buf >= 0 && prev != compute_id && adds_to_earlier(b))
+      prev = accumulate(b, unit, Tier::gpu, buf, -1, keep, deps({prev}));
     if (buf >= 0) b.e.free_at(prev, buf);
     b.grads.done.push_back(prev);
     if (prev != compute_id) b.grads.offloads.push_back(prev);  // the optimizer reads the reduced gradient

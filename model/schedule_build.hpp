@@ -136,6 +136,7 @@ struct Grads {
   std::map<int, int> pending;  // unit -> its gradient buffer, while it still collects (tied embedding)
   std::vector<int> offloads;   // the steps that finish a gradient: the optimizer waits for all of them
   std::vector<int> done;       // per gradient in backward order: the step that frees its buffer
+  std::map<int, int> written;  // grad16 on NVMe: unit -> the latest write of its slot (accumulation reads it back)
 };
 
 // Checkpoints saved in forward, by (block, micro-batch of the iteration).

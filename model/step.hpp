@@ -20,10 +20,13 @@ namespace memwall {
 
 // p2p: a pipeline stage receives or sends one micro-step's activations (forward) or their
 // gradients (backward) from or to its neighbour stage (CollectiveSpec::root).
+// accumulate: gradient accumulation adds this micro-step's gradient (src_buf, this rank's part, on
+// `src`) into the sum of the earlier micro-steps (dst_buf, or the persistent grad16 on `dst`):
+// partitioned or offloaded gradients leave the GPU's buffer in every micro-step.
 enum class StepKind : std::uint8_t {
-  fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p
+  fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p, accumulate
 };
-inline constexpr int kStepKinds = 10;
+inline constexpr int kStepKinds = 11;
 enum class Phase : std::uint8_t { forward, recompute, backward, optimizer };
 // Where bytes travel: NVMe<->CPU memory, CPU memory<->GPU (PCIe), GPU<->GPU in a node (NVLink),
 // between nodes (InfiniBand), or nowhere (a step on one device).
@@ -99,6 +102,7 @@ constexpr const char* to_string(StepKind k) {
     case StepKind::load_ckpt: return "load_ckpt";
     case StepKind::optimizer: return "optimizer";
     case StepKind::p2p: return "p2p";
+    case StepKind::accumulate: return "accumulate";
   }
   return "?";
 }
@@ -168,12 +172,13 @@ inline bool is_p2p(const Step& s) {
   return s.collective.kind == CollectiveKind::send || s.collective.kind == CollectiveKind::recv;
 }
 
-// The resource a step occupies: "gpu_compute", "cpu" (CPU Adam), "pcie", "nvme", "nvlink",
+// The resource a step occupies: "gpu_compute", "cpu" (CPU Adam, a gradient summed in CPU memory), "pcie", "nvme", "nvlink",
 // "network", or "" for bookkeeping that occupies nothing (release, a checkpoint kept on the GPU).
 inline const char* step_resource(const Step& s) {
   switch (s.kind) {
     case StepKind::compute: return "gpu_compute";
-    case StepKind::optimizer: return s.src == Tier::cpu ? "cpu" : "gpu_compute";
+    case StepKind::optimizer:
+    case StepKind::accumulate: return s.src == Tier::cpu ? "cpu" : "gpu_compute";
     case StepKind::release: return "";
     default: break;
   }

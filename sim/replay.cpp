@@ -410,6 +410,18 @@ class Replayer {
     }
   }
 
+  // Gradient accumulation's sum: the two gradients read and the sum written, through DRAM and the
+  // CPU cores (the link CPU Adam's flows take) or through HBM.
+  void accumulate(const Step& st, const Gpu& g, StepActs& a) {
+    const double bytes = 3 * st.bytes;
+    if (st.src == Tier::cpu) {
+      own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], bytes));
+    } else {
+      const double t = p_.gpu_memory_Bps > 0 ? bytes / p_.gpu_memory_Bps : 0;
+      own(a, exec(g.host, t * peak_));
+    }
+  }
+
   // Bytes over the links the step's link class crosses, or the collective it takes part in.
   void transfer(const Step& st, const Gpu& g, StepActs& a) {
     if (is_collective(st)) {
@@ -543,6 +555,7 @@ const std::array<Replayer::Handler, kStepKinds> Replayer::kHandlers = {
     &Replayer::transfer,   // load_ckpt
     &Replayer::optimizer,  // optimizer
     &Replayer::p2p,        // p2p
+    &Replayer::accumulate, // accumulate
 };
 
 // What one member's idle routes give when `busy_per_node` GPUs of each node run the same collective.

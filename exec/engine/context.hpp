@@ -59,6 +59,10 @@ struct EngineContext {
   bool skip_update = false; // its first iteration has no pending gradients: the updates only copy
   std::vector<Event> event_pool;
   std::vector<float> grads_kept;  // options.keep_gradients: the optimizer slices' order
+  // this iteration's batch (micro-step, then micro-batch, then B x T) and each position's loss
+  const int* batch_tokens = nullptr;
+  const int* batch_targets = nullptr;
+  std::vector<float> step_losses;
   // Completions on the other ranks of this node (their dispatchers count them), for the watchdog;
   // empty at dp 1 or across nodes.
   std::function<std::uint64_t()> peer_progress;

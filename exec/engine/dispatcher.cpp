@@ -23,6 +23,8 @@ double expected_time(const Step& s, const HardwareProfile& p, long hidden) {
     case StepKind::compute: return over(s.flops, p.peak_flops_per_s(hidden));
     case StepKind::optimizer:
       return s.src == Tier::cpu ? over(s.params, p.cpu_adam_params_per_s) : over(s.params * 30, p.gpu_memory_Bps);
+    case StepKind::accumulate:
+      return over(3 * s.bytes, s.src == Tier::cpu ? p.cpu_memory_Bps : p.gpu_memory_Bps);
     default: break;
   }
   switch (s.link) {

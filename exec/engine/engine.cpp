@@ -85,10 +85,6 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
   if (o.config.pp > 1)
     return make_error("--pp: " + std::to_string(o.config.pp) +
                       " pipeline stages are planned and scheduled; the executor runs every block on each rank (--pp 1)");
-  if (o.config.grad_accum > 1)  // its gradient offloads would overwrite, not add to, the earlier micro-steps'
-    return make_error("--grad-accum: " + std::to_string(o.config.grad_accum) +
-                      " micro-steps per optimizer step is planned and simulated; the executor runs one (use "
-                      "--grad-accum 1, or a larger --bsz)");
   if (o.backend == "cpu" && o.precision == adam::DType::fp16)
     return make_error("precision: the cpu backend stores bf16 or fp32 parameters (fp16 needs loss scaling), got fp16");
   for (const ParamGroup& g : gpt_param_groups(o.model))
@@ -385,7 +381,7 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   if (!s1 || !s2) return make_error("backend: cannot create copy streams");
   e.h2d = *s1;
   e.d2h = *s2;
-  e.gpt->set_data_parallel(e.dp);
+  e.gpt->set_data_parallel(e.dp, std::max(1, e.o.config.grad_accum));
   if (e.dp > 1 && e.o.backend == "cuda") {  // NCCL between the GPUs, bootstrapped over MPI
     Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, *e.coll);
     if (!c) return make_error(c.error());
@@ -406,13 +402,15 @@ std::size_t Engine::num_params() const { return ctx_->tiers.whole_elems(); }
 int Engine::rank() const { return ctx_->rank; }
 int Engine::ranks() const { return ctx_->dp; }
 int Engine::tokens_per_iteration() const {
-  const int micro_batches = ctx_->o.placement.layer_major ? std::max(1, ctx_->o.config.micro_batches) : 1;
-  return micro_batches * int(ctx_->o.config.bsz) * ctx_->o.model.max_seq;
+  return micro_batches_per_iteration() * int(ctx_->o.config.bsz) * ctx_->o.model.max_seq;
+}
+int Engine::micro_batches_per_iteration() const {
+  return ctx_->sched->micro_batches * std::max(1, ctx_->sched->grad_accum);
 }
 
 Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::vector<int>& targets) {
   EngineContext& e = *ctx_;
-  const int micro_batches = tokens_per_iteration() / (int(e.o.config.bsz) * e.o.model.max_seq);
+  const int micro_batches = micro_batches_per_iteration();
   const std::size_t per_mb = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq);
   if (tokens.size() != per_mb * std::size_t(micro_batches) || targets.size() != tokens.size())
     return make_error("step: expected " + std::to_string(per_mb * std::size_t(micro_batches)) +
@@ -423,10 +421,10 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
         return make_error(std::string("step: ") + (v == &tokens ? "token " : "target ") + std::to_string(t) +
                           " outside the vocabulary");
   const auto t0 = Clock::now();
-  for (int u = 0; u < micro_batches; ++u) {
-    e.k().copy_h2d_async(e.cx(), 0, e.gpt->tokens(u), tokens.data() + per_mb * std::size_t(u), per_mb * sizeof(int));
-    e.k().copy_h2d_async(e.cx(), 0, e.gpt->targets(u), targets.data() + per_mb * std::size_t(u), per_mb * sizeof(int));
-  }
+  // each micro-step's embedding copies its tokens and targets; its LM head leaves its losses here
+  e.batch_tokens = tokens.data();
+  e.batch_targets = targets.data();
+  e.step_losses.assign(tokens.size(), 0.0f);
   if (e.tier(State::grad16) == Tier::gpu)
     e.k().memset_zero(e.cx(), e.tiers.state_ptr(State::grad16), e.tiers.elems_of(State::grad16) * e.tiers.elem_bytes());
   e.k().synchronize(e.cx());
@@ -443,14 +441,10 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
     return make_error(ok.error());
   }
   e.k().synchronize(e.cx());
+  e.batch_tokens = e.batch_targets = nullptr;
   double sum = 0;
-  std::vector<float> l(per_mb);
-  for (int u = 0; u < micro_batches; ++u) {
-    e.k().copy_d2h_async(e.cx(), 0, l.data(), e.gpt->losses(u), per_mb * sizeof(float));
-    e.k().synchronize(e.cx());
-    for (float x : l) sum += x;  // in double on the host: the mean does not depend on a kernel's order
-  }
-  double mean = sum / double(per_mb * std::size_t(micro_batches));
+  for (float x : e.step_losses) sum += x;  // in double on the host: the mean does not depend on a kernel's order
+  double mean = sum / double(e.step_losses.size());
   if (e.dp > 1) {  // the global batch's mean: every rank's mean, averaged
     Result<double> all = e.coll->all_reduce_sum(mean);
     if (!all) return make_error(all.error());

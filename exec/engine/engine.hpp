@@ -156,7 +156,9 @@ class Engine {
   std::size_t num_params() const;
   int rank() const;   // this process's data-parallel rank
   int ranks() const;  // dp: the processes of the job (mpirun -np N), 1 without mpirun
-  int tokens_per_iteration() const;  // micro-batches x bsz x seq
+  int tokens_per_iteration() const;  // micro_batches_per_iteration() x bsz x seq
+  // l2l's micro-batches x gradient accumulation's micro-steps: step() takes them in that order
+  int micro_batches_per_iteration() const;
 
   // One iteration on (micro_batches x bsz, seq) tokens and next-token targets: every step of the
   // schedule, the optimizer included. An I/O or device error stops it with the step, path and

@@ -130,7 +130,8 @@ Result<Token> fetch(EngineContext& e, const Step& s) {
   if (s.phase == Phase::optimizer) return fetch_optimizer(e, s);
   const UnitLayout& u = unit_of(e, s);
   char* dst = e.buffer(s.dst_buf);
-  if (s.hop == Hop::nc) return io_token(e.tiers.swap(State::param16).read(size_t(s.unit), dst));
+  // parameters on their way to the device, or (gradient accumulation) the earlier micro-steps' sum
+  if (s.hop == Hop::nc) return io_token(e.tiers.swap(*s.state).read(size_t(s.unit), dst));
   // cg: this rank's part goes where the gather will expect it in the whole buffer
   const bool part = e.tiers.sharded(State::param16);
   const std::size_t count = part ? u.len : u.elems;
@@ -174,8 +175,19 @@ Result<Token> compute(EngineContext& e, const Step& s) {
       }
     }
   }
+  // the micro-batch this compute works on: its place in the iteration's batch
+  const std::size_t per_mb = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq);
+  const std::size_t at = (std::size_t(std::max(0, s.accum_step)) * std::size_t(e.sched->micro_batches) +
+                          std::size_t(c.micro_batch)) * per_mb;
+  const bool fresh_forward = s.phase == Phase::forward;
+  if (fresh_forward && op.role == OpRole::embed) {  // this micro-step's tokens and targets, in stream order
+    e.k().copy_h2d_async(e.cx(), 0, e.gpt->tokens(c.micro_batch), e.batch_tokens + at, per_mb * sizeof(int));
+    e.k().copy_h2d_async(e.cx(), 0, e.gpt->targets(c.micro_batch), e.batch_targets + at, per_mb * sizeof(int));
+  }
   if (backward) e.gpt->backward(c);
   else e.gpt->forward(c);
+  if (fresh_forward && op.role == OpRole::lm_head)  // its losses, before a later micro-step overwrites them
+    e.k().copy_d2h_async(e.cx(), 0, e.step_losses.data() + at, e.gpt->losses(c.micro_batch), per_mb * sizeof(float));
   if (backward && mixed && grad_target)
     e.k().accumulate_to(e.cx(), grad_target, e.gpt->grad_staging(), e.o.precision, long(elems));
   return on_stream(e, 0);
@@ -379,6 +391,51 @@ Result<Token> optimizer(EngineContext& e, const Step& s) {
   return t;
 }
 
+// ---- accumulate: a later micro-step's gradient added to the earlier ones' sum ----
+
+// dst += src over n elements of type t in CPU memory, rounded once per element as the device's
+// accumulate_to rounds a backward's gradient (the same bits on every backend).
+void add_on_host(char* dst, const char* src, adam::DType t, std::size_t n) {
+  if (t == adam::DType::fp32) {
+    auto* d = reinterpret_cast<float*>(dst);
+    const auto* a = reinterpret_cast<const float*>(src);
+    for (std::size_t i = 0; i < n; ++i) d[i] = half::add_f32(d[i], a[i]);
+    return;
+  }
+  auto* d = reinterpret_cast<std::uint16_t*>(dst);
+  const auto* a = reinterpret_cast<const std::uint16_t*>(src);
+  for (std::size_t i = 0; i < n; ++i)
+    d[i] = half::half_from_f32(half::add_f32(half::f32_from_half(d[i], t), half::f32_from_half(a[i], t)), t);
+}
+
+// This rank's part of the unit's gradient: in HBM (the reduce-scatter left it in the buffer's
+// slice) on the compute stream, widened through the fp32 staging; in CPU memory (staged by the
+// offload) on the host lane, as DeepSpeed's offload adds a micro-step's partition on the CPU.
+Result<Token> accumulate(EngineContext& e, const Step& s) {
+  const UnitLayout& u = unit_of(e, s);
+  const bool part = e.tiers.sharded(State::grad16);
+  const std::size_t count = part ? u.len : u.elems;
+  const char* src = e.buffer(s.src_buf) + (s.src == Tier::gpu && part ? u.from * psz(e) : 0);
+  char* dst = s.dst_buf >= 0 ? e.buffer(s.dst_buf) : e.tiers.unit_in(State::grad16, u);
+  const adam::DType dt = e.o.precision;
+  if (s.src == Tier::gpu) {
+    if (dt == adam::DType::fp32) {
+      e.k().accumulate(e.cx(), reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src), long(count));
+    } else {
+      e.k().to_fp32(e.cx(), e.gpt->grad_staging(), src, dt, long(count));
+      e.k().accumulate_to(e.cx(), dst, e.gpt->grad_staging(), dt, long(count));
+    }
+    return on_stream(e, 0);
+  }
+  Token t;
+  t.kind = Token::host;
+  t.task = e.lane->post([dst, src, dt, count]() -> std::string {
+    add_on_host(dst, src, dt, count);
+    return "";
+  });
+  return t;
+}
+
 Result<Token> release(EngineContext&, const Step&) { return Token{}; }  // the plan reuses its bytes
 
 Result<Token> p2p(EngineContext&, const Step&) { return unsupported("a pipeline stage's send or receive"); }
@@ -395,7 +452,8 @@ const std::array<Handler, kStepKinds> kHandlers = {
     save_ckpt,  // save_ckpt
     load_ckpt,  // load_ckpt
     optimizer,  // optimizer
-    p2p,        // p2p
+    p2p,         // p2p
+    accumulate,  // accumulate
 };
 
 }  // namespace

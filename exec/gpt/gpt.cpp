@@ -367,11 +367,11 @@ void GptOps::backward(const OpCall& c) {
   const bool first_part = c.tile < 0 || c.tile == c.tiles - 1;
   switch (c.op.kind) {
     case OpKind::lm_head:
-      // loss = mean over every position of every micro-batch of every rank:
-      // dlosses = 1 / (BT * micro-batches * ranks)
+      // loss = mean over every position of every micro-batch of every micro-step of every rank:
+      // dlosses = 1 / (BT * micro-batches * micro-steps * ranks)
       k.memset_zero(cx, m.dlogits, std::size_t(BT) * V * f);
       k.crossentropy_backward(cx, m.dlogits, m.probs, m.targets,
-                              1.0f / (float(BT) * float(micro_batches_) * float(ranks_)), BT, V);
+                              1.0f / (float(BT) * float(micro_batches_) * float(micro_steps_) * float(ranks_)), BT, V);
       // logits = lnf . wte^T: dlnf (into dA) = dlogits . wte; dwte += dlogits^T . lnf
       k.memset_zero(cx, m.dA, btc * f);
       k.gemm(cx, false, false, BT, C, V, 1.0f, m.dlogits, V, 0, c.params, C, 0, 1.0f, m.dA, C, 0, 1);

@@ -111,9 +111,13 @@ class GptOps {
 
   void forward(const OpCall& c);
   void backward(const OpCall& c);
-  // The loss is the mean over every position of every micro-batch of `ranks` data-parallel ranks:
-  // each rank's backward scales its gradients so the ranks' sum is the gradient of that mean.
-  void set_data_parallel(int ranks) { ranks_ = ranks; }
+  // The loss is the mean over every position of every micro-batch of `micro_steps` accumulated
+  // micro-steps of `ranks` data-parallel ranks: each backward scales its gradients so the sum over
+  // ranks and micro-steps is the gradient of that mean.
+  void set_data_parallel(int ranks, int micro_steps = 1) {
+    ranks_ = ranks;
+    micro_steps_ = micro_steps;
+  }
 
   int* tokens(int u) { return mb_[std::size_t(u)].tokens; }    // (B, T) device inputs of micro-batch u
   int* targets(int u) { return mb_[std::size_t(u)].targets; }  // (B, T) device targets
@@ -180,6 +184,7 @@ class GptOps {
   GptConfig cfg_;
   int B_, T_, ci_, micro_batches_;
   int ranks_ = 1;
+  int micro_steps_ = 1;
   std::vector<MicroBatch> mb_;
   float* weight_staging_ = nullptr;
   float* grad_staging_ = nullptr;

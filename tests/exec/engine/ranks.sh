@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ranks.sh MEMWALL [PLACEMENTS...]: data-parallel ranks under mpirun (OpenMPI; as root it needs
 # --allow-run-as-root, and 4 ranks on 2 cores --oversubscribe). With the global batch fixed at 4
-# sequences, dp 1, 2 and 4 train the same GPT for 20 steps with the same losses within 1e-5
-# relative (fp32: the ranks' gradient sums differ from one rank's only in summation order), for
+# sequences, dp 1, 2 and 4, and dp 2 accumulating 2 micro-steps of 1 sequence ("2a": gradients
+# reduced, offloaded and added in every micro-step), train the same GPT for 20 steps with the same
+# losses within 1e-5 relative (fp32: the sums differ from one rank's only in order), for
 # every placement given (default: every preset the engine executes and the broadcast variant with
 # partitioned parameters), and every rank's bytes per link class equal its own schedule's.
 set -euo pipefail
@@ -28,15 +29,18 @@ lr: 3e-3
 precision: fp32
 EOF
 done
+sed 's/^bsz: .*/bsz: 1/' "$dir/run2.yaml" >"$dir/run2a.yaml"
 for p in "${placements[@]}"; do
   tag=$(basename "$p" .yaml)
-  for dp in 1 2 4; do
+  for dp in 1 2 4 2a; do
     mkdir -p "$dir/swap$dp"
+    extra=()
+    [ "$dp" = 2a ] && extra=(--grad-accum 2)
     if [ "$dp" = 1 ]; then
       "$mw" run --config "$dir/run$dp.yaml" --strategy "$p" --nvme-dir "$dir/swap$dp" --json >"$dir/$tag.$dp.json"
     else
-      timeout 300 "${mpi[@]}" -np "$dp" "$mw" run --config "$dir/run$dp.yaml" --strategy "$p" --nvme-dir "$dir/swap$dp" \
-        --json >"$dir/$tag.$dp.json"
+      timeout 300 "${mpi[@]}" -np "${dp%a}" "$mw" run --config "$dir/run$dp.yaml" --strategy "$p" \
+        --nvme-dir "$dir/swap$dp" "${extra[@]}" --json >"$dir/$tag.$dp.json"
     fi
   done
 done
@@ -47,12 +51,13 @@ import json, sys
 d, placements = sys.argv[1], sys.argv[2:]
 bad = []
 for p in placements:
-    runs = {dp: json.load(open(f"{d}/{p}.{dp}.json")) for dp in (1, 2, 4)}
-    ref = [s["loss"] for s in runs[1]["steps"]]
+    runs = {dp: json.load(open(f"{d}/{p}.{dp}.json")) for dp in ("1", "2", "4", "2a")}
+    ref = [s["loss"] for s in runs["1"]["steps"]]
     worst = 0.0
-    for dp in (2, 4):
+    for dp in ("2", "4", "2a"):
         j = runs[dp]
-        assert j["dp"] == dp, (p, dp, j["dp"])
+        assert j["dp"] == int(dp[0]), (p, dp, j["dp"])
+        assert j["grad_accum"] == (2 if dp == "2a" else 1) and j["global_batch"] == 4, (p, dp, j["grad_accum"])
         losses = [s["loss"] for s in j["steps"]]
         rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
         worst = max(worst, rel)
@@ -62,7 +67,7 @@ for p in placements:
             for link, v in links.items():
                 if v["moved_bytes"] != v["schedule_bytes"]:
                     bad.append(f"{p} dp {dp} rank {rank} {link}: moved {v['moved_bytes']} != schedule {v['schedule_bytes']}")
-    print(f"{p:14s} dp 1/2/4: losses {ref[0]:.5f} -> {ref[-1]:.5f}, worst relative difference {worst:.1e}; "
+    print(f"{p:14s} dp 1/2/4/2x2: losses {ref[0]:.5f} -> {ref[-1]:.5f}, worst relative difference {worst:.1e}; "
           f"bytes per rank and link = the rank's schedule")
 if bad:
     sys.exit("FAILED:\n  " + "\n  ".join(bad))
