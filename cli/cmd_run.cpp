@@ -149,6 +149,9 @@ Command add_run(CLI::App& app) {
                   << rc.model.heads << " heads, " << format_count(double(engine->num_params())) << " params; bsz "
                   << o.config.bsz << " x seq " << rc.seq << ", ci " << o.config.ci << ", tiling "
                   << o.config.tiling_factor << ", " << std::string(adam::dtype_name(o.precision)) << " parameters, lr " << rc.lr
+                  << (o.lr_schedule.decay != adam::LrDecay::constant || o.lr_schedule.warmup_steps > 0
+                          ? " (" + adam::describe(o.lr_schedule) + ")"
+                          : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
                   << engine->ranks() << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
                   << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
@@ -181,7 +184,7 @@ Command add_run(CLI::App& app) {
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
             const int per_iter = engine->tokens_per_iteration();
             auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {
-              steps_json.push_back({{"step", i}, {"loss", r.loss}, {"iteration_s", r.iteration_s},
+              steps_json.push_back({{"step", i}, {"loss", r.loss}, {"lr", r.lr}, {"iteration_s", r.iteration_s},
                                     {"hidden_fraction", r.overlap.hidden_fraction}, {"threads", r.threads}});
               if (!show || !(i == to.first_step || i % every == 0 || i == rc.steps)) return true;
               double moved_s = 0;

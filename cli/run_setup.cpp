@@ -110,6 +110,8 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   o.precision = rc.precision;
   o.capacity_bytes = rc.capacity_bytes;
   o.lr = rc.lr;
+  o.lr_schedule = rc.lr_schedule;
+  if (o.lr_schedule.decay_steps == 0) o.lr_schedule.decay_steps = rc.steps;  // the decay ends with the run
   o.weight_decay = rc.weight_decay;
   o.seed = rc.seed;
   o.nvme_dir = in.nvme_dir;

@@ -207,7 +207,8 @@ Result<CpuAdam> CpuAdam::create(const AdamOptions& options, int threads, std::op
   }
 }
 
-Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScaling& scaling) {
+Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScaling& scaling, std::optional<double> lr) {
+  if (lr && !(*lr >= 0 && std::isfinite(*lr))) return make_error("adam: lr: expected a finite value >= 0, got " + fmt(*lr));
   if (step < 1) return make_error("adam: step: expected the step number after incrementing (>= 1), got " + fmt(step));
   if (!(scaling.loss_scale > 0 && std::isfinite(scaling.loss_scale)))
     return make_error("adam: loss_scale: expected a finite value > 0, got " + fmt(scaling.loss_scale));
@@ -220,7 +221,9 @@ Result<std::size_t> CpuAdam::step(const AdamChunk& c, long step, const GradScali
   if (c.param16 && c.param16_dtype == DType::fp32)
     return make_error("adam: chunk: param16_dtype: expected fp16 or bf16, got fp32");
 
-  const StepScalars s = step_scalars(impl_->options, step, scaling);
+  AdamOptions options = impl_->options;
+  if (lr) options.lr = *lr;
+  const StepScalars s = step_scalars(options, step, scaling);
   const detail::AdamKernel kernel = impl_->kernels.adam;
   const int used = impl_->used_for(c.n);
   impl_->pool.run(used, [&](int t) {

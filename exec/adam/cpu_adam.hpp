@@ -78,8 +78,10 @@ class CpuAdam {
   static Result<CpuAdam> create(const AdamOptions& options, int threads = 0, std::optional<Isa> isa = {});
 
   // One Adam step over the chunk. step is the step number after incrementing (1 on the first
-  // update), torch's state['step']; bias corrections use it. Returns the number of elements updated.
-  Result<std::size_t> step(const AdamChunk& chunk, long step, const GradScaling& scaling = {});
+  // update), torch's state['step']; bias corrections use it. `lr`: this step's rate (a schedule's,
+  // lr_schedule.hpp) instead of options().lr. Returns the number of elements updated.
+  Result<std::size_t> step(const AdamChunk& chunk, long step, const GradScaling& scaling = {},
+                           std::optional<double> lr = {});
 
   // fp32 -> fp16/bf16 with the same rounding as the copy step() writes. Returns n.
   Result<std::size_t> convert(const float* src, void* dst, DType dst_dtype, std::size_t n);

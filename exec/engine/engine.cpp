@@ -92,6 +92,16 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
       return make_error("--tiling: " + std::to_string(o.config.tiling_factor) +
                         " must divide the output features of every linear layer (" + g.name + " has " +
                         std::to_string(g.out_features) + ")");
+  const adam::LrSchedule& ls = o.lr_schedule;
+  if (ls.warmup_steps < 0 || ls.decay_steps < 0 || !(ls.min_lr >= 0 && ls.min_lr <= o.lr))
+    return make_error("lr schedule: expected warm-up and decay steps >= 0 and 0 <= min_lr <= lr (" + format_g(o.lr) +
+                      "), got warm-up " + std::to_string(ls.warmup_steps) + ", decay " +
+                      std::to_string(ls.decay_steps) + ", min_lr " + format_g(ls.min_lr));
+  if (ls.decay != adam::LrDecay::constant && ls.decay_steps <= ls.warmup_steps)
+    return make_error("lr schedule: a " + std::string(adam::to_string(ls.decay)) +
+                      " decay must end after the warm-up: warmup_steps " + std::to_string(ls.warmup_steps) +
+                      ", decay_steps " + std::to_string(ls.decay_steps) +
+                      " (the run's steps unless set); set decay_steps or fewer warm-up steps");
   if (o.threads < 0 || o.threads > 4096)
     return make_error("--threads: expected 0 (fit the cores other processes leave free) to 4096, got " +
                       std::to_string(o.threads));
@@ -433,6 +443,7 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   IterationReport r;
   r.iteration = ++e.iteration;
   r.threads = e.host.threads;
+  r.lr = e.skip_update ? 0 : adam::lr_at(e.o.lr_schedule, e.o.lr, e.adam_step);
   e.live_bytes = e.live_high_water = e.extent_high_water = {};  // this iteration's
   Result<bool> ok = run_schedule(e, *e.tables, r.times);
   if (!ok) {

@@ -31,6 +31,7 @@
 
 #include "exec/adam/adam_types.hpp"
 #include "exec/adam/host_cores.hpp"
+#include "exec/adam/lr_schedule.hpp"
 #include "exec/backend/backend.hpp"
 #include "exec/gpt/gpt.hpp"
 #include "exec/io/io_engine.hpp"
@@ -54,7 +55,8 @@ struct EngineOptions {
   ComputeType compute = ComputeType::fp32;
   adam::DType precision = adam::DType::bf16;  // param16 / grad16 storage
   std::size_t capacity_bytes = 0;  // device memory limit; 0 = the profile's GPU memory
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // AdamW
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // AdamW; lr the peak
+  adam::LrSchedule lr_schedule;    // each update's rate: lr_at(lr_schedule, lr, Adam's step)
   std::uint64_t seed = 1337;       // initial weights
   std::string nvme_dir;            // swap files (needed when any state is on nvme)
   io::EngineOptions io;            // queue depth, block size; `inject` for fault tests
@@ -96,6 +98,7 @@ struct IterationReport {
   std::array<double, kTiers> held_bytes{}, live_bytes{};
   std::vector<StepTime> times;     // every step, when options.trace
   int threads = 1;                 // host threads this iteration ran with
+  double lr = 0;                   // the rate of this iteration's update (dpu: of the update it ran)
 };
 
 struct EngineStats {

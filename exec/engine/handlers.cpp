@@ -317,7 +317,7 @@ std::string update_chunk(EngineContext& e, const ChunkLayout& ch, char* buf, cha
       else if (Result<std::size_t> r = e.adam->convert(a.param, p16, e.o.precision, pc.count); !r) return "adam: " + r.error();
     } else {
       if (e.o.keep_gradients) keep_gradients(e, g, ch.start + done, pc.count);
-      Result<std::size_t> r = e.adam->step(a, step);
+      Result<std::size_t> r = e.adam->step(a, step, {}, adam::lr_at(e.o.lr_schedule, e.o.lr, step));
       if (!r) return "adam: " + r.error();
       if (e.o.precision == adam::DType::fp32) std::memcpy(p16, a.param, pc.count * 4);
     }
@@ -352,7 +352,7 @@ Result<Token> optimizer_on_device(EngineContext& e) {
     a.param16_type = e.o.precision;
     a.n = t.opt_len(u);
     a.step = e.adam_step;
-    a.lr = e.o.lr;
+    a.lr = adam::lr_at(e.o.lr_schedule, e.o.lr, e.adam_step);
     a.beta1 = e.o.beta1;
     a.beta2 = e.o.beta2;
     a.eps = e.o.eps;

@@ -48,8 +48,9 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     YamlReader r(source, text);
     const YAML::Node& root = r.root();
     if (!root.IsMap()) r.fail(root, "", "expected a mapping of run settings (layers, hidden, heads, steps, ...)");
-    r.only_keys(root, "", {"layers", "hidden", "heads", "steps", "bsz", "seq", "ci", "lr", "weight_decay", "seed",
-                           "backend", "compute", "precision", "capacity", "corpus"});
+    r.only_keys(root, "", {"layers", "hidden", "heads", "steps", "bsz", "seq", "ci", "lr", "lr_schedule", "warmup_steps",
+                           "decay_steps", "min_lr", "weight_decay", "seed", "backend", "compute", "precision",
+                           "capacity", "corpus"});
     RunConfig c;
     c.model.layers = bounded(r, root, "layers", 1, 1000, c.model.layers);
     c.model.hidden = bounded(r, root, "hidden", 1, 1 << 16, c.model.hidden);
@@ -64,6 +65,13 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     c.model.max_seq = c.seq;
     c.ci = bounded(r, root, "ci", 0, c.model.layers, c.ci);
     c.lr = positive_real(r, root, "lr", c.lr, false, kMaxRate);
+    const std::string decay = r.text_or(root, "", "lr_schedule", "constant");
+    Result<adam::LrDecay> d = adam::parse_lr_decay(decay);
+    if (!d) r.fail(root["lr_schedule"], "lr_schedule", d.error());
+    c.lr_schedule.decay = *d;
+    c.lr_schedule.warmup_steps = bounded(r, root, "warmup_steps", 0, 100000000, 0);
+    c.lr_schedule.decay_steps = bounded(r, root, "decay_steps", c.lr_schedule.warmup_steps + 1, 100000000, 0);
+    c.lr_schedule.min_lr = positive_real(r, root, "min_lr", 0, true, c.lr);
     c.weight_decay = positive_real(r, root, "weight_decay", c.weight_decay, true, kMaxRate);
     c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, std::numeric_limits<long>::max(), long(c.seed)));
     c.backend = r.text_or(root, "", "backend", c.backend);

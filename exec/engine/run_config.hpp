@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec/adam/adam_types.hpp"
+#include "exec/adam/lr_schedule.hpp"
 #include "exec/backend/backend.hpp"
 #include "exec/gpt/gpt.hpp"
 #include "model/result.hpp"
@@ -30,7 +31,9 @@ struct RunConfig {
   int bsz = 8;                       // sequences per step
   int seq = 64;                      // tokens per sequence
   int ci = 0;                        // checkpoint interval in blocks; 0 = keep every activation
-  double lr = 1e-3;                  // Adam
+  double lr = 1e-3;                  // Adam (the peak, with a schedule)
+  // lr_schedule (constant, linear, cosine), warmup_steps, decay_steps (0: the run's steps), min_lr
+  adam::LrSchedule lr_schedule;
   double weight_decay = 0.0;         // AdamW's decoupled decay
   std::uint64_t seed = 1337;         // initial weights and batch order
   std::string backend = "cpu";

@@ -213,6 +213,48 @@ TEST(Engine, GradientAccumulationTrainsLikeTheWholeBatch) {
     }
 }
 
+// The learning-rate schedule reaches every Adam the engine runs (issue 26, item 5): a warm-up of 4
+// steps makes the first update the one a constant lr / 4 makes, bit for bit, with Adam on the
+// device (data_parallel) and CPU Adam (zero_offload, zero_inf_nvme); each iteration reports the rate
+// its update used. The delayed update (dpu, after 1 ordinary step) runs step k's update one
+// iteration late at step k's rate: rates lr/4, none (its first iteration only copies), lr/2.
+TEST(Engine, TheLearningRateScheduleDrivesEveryAdam) {
+  const adam::LrSchedule warmup{adam::LrDecay::cosine, 4, 20, 1e-4};
+  auto run = [](EngineOptions o, int steps, std::vector<double>* rates) {
+    o.nvme_dir = temp_dir("lr");
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.ok()) << e.error();
+    if (!e.ok()) return std::vector<float>{};
+    Batches b;
+    for (int k = 0; k < steps; ++k) {
+      b.next(**e, o.model.max_seq);
+      Result<IterationReport> r = (*e)->step(b.tokens, b.targets);
+      EXPECT_TRUE(r.ok()) << r.error();
+      if (rates && r.ok()) rates->push_back(r->lr);
+    }
+    std::vector<float> p = (*e)->master_params().value();
+    std::filesystem::remove_all(o.nvme_dir);
+    return p;
+  };
+  for (const char* s : {"data_parallel", "zero_offload", "zero_inf_nvme"}) {
+    EngineOptions warm = tiny(s), flat = warm;
+    warm.lr_schedule = warmup;
+    flat.lr = warm.lr / 4;
+    std::vector<double> rates;
+    EXPECT_EQ(run(warm, 1, &rates), run(flat, 1, nullptr)) << s;
+    EXPECT_EQ(rates, std::vector<double>{warm.lr / 4}) << s;
+  }
+  EngineOptions dpu = tiny("zero_offload");
+  dpu.config.optimizer_overlap = OptimizerOverlap::dpu;
+  dpu.config.dpu_warmup = 1;
+  EngineOptions warm = dpu;
+  warm.lr_schedule = warmup;
+  std::vector<double> rates;
+  const std::vector<float> p = run(warm, 3, &rates);
+  EXPECT_EQ(rates, (std::vector<double>{warm.lr / 4, 0, warm.lr / 2}));
+  EXPECT_NE(p, run(dpu, 3, nullptr)) << "the schedule reached the delayed update";
+}
+
 TEST(Engine, SerialModeGivesTheSameLosses) {
   EngineOptions o = tiny("zero_inf_nvme");
   const std::vector<float> a = losses(o, 5, "async");
