@@ -500,6 +500,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   if (!during) return make_error("calibrate: " + during.error());
   BackendOptions bo;
   bo.threads = c.threads;
+  if (o.backend == "cuda") bo.device = MpiWorld::get().node_rank();  // one GPU per rank of a node
   Result<std::unique_ptr<Backend>> be = create_backend(o.backend, bo);
   if (!be) return make_error(be.error());
   Backend& b = **be;

@@ -73,6 +73,9 @@ class MpiWorld {
   bool active() const { return active_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // This rank's index among the ranks of its node (MPI_Comm_split_type, shared memory): the
+  // device it drives. 0 outside mpirun or where the split failed.
+  int node_rank() const { return node_rank_; }
   // Stops every rank of the job (MPI_Abort) after printing `message` on this rank's stderr.
   [[noreturn]] void abort(const std::string& message, int code);
   // The progress board of the ranks of this node: each publishes how many steps it has completed
@@ -96,7 +99,7 @@ class MpiWorld {
  private:
   MpiWorld();
   bool active_ = false;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, node_rank_ = 0;
   void* node_comm_ = nullptr;  // MPI_Comm of this node's ranks (an opaque handle here)
   void* board_win_ = nullptr;  // MPI_Win of the board
   std::uint64_t* board_mine_ = nullptr;      // [completions, collectives entered]

@@ -238,6 +238,7 @@ MpiWorld::MpiWorld() {
   MPI_Comm_size(node, &node_size);
   int node_rank = 0;
   MPI_Comm_rank(node, &node_rank);
+  node_rank_ = node_rank;
   {
     const int mine[2] = {rank_, int(getpid())};
     std::vector<int> all(2 * std::size_t(node_size), 0);

@@ -192,8 +192,9 @@ Result<std::unique_ptr<Backend>> make_backend(const EngineOptions& o, int thread
   bo.threads = threads;
   bo.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
   bo.compute = o.compute;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && o.backend == "cuda")
-    bo.device = std::atoi(local);  // one GPU per rank of a node
+  // one GPU per rank of a node: its index among the node's ranks (MPI's shared-memory split, not
+  // one MPI implementation's environment variable)
+  if (o.backend == "cuda") bo.device = MpiWorld::get().node_rank();
   Result<std::unique_ptr<Backend>> b = create_backend(o.backend, bo);
   if (!b) return make_error("backend: " + b.error());
   std::unique_ptr<Backend> be = std::move(b).value();

@@ -5,10 +5,12 @@
 // not stuck), and rank 1 must see 0 from rank 0. Then rank 1 stops itself (SIGSTOP) before a
 // barrier: rank 0's barrier, with a 2 s stall limit, must fail within seconds naming rank 1, its
 // pid and "stopped" (a host-side collective waits as the engine's watchdog does); rank 0 then lets
-// it go on (SIGCONT) and both meet at the next barrier. Exit 0 when all of it holds.
+// it go on (SIGCONT) and both meet at the next barrier. First, each rank's node rank (the device it
+// drives) must be OpenMPI's own local rank. Exit 0 when all of it holds.
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -22,6 +24,12 @@ int main() {
   if (w.size() != 2) {
     std::cerr << "board_tool: run under mpirun -np 2\n";
     return 2;
+  }
+  // the device per rank: the node's own numbering of its ranks, which OpenMPI also exports
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); !local || std::atoi(local) != w.node_rank()) {
+    std::cerr << "rank " << w.rank() << ": node rank " << w.node_rank() << ", OMPI_COMM_WORLD_LOCAL_RANK "
+              << (local ? local : "unset") << "\n";
+    return 1;
   }
   Result<std::unique_ptr<Collectives>> c = make_mpi_collectives(2.0);
   if (!c) {
