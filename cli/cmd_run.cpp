@@ -284,6 +284,7 @@ Command add_run(CLI::App& app) {
                   {"peak_bytes", peak},
                   {"device_high_water_bytes", st.device_high_water_bytes},
                   {"device_extent_bytes", st.device_extent_bytes},
+                  {"device_reserved_bytes", st.device_reserved_bytes},
                   {"device_capacity_bytes", st.device_capacity_bytes},
                   {"io_bytes_read", st.io.bytes_read},
                   {"io_bytes_written", st.io.bytes_written},

@@ -34,7 +34,7 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
   sub.add_option("--config", config,
                  "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend (cpu, cuda),\n"
                  "compute, precision (bf16, fp16, fp32), capacity (device memory, e.g. 48 MiB; default: the\n"
-                 "profile's GPU memory), corpus (default: exec/data/corpus.txt)");
+                 "profile's GPU memory), corpus (default: the one memwall ships, built in)");
   sub.add_option("--plan", plan,
                  "A plan from `memwall plan -o`: model, placement, batch, checkpoint interval, tiling and the\n"
                  "profile it was made for (instead of --config's model and the strategy flags)");
@@ -49,7 +49,6 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   if (in.config.empty() && in.plan.empty()) throw UsageError("--config: missing (or give --plan)");
   exec::RunConfig rc;
   if (!in.config.empty()) rc = take(exec::load_run_config(in.config));
-  if (rc.corpus.empty()) rc.corpus = exec::default_corpus_path();
   if (in.steps) rc.steps = *in.steps;
   exec::EngineOptions o;
   HardwareProfile profile;

@@ -35,7 +35,9 @@ Result<ComputeType> parse_compute_type(const std::string& s);
 struct BackendCaps {
   std::string name;            // "cpu", "cuda"
   std::string device;          // human-readable device description
-  std::size_t capacity_bytes;  // hard limit of alloc() in total
+  std::size_t capacity_bytes;  // hard limit of alloc() in total, the backend's own workspaces included
+  std::size_t reserved_bytes;  // of that, what the backend holds from creation on for its own work
+                               // (cuda: the cuBLAS workspace); used_bytes() counts it
   bool async_copy;             // copies overlap compute
   bool fp16_compute;           // GEMM can compute in fp16 / bf16 with fp32 accumulation
   bool bf16_compute;
@@ -43,7 +45,8 @@ struct BackendCaps {
 };
 
 struct BackendOptions {
-  std::size_t capacity_bytes = 0;       // 0: cpu = 1 GiB, cuda = free device memory
+  std::size_t capacity_bytes = 0;       // 0: cpu = 1 GiB, cuda = free device memory less a reserve
+                                        // for what libraries allocate beside memwall (NCCL's buffers)
   ComputeType compute = ComputeType::fp32;
   int copy_threads = 2;                 // cpu: worker threads behind the copy streams
   int device = 0;                       // cuda: which GPU (one per data-parallel rank of a node)
@@ -69,6 +72,10 @@ struct DeviceAdam {
   long step = 1;                 // the step number after incrementing (>= 1): bias corrections
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled_weight_decay = false;
+  // applied to the gradient first, as CpuAdam's GradScaling: grad * float(1 / loss_scale), then
+  // * clip_coef (clip_grad_norm_'s clamped coefficient)
+  double loss_scale = 1.0;  // > 0
+  double clip_coef = 1.0;   // >= 0
 };
 
 // The operations table. Entries marked optional may be nullptr; the free functions below fall
@@ -120,7 +127,9 @@ struct BackendOps {
   // forward: out[r * ldo + o] += bias[o]; dbias[o] += sum over r < BT of dout[r * ldd + o]
   void (*bias_backward)(void* ctx, float* dbias, const float* dout, int BT, int OC, int ldd);
   // Causal softmax attention in two operators. q, k, v = qkv[b, t, 0:C], [C:2C], [2C:3C]; head h
-  // at channels h*hs .. (h+1)*hs of each.
+  // at channels h*hs .. (h+1)*hs of each. att is always a causal softmax (zero above the diagonal,
+  // as attention_scores_forward leaves it): the kernels that read it may multiply by those zeros
+  // (the cuda backend's products are GEMMs over the whole (T, T) square).
   // attn_scores: att (B, NH, T, T)[b, h, t, t2] = softmax over t2 <= t of q[b,t,h] . k[b,t2,h] /
   // sqrt(hs), zero above the diagonal (t2 > t); att is overwritten.
   void (*attention_scores_forward)(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH);
@@ -130,13 +139,14 @@ struct BackendOps {
                                     int NH);
   // forward: out[b,t,h] = sum_t2 att[b,h,t,t2] * v[b,t2,h]
   // datt (B, NH, T, T)[b,h,t,t2] += dout[b,t,h] . v[b,t2,h] for t2 <= t (above the diagonal is
-  // not written); dv (the 2C:3C part of dqkv (B, T, 3C)) += att^T . dout
+  // scratch: a backend may leave it or add into it); dv (the 2C:3C part of dqkv (B, T, 3C)) += att^T . dout
   void (*attention_context_backward)(void* ctx, float* datt, float* dqkv, const float* dout, const float* att,
                                      const float* qkv, int B, int T, int C, int NH);
   // forward: att[b,h,t,:] = softmax(pre), pre[t2] = scale * q[b,t,h] . k[b,t2,h], scale = 1/sqrt(hs)
   // dpre[t2] = att[t2] * (datt[t2] - sum over t3 <= t of att[t3] * datt[t3]) for t2 <= t;
   // dq (0:C of dqkv) += scale * dpre . k; dk (C:2C) += scale * dpre^T . q. dv is not touched.
-  void (*attention_scores_backward)(void* ctx, float* dqkv, const float* datt, const float* att, const float* qkv,
+  // datt is read on and below the diagonal and is scratch afterwards (cuda keeps scale * dpre in it).
+  void (*attention_scores_backward)(void* ctx, float* dqkv, float* datt, const float* att, const float* qkv,
                                     int B, int T, int C, int NH);
   void (*gelu_forward)(void* ctx, float* out, const float* inp, long N);
   void (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, long N);

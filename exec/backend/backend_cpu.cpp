@@ -441,7 +441,7 @@ void cpu_attention_context_backward(void*, float* datt, float* dqkv, const float
       }
 }
 
-void cpu_attention_scores_backward(void*, float* dqkv, const float* datt, const float* att, const float* qkv, int B,
+void cpu_attention_scores_backward(void*, float* dqkv, float* datt, const float* att, const float* qkv, int B,
                                    int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -581,7 +581,7 @@ void cpu_adam_update(void* ctx, const DeviceAdam& d) {
   const adam::AdamChunk chunk{d.param,   d.exp_avg,      d.exp_avg_sq, d.grad, d.grad_type,
                               d.param16, d.param16_type, d.n};
   c.adam->set_threads_in_use(c.threads.load(std::memory_order_relaxed));
-  Result<std::size_t> done = c.adam->step(chunk, d.step);
+  Result<std::size_t> done = c.adam->step(chunk, d.step, adam::GradScaling{d.loss_scale, d.clip_coef});
   if (!done) record_error(c, "adam_update: " + done.error());
 }
 
@@ -654,7 +654,7 @@ Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o) {
   auto* ctx = new CpuCtx;
   ctx->capacity_bytes = o.capacity_bytes ? o.capacity_bytes : (std::size_t(1) << 30);
   ctx->threads = o.threads > 0 ? o.threads : adam::cores_allowed().quota_cores;
-  BackendCaps caps{"cpu", "host memory (OpenBLAS)", ctx->capacity_bytes, true, false, false, ComputeType::fp32};
+  BackendCaps caps{"cpu", "host memory (OpenBLAS)", ctx->capacity_bytes, 0, true, false, false, ComputeType::fp32};
   return std::make_unique<Backend>(&kCpuOps, ctx, std::move(caps));
 }
 

@@ -1,17 +1,21 @@
-// The cuda backend: cudaMalloc against a hard capacity, a compute stream plus copy streams,
-// events, cuBLAS GEMMs (fp32, or fp16 / bf16 tensor-core compute with fp32 accumulation) and small
-// hand-written fp32 kernels for the rest. Activations stay fp32 in device memory: the 16-bit
-// formats are used where the FLOPs are, inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16F / _16BF), and
-// for 16-bit parameter / gradient buffers through the conversion kernels (exec/backend/half.hpp,
-// the cpu backend's rounding bit for bit). adam_update is torch's Adam in IEEE-rounded intrinsics.
-// The kernels are written for clarity, one thread (or warp) per output row or element (llm.c's
-// first CUDA versions, not its fused ones); atomics make some backward sums order-dependent, so
-// unlike the cpu backend results may differ in the last bits run to run (the attention kernels
-// use no atomics).
-// Every CUDA and cuBLAS call goes through CUDA_CHECK / CUBLAS_CHECK: a failure is recorded with
-// file:line as the backend's sticky error (the first one wins) and printed to stderr.
+// The cuda backend: cudaMalloc against a hard capacity (its own cuBLAS workspace inside it), a
+// compute stream plus copy streams, events, cuBLAS GEMMs (fp32, or fp16 / bf16 tensor-core compute
+// with fp32 accumulation) and small CUDA kernels for the rest. Activations stay fp32 in device
+// memory: the 16-bit formats are used where the FLOPs are, inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16F
+// / _16BF), and for 16-bit parameter / gradient buffers through the conversion kernels
+// (exec/backend/half.hpp, the cpu backend's rounding bit for bit). adam_update is torch's Adam in
+// IEEE-rounded intrinsics, with CpuAdam's loss scale and clip coefficient.
+// Attention's four products are strided-batched GEMMs over the heads of a sequence, beside a
+// warp-per-row causal softmax (forward and backward). No kernel uses floating-point atomics:
+// column sums (LayerNorm's weight and bias, a linear layer's bias) give a block every row of 32
+// columns and add its row groups in a fixed order, the embedding's gradient is summed in position
+// order; with cuBLAS's deterministic GEMMs a run gives the same bits every time.
+// Every CUDA and cuBLAS call goes through CUDA_CHECK / CUBLAS_CHECK (launches through launch(),
+// which also never launches zero work): a failure is recorded with file:line as the backend's
+// sticky error (the first one wins) and printed to stderr.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdint>
@@ -37,10 +41,7 @@ struct CudaCtx {
   cublasHandle_t blas = nullptr;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   std::string error;
-  // attention_scores_backward's row sums (B*NH*T floats), grown on demand; the backend's own,
-  // outside alloc()'s capacity
-  float* scratch = nullptr;
-  std::size_t scratch_bytes = 0;
+  void* blas_workspace = nullptr;  // cuBLAS's (cublasSetWorkspace), allocated inside the capacity
 };
 
 CudaCtx& X(void* ctx) { return *static_cast<CudaCtx*>(ctx); }
@@ -145,6 +146,7 @@ void cu_gemm(void* ctx, bool ta, bool tb, int M, int N, int K_, float alpha, con
              const float* B, int ldb, long sb, float beta, float* C, int ldc, long sc, int batch) {
   // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
   CudaCtx& c = X(ctx);
+  if (M <= 0 || N <= 0 || batch <= 0) return;  // nothing to write (K 0 only scales C, as cuBLAS does)
   CUBLAS_CHECK(c, cublasGemmStridedBatchedEx(c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                              N, M, K_, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta,
                                              C, CUDA_R_32F, ldc, sc, batch, c.compute, CUBLAS_GEMM_DEFAULT));
@@ -167,12 +169,26 @@ __global__ void encoder_fwd_k(float* out, const int* tok, const float* wte, cons
   int bt = int(i / C), c = int(i % C);
   out[i] = wte[long(tok[bt]) * C + c] + wpe[long(bt % T) * C + c];
 }
-__global__ void encoder_bwd_k(float* dwte, float* dwpe, const float* dout, const int* tok, int BT, int T, int C) {
+// The encoder's gradients without atomics, each element summed in position order: the same bits
+// every run. dwpe[t, c] += sum over b of dout[b, t, c]: one thread per (t, c).
+__global__ void encoder_bwd_wpe_k(float* dwpe, const float* dout, int B, int T, int C) {
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= long(BT) * C) return;
-  int bt = int(i / C), c = int(i % C);
-  atomicAdd(dwte + long(tok[bt]) * C + c, dout[i]);
-  atomicAdd(dwpe + long(bt % T) * C + c, dout[i]);
+  if (i >= long(T) * C) return;
+  float s = 0;
+  for (int b = 0; b < B; ++b) s += dout[long(b) * T * C + i];
+  dwpe[i] += s;
+}
+// dwte[v, c] += dout[bt, c] for every position bt with tok[bt] == v, in order of bt. Thread (c, s)
+// owns the vocabulary rows v with v % slices == s of column c; a warp's 32 columns take the same
+// branch at every position (coalesced, no divergence).
+constexpr int kVocabSlices = 64;
+__global__ void encoder_bwd_wte_k(float* dwte, const float* dout, const int* tok, int BT, int C) {
+  const int c = blockIdx.x * 32 + threadIdx.x, slice = blockIdx.y;
+  if (c >= C) return;
+  for (int bt = 0; bt < BT; ++bt) {
+    const int v = tok[bt];
+    if (v % kVocabSlices == slice) dwte[long(v) * C + c] += dout[long(bt) * C + c];
+  }
 }
 
 // one warp per row
@@ -190,8 +206,9 @@ __global__ void layernorm_fwd_k(float* out, float* mean, float* rstd, const floa
   for (int i = lane; i < C; i += 32) out[long(r) * C + i] = (rs * (x[i] - m)) * w[i] + b[i];
   if (lane == 0) mean[r] = m, rstd[r] = rs;
 }
-__global__ void layernorm_bwd_k(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                const float* w, const float* mean, const float* rstd, int BT, int C) {
+// dinp only, one warp per row; the weight and bias gradients are column sums (column_sums_k)
+__global__ void layernorm_bwd_dinp_k(float* dinp, const float* dout, const float* inp, const float* w,
+                                     const float* mean, const float* rstd, int BT, int C) {
   int r = blockIdx.x, lane = threadIdx.x;
   if (r >= BT) return;
   const float* x = inp + long(r) * C;
@@ -206,8 +223,33 @@ __global__ void layernorm_bwd_k(float* dinp, float* dw, float* db, const float* 
   for (int i = lane; i < C; i += 32) {
     const float n = (x[i] - mean[r]) * rstd[r];
     dinp[long(r) * C + i] += (w[i] * d[i] - dn_mean - n * dn_norm_mean) * rstd[r];
-    atomicAdd(dw + i, d[i] * n);
-    atomicAdd(db + i, d[i]);
+  }
+}
+
+// Column sums of a (rows, cols) matrix with row stride ld, added into out[col] (and, when inp is
+// given, of dout * (inp - mean[r]) * rstd[r] into out2[col]: LayerNorm's weight gradient beside its
+// bias gradient). A block owns 32 columns and every row: a warp reads 32 consecutive floats of a
+// row (coalesced), the block's kColumnRows row groups are summed in shared memory in a fixed
+// order, and each column is written once: no atomics, the same bits every run.
+constexpr int kColumnRows = 16;
+__global__ void column_sums_k(float* out, float* out2, const float* dout, const float* inp, const float* mean,
+                              const float* rstd, int rows, int cols, int ld) {
+  __shared__ float part[kColumnRows][32], part2[kColumnRows][32];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float s = 0, s2 = 0;
+  if (col < cols)
+    for (int r = threadIdx.y; r < rows; r += kColumnRows) {
+      const float d = dout[long(r) * ld + col];
+      s += d;
+      if (inp) s2 += d * ((inp[long(r) * ld + col] - mean[r]) * rstd[r]);
+    }
+  part[threadIdx.y][threadIdx.x] = s;
+  part2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    for (int k = 1; k < kColumnRows; ++k) s += part[k][threadIdx.x], s2 += part2[k][threadIdx.x];
+    out[col] += s;
+    if (out2) out2[col] += s2;
   }
 }
 
@@ -219,120 +261,45 @@ __global__ void bias_fwd_k(float* out, const float* bias, int BT, int OC, int ld
   const int o = int(i % OC);
   out[r * ldo + o] += bias[o];
 }
-// forward: out[r * ldo + o] += bias[o]; one thread per column, rows in order
-__global__ void bias_bwd_k(float* dbias, const float* dout, int BT, int OC, int ldd) {
-  int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float s = 0;
-  for (int r = 0; r < BT; ++r) s += dout[long(r) * ldd + o];
-  dbias[o] += s;
-}
-
 // Attention: q, k, v = qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs;
-// att rows are (b, h, t), row r = (b * NH + h) * T + t. No atomics: every output element is
-// written by one thread, which sums in a fixed order.
+// att rows are (b, h, t), row r = (b * NH + h) * T + t. The four products are cuBLAS strided-
+// batched GEMMs over the NH heads of one sequence (cu_att_*); these kernels are the row-wise
+// softmax parts, one warp per row, each row's sums in a fixed order.
 
-// one warp per (b, h, t) row; lane l takes t2 = l, l + 32, ... (and only ever touches those)
-__global__ void attention_scores_fwd_k(float* att, const float* qkv, int B, int T, int C, int NH) {
-  const long row = blockIdx.x;
-  const int lane = threadIdx.x;
-  if (row >= long(B) * NH * T) return;
-  const int t = int(row % T), h = int(row / T % NH), b = int(row / (long(T) * NH)), hs = C / NH;
-  const float scale = 1.0f / sqrtf(float(hs));
-  const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
+// att holds scale * q . k for every (t, t2) (the GEMM's full square): the causal softmax in place,
+// zero above the diagonal
+__global__ void causal_softmax_k(float* att, long rows, int T) {
+  const long row = long(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int t = int(row % T);
   float* a = att + row * T;
   float maxv = -INFINITY;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
-    float s = 0;
-    for (int j = 0; j < hs; ++j) s += q[j] * k[j];
-    a[t2] = s * scale;
-    maxv = fmaxf(maxv, a[t2]);
-  }
+  for (int t2 = lane; t2 <= t; t2 += 32) maxv = fmaxf(maxv, a[t2]);
   maxv = warp_max(maxv);
   float sum = 0;
   for (int t2 = lane; t2 <= t; t2 += 32) {
-    a[t2] = expf(a[t2] - maxv);
-    sum += a[t2];
+    const float e = expf(a[t2] - maxv);
+    a[t2] = e;
+    sum += e;
   }
   const float inv = 1.0f / warp_sum(sum);
   for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
 }
 
-// out[b,t,c] = sum over t2 <= t of att[b,h,t,t2] * v[b,t2,c], h = c / hs; one thread per element
-__global__ void attention_context_fwd_k(float* out, const float* att, const float* qkv, int B, int T, int C, int NH) {
-  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= long(B) * T * C) return;
-  const int c = int(i % C), t = int(i / C % T), b = int(i / (long(C) * T)), h = c / (C / NH);
-  const float* a = att + ((long(b) * NH + h) * T + t) * T;
-  float s = 0;
-  for (int t2 = 0; t2 <= t; ++t2) s += a[t2] * qkv[(long(b) * T + t2) * 3 * C + 2 * C + c];
-  out[i] = s;
-}
-
-// forward: out[b,t,h] = sum_t2 att[b,h,t,t2] * v[b,t2,h]
-// datt[b,h,t,t2] += dout[b,t,h] . v[b,t2,h] for t2 <= t; one thread per (b, h, t, t2)
-__global__ void attention_datt_k(float* datt, const float* dout, const float* qkv, int B, int T, int C, int NH) {
-  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= long(B) * NH * T * T) return;
-  const int t2 = int(i % T), t = int(i / T % T);
-  if (t2 > t) return;
-  const long bh = i / (long(T) * T);
-  const int b = int(bh / NH), h = int(bh % NH), hs = C / NH;
-  const float* d = dout + (long(b) * T + t) * C + h * hs;
-  const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
-  float s = 0;
-  for (int j = 0; j < hs; ++j) s += v[j] * d[j];
-  datt[i] += s;
-}
-// dv[b,t2,c] += sum over t >= t2 of att[b,h,t,t2] * dout[b,t,c]; one thread per (b, t2, c)
-__global__ void attention_dv_k(float* dqkv, const float* dout, const float* att, int B, int T, int C, int NH) {
-  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= long(B) * T * C) return;
-  const int c = int(i % C), t2 = int(i / C % T), b = int(i / (long(C) * T)), h = c / (C / NH);
-  const float* a = att + (long(b) * NH + h) * T * T + t2;  // column t2 of the head's (T, T)
-  float s = 0;
-  for (int t = t2; t < T; ++t) s += a[long(t) * T] * dout[(long(b) * T + t) * C + c];
-  dqkv[(long(b) * T + t2) * 3 * C + 2 * C + c] += s;
-}
-
-// forward: att = softmax(pre); dot[row] = sum over t2 <= t of att[row, t2] * datt[row, t2]; one warp per row
-__global__ void attention_softmax_dot_k(float* dot, const float* att, const float* datt, long rows, int T) {
-  const long row = blockIdx.x;
-  const int lane = threadIdx.x;
+// forward: att = softmax(pre), pre = scale * q . k. In place: datt[row, t2] becomes
+// scale * dpre = scale * att * (datt - sum over t3 <= t of att * datt) for t2 <= t, 0 above.
+__global__ void causal_softmax_bwd_k(float* datt, const float* att, long rows, int T, float scale) {
+  const long row = long(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int t = int(row % T);
-  float s = 0;
-  for (int t2 = lane; t2 <= t; t2 += 32) s += att[row * T + t2] * datt[row * T + t2];
-  s = warp_sum(s);
-  if (lane == 0) dot[row] = s;
-}
-// forward: pre[t,t2] = scale * q[t] . k[t2]; with g[t,t2] = scale * att * (datt - dot[t]) (dpre * scale):
-// dq[b,t,c] += sum over t2 <= t of g[t,t2] * k[b,t2,c]    (threads c < C of a position)
-// dk[b,t2,c] += sum over t >= t2 of g[t,t2] * q[b,t,c]    (threads C <= c < 2C)
-__global__ void attention_dqk_k(float* dqkv, const float* dot, const float* datt, const float* att, const float* qkv,
-                                int B, int T, int C, int NH) {
-  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= long(B) * T * 2 * C) return;
-  const int c2 = int(i % (2 * C)), t = int(i / (2 * C) % T), b = int(i / (2L * C * T));
-  const int c = c2 % C, h = c / (C / NH);
-  const float scale = 1.0f / sqrtf(float(C / NH));
-  const long head = (long(b) * NH + h) * T;  // row of (b, h, 0)
-  float s = 0;
-  if (c2 < C) {
-    const long r = head + t;
-    for (int t2 = 0; t2 <= t; ++t2) {
-      const float g = att[r * T + t2] * (datt[r * T + t2] - dot[r]) * scale;
-      s += g * qkv[(long(b) * T + t2) * 3 * C + C + c];
-    }
-  } else {
-    for (int tq = t; tq < T; ++tq) {  // t is the key position here
-      const long r = head + tq;
-      const float g = att[r * T + t] * (datt[r * T + t] - dot[r]) * scale;
-      s += g * qkv[(long(b) * T + tq) * 3 * C + c];
-    }
-  }
-  dqkv[(long(b) * T + t) * 3 * C + c2] += s;
+  const float* a = att + row * T;
+  float* d = datt + row * T;
+  float dot = 0;
+  for (int t2 = lane; t2 <= t; t2 += 32) dot += a[t2] * d[t2];
+  dot = warp_sum(dot);
+  for (int t2 = lane; t2 < T; t2 += 32) d[t2] = t2 <= t ? scale * a[t2] * (d[t2] - dot) : 0.0f;
 }
 
 constexpr float kGeluS = 0.7978845608028654f;
@@ -405,6 +372,8 @@ __global__ void adam_k(float* param, float* exp_avg, float* exp_avg_sq, const vo
   float g = grad_type == adam::DType::fp32 ? static_cast<const float*>(grad)[i]
                                            : half::f32_from_half(grad16[i], grad_type);
   float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+  g = __fmul_rn(g, s.inv_loss_scale);                                        // GradScaler.unscale_
+  g = __fmul_rn(g, s.clip_coef);                                             // clip_grad_norm_
   if (s.use_l2) g = __fmaf_rn(p, s.l2, g);                                   // grad.add(param, alpha=wd)
   if (s.decoupled) p = __fmul_rn(p, s.param_decay);                          // param.mul_(1 - lr * wd)
   m = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));                // exp_avg.mul_(b1).add_(g, alpha=1-b1)
@@ -419,105 +388,128 @@ __global__ void adam_k(float* param, float* exp_avg, float* exp_avg_sq, const vo
 
 constexpr int kThreads = 256;
 
-void cu_encoder_fwd(void* ctx, float* out, const int* tok, const float* wte, const float* wpe, int B, int T, int C) {
-  encoder_fwd_k<<<blocks(long(B) * T * C, kThreads), kThreads, 0, K(ctx)>>>(out, tok, wte, wpe, B * T, T, C);
+// Every launch goes through here: nothing is launched for zero work (a grid of 0 blocks is an
+// error), and the launch is checked.
+template <typename Kernel, typename... Args>
+void launch(void* ctx, long blocks_, int threads, Kernel kernel, Args... args) {
+  if (blocks_ <= 0) return;
+  kernel<<<unsigned(blocks_), threads, 0, K(ctx)>>>(args...);
   LAUNCH_CHECK(X(ctx));
 }
+// one thread per element of n
+template <typename Kernel, typename... Args>
+void launch_n(void* ctx, long n, Kernel kernel, Args... args) {
+  launch(ctx, n > 0 ? blocks(n, kThreads) : 0, kThreads, kernel, args...);
+}
+// one warp per row, 8 rows per block
+template <typename Kernel, typename... Args>
+void launch_rows(void* ctx, long rows, Kernel kernel, Args... args) {
+  launch(ctx, (rows + 7) / 8, 256, kernel, args...);
+}
+
+void cu_encoder_fwd(void* ctx, float* out, const int* tok, const float* wte, const float* wpe, int B, int T, int C) {
+  launch_n(ctx, long(B) * T * C, encoder_fwd_k, out, tok, wte, wpe, B * T, T, C);
+}
 void cu_encoder_bwd(void* ctx, float* dwte, float* dwpe, const float* dout, const int* tok, int B, int T, int C) {
-  encoder_bwd_k<<<blocks(long(B) * T * C, kThreads), kThreads, 0, K(ctx)>>>(dwte, dwpe, dout, tok, B * T, T, C);
+  if (long(B) * T * C == 0) return;
+  launch_n(ctx, long(T) * C, encoder_bwd_wpe_k, dwpe, dout, B, T, C);
+  encoder_bwd_wte_k<<<dim3(unsigned((C + 31) / 32), kVocabSlices), 32, 0, K(ctx)>>>(dwte, dout, tok, B * T, C);
   LAUNCH_CHECK(X(ctx));
 }
 void cu_ln_fwd(void* ctx, float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                int BT, int C) {
-  layernorm_fwd_k<<<BT, 32, 0, K(ctx)>>>(out, mean, rstd, inp, w, b, BT, C);
+  if (C > 0) launch(ctx, BT, 32, layernorm_fwd_k, out, mean, rstd, inp, w, b, BT, C);
+}
+void column_sums(void* ctx, float* out, float* out2, const float* dout, const float* inp, const float* mean,
+                 const float* rstd, int rows, int cols, int ld) {
+  if (rows <= 0 || cols <= 0) return;
+  column_sums_k<<<unsigned((cols + 31) / 32), dim3(32, kColumnRows), 0, K(ctx)>>>(out, out2, dout, inp, mean, rstd,
+                                                                                 rows, cols, ld);
   LAUNCH_CHECK(X(ctx));
 }
 void cu_ln_bwd(void* ctx, float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                const float* mean, const float* rstd, int BT, int C) {
-  layernorm_bwd_k<<<BT, 32, 0, K(ctx)>>>(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
-  LAUNCH_CHECK(X(ctx));
+  if (C <= 0) return;
+  launch(ctx, BT, 32, layernorm_bwd_dinp_k, dinp, dout, inp, w, mean, rstd, BT, C);
+  column_sums(ctx, db, dw, dout, inp, mean, rstd, BT, C, C);
 }
 void cu_bias_fwd(void* ctx, float* out, const float* bias, int BT, int OC, int ldo) {
-  if (long(BT) * OC == 0) return;
-  bias_fwd_k<<<blocks(long(BT) * OC, kThreads), kThreads, 0, K(ctx)>>>(out, bias, BT, OC, ldo);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, long(BT) * OC, bias_fwd_k, out, bias, BT, OC, ldo);
 }
 void cu_bias_bwd(void* ctx, float* dbias, const float* dout, int BT, int OC, int ldd) {
-  if (OC == 0) return;
-  bias_bwd_k<<<blocks(OC, kThreads), kThreads, 0, K(ctx)>>>(dbias, dout, BT, OC, ldd);
-  LAUNCH_CHECK(X(ctx));
+  column_sums(ctx, dbias, nullptr, dout, nullptr, nullptr, nullptr, BT, OC, ldd);
 }
+
+// The attention products, per sequence b, as GEMMs batched over the NH heads (head h of q, k, v
+// is the (T, hs) block at channel h*hs of a (T, 3C) row-major matrix; of out / dout, of a (T, C)
+// one). cu_gemm's row-major convention; each in the backend's compute type.
+void cu_gemm(void* ctx, bool ta, bool tb, int M, int N, int K_, float alpha, const float* A, int lda, long sa,
+             const float* B, int ldb, long sb, float beta, float* C, int ldc, long sc, int batch);
+struct Heads {
+  int T, C, NH, hs;
+  long att_stride() const { return long(T) * T; }
+  const float* q(const float* qkv, int b) const { return qkv + long(b) * T * 3 * C; }
+  const float* k(const float* qkv, int b) const { return q(qkv, b) + C; }
+  const float* v(const float* qkv, int b) const { return q(qkv, b) + 2 * C; }
+};
+
 void cu_att_scores_fwd(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
-  const long rows = long(B) * NH * T;
-  if (rows == 0) return;
-  attention_scores_fwd_k<<<unsigned(rows), 32, 0, K(ctx)>>>(att, qkv, B, T, C, NH);
-  LAUNCH_CHECK(X(ctx));
+  if (long(B) * NH * T == 0 || C == 0) return;
+  const Heads h{T, C, NH, C / NH};
+  const float scale = 1.0f / sqrtf(float(h.hs));
+  for (int b = 0; b < B; ++b)  // pre = scale * q . k^T, the full (T, T) square; the softmax masks it
+    cu_gemm(ctx, false, true, T, T, h.hs, scale, h.q(qkv, b), 3 * C, h.hs, h.k(qkv, b), 3 * C, h.hs, 0.0f,
+            att + b * NH * h.att_stride(), T, h.att_stride(), NH);
+  launch_rows(ctx, long(B) * NH * T, causal_softmax_k, att, long(B) * NH * T, T);
 }
 void cu_att_context_fwd(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C, int NH) {
-  const long n = long(B) * T * C;
-  if (n == 0) return;
-  attention_context_fwd_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(out, att, qkv, B, T, C, NH);
-  LAUNCH_CHECK(X(ctx));
+  if (long(B) * T * C == 0) return;
+  const Heads h{T, C, NH, C / NH};
+  for (int b = 0; b < B; ++b)  // out = att . v (att is zero above the diagonal)
+    cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, att + b * NH * h.att_stride(), T, h.att_stride(), h.v(qkv, b), 3 * C,
+            h.hs, 0.0f, out + long(b) * T * C, C, h.hs, NH);
 }
 void cu_att_context_bwd(void* ctx, float* datt, float* dqkv, const float* dout, const float* att, const float* qkv,
                         int B, int T, int C, int NH) {
-  const long n_att = long(B) * NH * T * T, n_v = long(B) * T * C;
-  if (n_att == 0 || n_v == 0) return;
-  attention_datt_k<<<blocks(n_att, kThreads), kThreads, 0, K(ctx)>>>(datt, dout, qkv, B, T, C, NH);
-  LAUNCH_CHECK(X(ctx));
-  attention_dv_k<<<blocks(n_v, kThreads), kThreads, 0, K(ctx)>>>(dqkv, dout, att, B, T, C, NH);
-  LAUNCH_CHECK(X(ctx));
+  if (long(B) * T * C == 0) return;
+  const Heads h{T, C, NH, C / NH};
+  for (int b = 0; b < B; ++b) {
+    // datt += dout . v^T (the whole square: above the diagonal is scratch, backend.hpp)
+    cu_gemm(ctx, false, true, T, T, h.hs, 1.0f, dout + long(b) * T * C, C, h.hs, h.v(qkv, b), 3 * C, h.hs, 1.0f,
+            datt + b * NH * h.att_stride(), T, h.att_stride(), NH);
+    // dv += att^T . dout
+    cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, att + b * NH * h.att_stride(), T, h.att_stride(),
+            dout + long(b) * T * C, C, h.hs, 1.0f, dqkv + long(b) * T * 3 * C + 2 * C, 3 * C, h.hs, NH);
+  }
 }
-void cu_att_scores_bwd(void* ctx, float* dqkv, const float* datt, const float* att, const float* qkv, int B, int T,
-                       int C, int NH) {
-  CudaCtx& c = X(ctx);
+void cu_att_scores_bwd(void* ctx, float* dqkv, float* datt, const float* att, const float* qkv, int B, int T, int C,
+                       int NH) {
   const long rows = long(B) * NH * T;
   if (rows == 0 || C == 0) return;
-  const std::size_t bytes = std::size_t(rows) * sizeof(float);
-  if (bytes > c.scratch_bytes) {  // grow: the old buffer may still be read by queued kernels
-    if (c.scratch) {
-      CUDA_CHECK(c, cudaStreamSynchronize(K(ctx)));
-      CUDA_CHECK(c, cudaFree(c.scratch));
-      c.scratch = nullptr;
-      c.scratch_bytes = 0;
-    }
-    cudaError_t e = cudaMalloc(&c.scratch, bytes);
-    if (e != cudaSuccess) {
-      c.scratch = nullptr;
-      record_error(c, std::string("attention_scores_backward scratch: ") + cudaGetErrorString(e), __FILE__, __LINE__);
-      return;
-    }
-    c.scratch_bytes = bytes;
+  const Heads h{T, C, NH, C / NH};
+  launch_rows(ctx, rows, causal_softmax_bwd_k, datt, att, rows, T, 1.0f / sqrtf(float(h.hs)));
+  for (int b = 0; b < B; ++b) {
+    const float* g = datt + b * NH * h.att_stride();  // scale * dpre, zero above the diagonal
+    // dq += g . k;  dk += g^T . q
+    cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), h.k(qkv, b), 3 * C, h.hs, 1.0f,
+            dqkv + long(b) * T * 3 * C, 3 * C, h.hs, NH);
+    cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), h.q(qkv, b), 3 * C, h.hs, 1.0f,
+            dqkv + long(b) * T * 3 * C + C, 3 * C, h.hs, NH);
   }
-  attention_softmax_dot_k<<<unsigned(rows), 32, 0, K(ctx)>>>(c.scratch, att, datt, rows, T);
-  LAUNCH_CHECK(c);
-  const long n = long(B) * T * 2 * C;
-  attention_dqk_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(dqkv, c.scratch, datt, att, qkv, B, T, C, NH);
-  LAUNCH_CHECK(c);
 }
-void cu_gelu_fwd(void* ctx, float* out, const float* inp, long N) {
-  gelu_fwd_k<<<blocks(N, kThreads), kThreads, 0, K(ctx)>>>(out, inp, N);
-  LAUNCH_CHECK(X(ctx));
-}
+void cu_gelu_fwd(void* ctx, float* out, const float* inp, long N) { launch_n(ctx, N, gelu_fwd_k, out, inp, N); }
 void cu_gelu_bwd(void* ctx, float* dinp, const float* inp, const float* dout, long N) {
-  gelu_bwd_k<<<blocks(N, kThreads), kThreads, 0, K(ctx)>>>(dinp, inp, dout, N);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, N, gelu_bwd_k, dinp, inp, dout, N);
 }
 void cu_residual(void* ctx, float* out, const float* a, const float* b, long N) {
-  residual_k<<<blocks(N, kThreads), kThreads, 0, K(ctx)>>>(out, a, b, N);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, N, residual_k, out, a, b, N);
 }
-void cu_accumulate(void* ctx, float* dst, const float* src, long N) {
-  accumulate_k<<<blocks(N, kThreads), kThreads, 0, K(ctx)>>>(dst, src, N);
-  LAUNCH_CHECK(X(ctx));
-}
+void cu_accumulate(void* ctx, float* dst, const float* src, long N) { launch_n(ctx, N, accumulate_k, dst, src, N); }
 void cu_ce_fwd(void* ctx, float* probs, float* losses, const float* logits, const int* targets, int BT, int V) {
-  crossentropy_fwd_k<<<BT, 32, 0, K(ctx)>>>(probs, losses, logits, targets, BT, V);
-  LAUNCH_CHECK(X(ctx));
+  if (V > 0) launch(ctx, BT, 32, crossentropy_fwd_k, probs, losses, logits, targets, BT, V);
 }
 void cu_ce_bwd(void* ctx, float* dlogits, const float* probs, const int* targets, float dloss, int BT, int V) {
-  crossentropy_bwd_k<<<blocks(long(BT) * V, kThreads), kThreads, 0, K(ctx)>>>(dlogits, probs, targets, dloss, BT, V);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, long(BT) * V, crossentropy_bwd_k, dlogits, probs, targets, dloss, BT, V);
 }
 
 void cu_copy_fp32(void* ctx, void* dst, const void* src, long n) {
@@ -526,20 +518,17 @@ void cu_copy_fp32(void* ctx, void* dst, const void* src, long n) {
 void cu_to_fp32(void* ctx, float* dst, const void* src, adam::DType t, long n) {
   if (n <= 0) return;
   if (t == adam::DType::fp32) return cu_copy_fp32(ctx, dst, src, n);
-  to_fp32_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(dst, static_cast<const std::uint16_t*>(src), t, n);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, n, to_fp32_k, dst, static_cast<const std::uint16_t*>(src), t, n);
 }
 void cu_from_fp32(void* ctx, void* dst, const float* src, adam::DType t, long n) {
   if (n <= 0) return;
   if (t == adam::DType::fp32) return cu_copy_fp32(ctx, dst, src, n);
-  from_fp32_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(static_cast<std::uint16_t*>(dst), src, t, n);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, n, from_fp32_k, static_cast<std::uint16_t*>(dst), src, t, n);
 }
 void cu_accumulate_to(void* ctx, void* dst, const float* src, adam::DType t, long n) {
   if (n <= 0) return;
   if (t == adam::DType::fp32) return cu_accumulate(ctx, static_cast<float*>(dst), src, n);
-  accumulate_to_k<<<blocks(n, kThreads), kThreads, 0, K(ctx)>>>(static_cast<std::uint16_t*>(dst), src, t, n);
-  LAUNCH_CHECK(X(ctx));
+  launch_n(ctx, n, accumulate_to_k, static_cast<std::uint16_t*>(dst), src, t, n);
 }
 
 // The step's scalars in double (Python's float arithmetic), then cast where ATen casts them:
@@ -554,6 +543,12 @@ void cu_adam_update(void* ctx, const DeviceAdam& d) {
   if (d.n == 0) return;
   if (!d.param || !d.exp_avg || !d.exp_avg_sq || !d.grad)
     return record_error(c, "adam_update: param, exp_avg, exp_avg_sq and grad must all be given", __FILE__, __LINE__);
+  if (!(d.loss_scale > 0 && std::isfinite(d.loss_scale)))
+    return record_error(c, "adam_update: loss_scale: expected a finite value > 0, got " + std::to_string(d.loss_scale),
+                        __FILE__, __LINE__);
+  if (!(d.clip_coef >= 0 && std::isfinite(d.clip_coef)))
+    return record_error(c, "adam_update: clip_coef: expected a finite value >= 0, got " + std::to_string(d.clip_coef),
+                        __FILE__, __LINE__);
   adam::AdamOptions ao;
   ao.lr = d.lr;
   ao.beta1 = d.beta1;
@@ -561,7 +556,10 @@ void cu_adam_update(void* ctx, const DeviceAdam& d) {
   ao.eps = d.eps;
   ao.weight_decay = d.weight_decay;
   ao.decoupled_weight_decay = d.decoupled_weight_decay;
-  const adam::StepScalars s = adam::step_scalars(ao, d.step);  // CpuAdam's constants, rounded alike
+  adam::GradScaling gs;
+  gs.loss_scale = d.loss_scale;
+  gs.clip_coef = d.clip_coef;
+  const adam::StepScalars s = adam::step_scalars(ao, d.step, gs);  // CpuAdam's constants, rounded alike
   adam_k<<<blocks(long(d.n), kThreads), kThreads, 0, K(ctx)>>>(d.param, d.exp_avg, d.exp_avg_sq, d.grad, d.grad_type,
                                                                static_cast<std::uint16_t*>(d.param16), d.param16_type,
                                                                d.n, s);
@@ -573,9 +571,8 @@ const char* cu_sticky_error(void* ctx) { return X(ctx).error.empty() ? nullptr :
 void cu_destroy(void* ctx) {
   CudaCtx* c = static_cast<CudaCtx*>(ctx);
   cu_sync(ctx);
-  for (auto& [p, n] : c->sizes) cudaFree(p);
-  if (c->scratch) cudaFree(c->scratch);
   if (c->blas) cublasDestroy(c->blas);
+  for (auto& [p, n] : c->sizes) cudaFree(p);  // the cuBLAS workspace among them
   for (cudaStream_t s : c->streams) cudaStreamDestroy(s);
   delete c;
 }
@@ -627,39 +624,77 @@ const BackendOps kCudaOps = {
     cu_destroy,
 };
 
+// Why the CUDA runtime found no usable device, as what it is: "no CUDA device" only where there
+// is none (no NVIDIA driver at all, or a driver that sees no GPU), which is the one case a test may
+// skip for; a driver too old for this runtime, a device in use or broken are errors by name.
+std::string no_device_or_error(cudaError_t e, int count) {
+  if (e == cudaSuccess && count == 0) return "no CUDA device: the NVIDIA driver sees no GPU";
+  if (e == cudaErrorNoDevice) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) return "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)";
+  dlclose(driver);
+  int runtime = 0, supported = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&supported);
+  std::string what = std::string("CUDA device unusable: cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+                     cudaGetErrorString(e);
+  if (e == cudaErrorInsufficientDriver)
+    what += " (the driver supports CUDA " + std::to_string(supported / 1000) + "." + std::to_string(supported % 1000 / 10) +
+            ", memwall was built with " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + ")";
+  return what;
+}
+
 }  // namespace
+
+// Bytes left to libraries that allocate device memory beside memwall (NCCL's buffers, the
+// driver's own growth) when the capacity is the device's free memory: 1 GiB, or 1/16 of a
+// smaller device.
+constexpr std::size_t kLibraryReserve = std::size_t(1) << 30;
+// cuBLAS's workspace: NVIDIA recommends 32 MiB on Hopper (cublasSetWorkspace); 1/16 of a small
+// capacity (the tests' 64 MiB devices get 4 MiB, cuBLAS's own default pool).
+constexpr std::size_t kBlasWorkspace = std::size_t(32) << 20;
 
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0)
-    return make_error(std::string("no CUDA device: ") +
-                      (e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none"));
+  if (e != cudaSuccess || count == 0) return make_error(no_device_or_error(e, count));
   auto* c = new CudaCtx;
   auto fail = [c](const std::string& what) {
-    delete c;
+    cu_destroy(c);
     return make_error(what);
+  };
+  auto failed = [&](const char* call, cudaError_t err) {
+    return fail(std::string(call) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
   };
   if (o.device < 0 || o.device >= count)
     return fail("cuda device " + std::to_string(o.device) + ": this machine has " + std::to_string(count));
-  if ((e = cudaSetDevice(o.device)) != cudaSuccess)
-    return fail(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
-  std::size_t free_b = 0, total_b = 0;
-  if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
-    return fail(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
-  c->capacity_bytes = o.capacity_bytes ? std::min(o.capacity_bytes, free_b) : free_b;
+  if ((e = cudaSetDevice(o.device)) != cudaSuccess) return failed("cudaSetDevice", e);
   cudaStream_t s;
-  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess)
-    return fail(std::string("cudaStreamCreate: ") + cudaGetErrorString(e));
+  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) return failed("cudaStreamCreate", e);
   c->streams.push_back(s);
-  if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) return fail("cublasCreate failed");
-  cublasSetStream(c->blas, s);
+  if (cublasStatus_t st = cublasCreate(&c->blas); st != CUBLAS_STATUS_SUCCESS) {
+    c->blas = nullptr;
+    return fail(std::string("cublasCreate: ") + cublasGetStatusString(st));
+  }
+  if (cublasStatus_t st = cublasSetStream(c->blas, s); st != CUBLAS_STATUS_SUCCESS)
+    return fail(std::string("cublasSetStream: ") + cublasGetStatusString(st));
+  // free memory with the context and cuBLAS made: what memwall may use, less the libraries' reserve
+  std::size_t free_b = 0, total_b = 0;
+  if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) return failed("cudaMemGetInfo", e);
+  const std::size_t reserve = std::min(kLibraryReserve, total_b / 16);
+  const std::size_t usable = free_b > reserve ? free_b - reserve : 0;
+  c->capacity_bytes = o.capacity_bytes ? std::min(o.capacity_bytes, usable) : usable;
+  Result<void*> ws = cu_alloc(c, std::min(kBlasWorkspace, c->capacity_bytes / 16 / 256 * 256));
+  if (!ws) return fail("cuBLAS workspace: " + ws.error());
+  c->blas_workspace = *ws;
+  if (cublasStatus_t st = cublasSetWorkspace(c->blas, *ws, c->sizes[*ws]); st != CUBLAS_STATUS_SUCCESS)
+    return fail(std::string("cublasSetWorkspace: ") + cublasGetStatusString(st));
   c->compute = o.compute == ComputeType::fp16   ? CUBLAS_COMPUTE_32F_FAST_16F
                : o.compute == ComputeType::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                 : CUBLAS_COMPUTE_32F;
   cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, o.device);
-  BackendCaps caps{"cuda", prop.name, c->capacity_bytes, true, true, true, o.compute};
+  if ((e = cudaGetDeviceProperties(&prop, o.device)) != cudaSuccess) return failed("cudaGetDeviceProperties", e);
+  BackendCaps caps{"cuda", prop.name, c->capacity_bytes, c->used, true, true, true, o.compute};
   return std::make_unique<Backend>(&kCudaOps, c, std::move(caps));
 }
 

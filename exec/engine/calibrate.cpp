@@ -353,13 +353,20 @@ Result<bool> measure_copies(const CalibrateOptions& o, Backend& b, Calibration& 
   return true;
 }
 
-// An all-reduce between the job's ranks (mpirun): links.gpu_gpu.
+// An all-reduce between the job's ranks (mpirun): links.gpu_gpu. Through what memwall run uses
+// between those devices: MPI on the cpu backend, NCCL on cuda (device memory never goes to MPI:
+// Debian's OpenMPI is not CUDA-aware).
 Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibration& c, const Say& say) {
   MpiWorld& world = MpiWorld::get();
   if (world.size() > 1) {
-    say("all-reduce between " + std::to_string(world.size()) + " ranks ...");
-    Result<std::unique_ptr<Collectives>> coll = make_mpi_collectives();
+    Result<std::unique_ptr<Collectives>> mpi = make_mpi_collectives();
+    if (!mpi) return make_error(mpi.error());
+    Result<std::unique_ptr<Collectives>> coll = b.caps().name == "cuda"
+                                                    ? make_nccl_collectives(b, **mpi)
+                                                    : Result<std::unique_ptr<Collectives>>(std::move(mpi).value());
     if (!coll) return make_error(coll.error());
+    const std::string via = (*coll)->name() == "nccl" ? "NCCL" : "MPI";
+    say(via + " all-reduce between " + std::to_string(world.size()) + " ranks ...");
     const std::size_t count = std::size_t(4) << 20;  // 16 MiB of fp32
     DeviceBuffers mem(b);
     Result<char*> buf = mem.get(count * 4);
@@ -378,7 +385,7 @@ Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibratio
     if (!failed.empty()) return make_error("calibrate: all-reduce: " + failed);
     const double n = world.size();
     c.fields.push_back({"links.gpu_gpu", 4.0 * double(count) * 2 * (n - 1) / n / s,
-                        "measured: MPI all-reduce of 16 MiB fp32 between " + std::to_string(world.size()) +
+                        "measured: " + via + " all-reduce of 16 MiB fp32 between " + std::to_string(world.size()) +
                             " ranks, bus bandwidth (2(n-1)/n x bytes / time)"});
   } else {
     c.fields.push_back({"links.gpu_gpu", 0, "not measured: one process (run under mpirun -np 2 to measure it)"});

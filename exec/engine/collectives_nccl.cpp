@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <memory>
 
 #include "exec/engine/collectives.hpp"
 #include "exec/adam/cpu_adam.hpp"
@@ -32,35 +33,57 @@ ncclDataType_t nccl_type(adam::DType t) {
   return t == adam::DType::fp32 ? ncclFloat32 : t == adam::DType::bf16 ? ncclBfloat16 : ncclFloat16;
 }
 
+// The communicator and whether it failed: after an error (a collective that returned one, an
+// asynchronous error, an operation abandoned for a stopped rank) the communicator is aborted, not
+// destroyed (ncclCommDestroy would wait for peers that may never come), and the kernels it had
+// queued end, so waiting on their events cannot hang.
+struct Comm {
+  ncclComm_t comm = nullptr;
+  bool aborted = false;
+  void abort() {
+    if (!aborted && comm) ncclCommAbort(comm);
+    aborted = true;
+  }
+};
+
 class NcclOp : public CollectiveOp {
  public:
-  NcclOp(ncclComm_t comm, cudaEvent_t ev) : comm_(comm), ev_(ev) {}
+  NcclOp(std::shared_ptr<Comm> comm, cudaEvent_t ev) : comm_(std::move(comm)), ev_(ev) {}
   ~NcclOp() override {
-    cudaEventSynchronize(ev_);  // never leave NCCL writing into freed memory
+    if (!comm_->aborted) cudaEventSynchronize(ev_);  // never leave NCCL writing into freed memory
     cudaEventDestroy(ev_);
   }
   Result<bool> test() override {
+    if (comm_->aborted) return make_error("NCCL: the communicator was aborted after an earlier failure");
     cudaError_t e = cudaEventQuery(ev_);
     if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady) return make_error(std::string("cudaEventQuery: ") + cudaGetErrorString(e));
+    if (e != cudaErrorNotReady) {
+      comm_->abort();
+      return make_error(std::string("cudaEventQuery: ") + cudaGetErrorString(e));
+    }
     ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-    if (async != ncclSuccess) return make_error(std::string("NCCL: ") + ncclGetErrorString(async));
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_->comm, &async); r != ncclSuccess) async = r;
+    if (async != ncclSuccess && async != ncclInProgress) {
+      comm_->abort();
+      return make_error(std::string("NCCL: ") + ncclGetErrorString(async) + " (the communicator is aborted)");
+    }
     return false;
   }
+  void abandon() override { comm_->abort(); }
 
  private:
-  ncclComm_t comm_;
+  std::shared_ptr<Comm> comm_;
   cudaEvent_t ev_;
 };
 
 class NcclCollectives : public Collectives {
  public:
   NcclCollectives(Collectives& boot, ncclComm_t comm, cudaStream_t compute, cudaStream_t comm_stream)
-      : boot_(boot), comm_(comm), compute_(compute), stream_(comm_stream) {}
+      : boot_(boot), comm_(std::make_shared<Comm>(Comm{comm})), compute_(compute), stream_(comm_stream) {}
   ~NcclCollectives() override {
+    if (comm_->aborted) return;
     cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
+    ncclCommDestroy(comm_->comm);
   }
   int rank() const override { return boot_.rank(); }
   int size() const override { return boot_.size(); }
@@ -73,13 +96,21 @@ class NcclCollectives : public Collectives {
     const std::size_t eb = adam::dtype_bytes(t);
     const void* mine = send ? send : b + std::size_t(rank()) * stride * eb;
     if (stride == count) {  // in place: sendbuff == recvbuff + rank * count
-      NCCL_CHECK(ncclAllGather(mine, b, count, nccl_type(t), comm_, stream_));
+      if (Result<bool> r = enqueued(ncclAllGather(mine, b, count, nccl_type(t), comm(), stream_), "ncclAllGather"); !r)
+        return make_error(r.error());
     } else {  // NCCL has no strided all-gather: one broadcast per rank, grouped
+      // every ncclGroupStart is ended, also when a call inside failed (the first error is reported)
       NCCL_CHECK(ncclGroupStart());
-      for (int q = 0; q < size(); ++q)
-        NCCL_CHECK(ncclBroadcast(q == rank() ? mine : b + std::size_t(q) * stride * eb, b + std::size_t(q) * stride * eb,
-                                 count, nccl_type(t), q, comm_, stream_));
-      NCCL_CHECK(ncclGroupEnd());
+      ncclResult_t first = ncclSuccess;
+      for (int q = 0; q < size() && first == ncclSuccess; ++q)
+        first = ncclBroadcast(q == rank() ? mine : b + std::size_t(q) * stride * eb, b + std::size_t(q) * stride * eb,
+                              count, nccl_type(t), q, comm(), stream_);
+      const ncclResult_t end = ncclGroupEnd();
+      if (first != ncclSuccess || end != ncclSuccess) {
+        comm_->abort();
+        return make_error(std::string("ncclBroadcast (grouped, strided all-gather): ") +
+                          ncclGetErrorString(first != ncclSuccess ? first : end) + " (the communicator is aborted)");
+      }
     }
     return done_op();
   }
@@ -87,23 +118,27 @@ class NcclCollectives : public Collectives {
                                                        adam::DType t) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
     char* slice = static_cast<char*>(buf) + std::size_t(rank()) * count * adam::dtype_bytes(t);
-    NCCL_CHECK(ncclReduceScatter(buf, slice, count, nccl_type(t), ncclSum, comm_, stream_));
+    if (Result<bool> r = enqueued(ncclReduceScatter(buf, slice, count, nccl_type(t), ncclSum, comm(), stream_), "ncclReduceScatter"); !r)
+      return make_error(r.error());
     if (out != slice) CUDA_CHECK(cudaMemcpyAsync(out, slice, count * adam::dtype_bytes(t), cudaMemcpyDeviceToDevice, stream_));
     return done_op();
   }
   Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
-    NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
+    if (Result<bool> r = enqueued(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm(), stream_), "ncclAllReduce"); !r)
+      return make_error(r.error());
     return done_op();
   }
   Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
-    NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
+    if (Result<bool> r = enqueued(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm(), stream_), "ncclBroadcast"); !r)
+      return make_error(r.error());
     return done_op();
   }
   Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
-    NCCL_CHECK(ncclReduce(buf, buf, count, nccl_type(t), ncclSum, root, comm_, stream_));
+    if (Result<bool> r = enqueued(ncclReduce(buf, buf, count, nccl_type(t), ncclSum, root, comm(), stream_), "ncclReduce"); !r)
+      return make_error(r.error());
     return done_op();
   }
 
@@ -131,8 +166,15 @@ class NcclCollectives : public Collectives {
     CUDA_CHECK(cudaEventRecord(e, stream_));
     return std::unique_ptr<CollectiveOp>(new NcclOp(comm_, e));
   }
+  ncclComm_t comm() const { return comm_->comm; }
+  // A collective NCCL refused to enqueue: the communicator is aborted (a peer may have enqueued it)
+  Result<bool> enqueued(ncclResult_t rc, const char* what) {
+    if (rc == ncclSuccess) return true;
+    comm_->abort();
+    return make_error(std::string(what) + ": " + ncclGetErrorString(rc) + " (the communicator is aborted)");
+  }
   Collectives& boot_;
-  ncclComm_t comm_;
+  std::shared_ptr<Comm> comm_;
   cudaStream_t compute_, stream_;
 };
 

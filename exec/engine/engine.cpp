@@ -524,8 +524,9 @@ EngineStats Engine::stats() const {
   const size_t g = size_t(Tier::gpu), c = size_t(Tier::cpu);
   s.device_capacity_bytes = e.be->caps().capacity_bytes;
   s.device_state_bytes = e.tiers.device_state_bytes();
-  s.device_high_water_bytes = s.device_state_bytes + e.live_high_water[g];
-  s.device_extent_bytes = s.device_state_bytes + e.extent_high_water[g];
+  s.device_reserved_bytes = e.be->caps().reserved_bytes;
+  s.device_high_water_bytes = s.device_reserved_bytes + s.device_state_bytes + e.live_high_water[g];
+  s.device_extent_bytes = s.device_reserved_bytes + s.device_state_bytes + e.extent_high_water[g];
   s.pinned_high_water_bytes = e.live_high_water[c];
   s.arena_bytes = e.tiers.arena_bytes();
   s.arena_extent_bytes = e.extent_high_water;

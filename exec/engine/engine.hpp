@@ -104,8 +104,9 @@ struct IterationReport {
 struct EngineStats {
   std::size_t device_capacity_bytes = 0;   // the backend's hard limit
   std::size_t device_state_bytes = 0;      // the model states on the device
-  std::size_t device_high_water_bytes = 0; // states + most buffer bytes live at once, over the run
-  std::size_t device_extent_bytes = 0;     // states + the highest end of any buffer placed
+  std::size_t device_reserved_bytes = 0;   // the backend's own workspaces (BackendCaps::reserved_bytes)
+  std::size_t device_high_water_bytes = 0; // reserved + states + most buffer bytes live at once, over the run
+  std::size_t device_extent_bytes = 0;     // reserved + states + the highest end of any buffer placed
   std::size_t pinned_high_water_bytes = 0; // most bytes live in the pinned arena
   // Per tier, over the run: the memory plan's arena, the highest end of a buffer placed in it (the
   // plan's offsets: equal to the arena once every buffer has been used), most bytes live at once.

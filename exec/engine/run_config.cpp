@@ -9,13 +9,7 @@
 #include "model/units.hpp"
 #include "model/yaml_reader.hpp"
 
-#ifndef MEMWALL_SOURCE_DIR
-#define MEMWALL_SOURCE_DIR "."
-#endif
-
 namespace memwall::exec {
-
-std::string default_corpus_path() { return std::string(MEMWALL_SOURCE_DIR) + "/exec/data/corpus.txt"; }
 
 namespace {
 
@@ -88,15 +82,13 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     // a device smaller than 1 MiB holds no model; 1 PiB is beyond any device (and any double's exactness)
     c.capacity_bytes = std::size_t(r.bytes_or(root, "", "capacity", std::uint64_t(1) << 20, std::uint64_t(1) << 50, 0));
     c.corpus = r.text_or(root, "", "corpus", "");
-    if (c.corpus.empty()) {
-      c.corpus = default_corpus_path();
-    } else if (std::filesystem::path(c.corpus).is_relative()) {
+    if (!c.corpus.empty() && std::filesystem::path(c.corpus).is_relative())
       c.corpus = (std::filesystem::path(source).parent_path() / c.corpus).string();
-    }
     // Read through the one file reader: a folder, a FIFO, /dev/zero or /proc/self/mem is one line
     // naming the field, never a hang or a crash.
-    if (Result<std::string> text = read_input_file(c.corpus, "corpus", kMaxCorpusBytes); !text)
-      r.fail(root["corpus"].IsDefined() ? root["corpus"] : root, "corpus", text.error());
+    if (!c.corpus.empty())
+      if (Result<std::string> text = read_input_file(c.corpus, "corpus", kMaxCorpusBytes); !text)
+        r.fail(root["corpus"], "corpus", text.error());
     return c;
   } catch (const InputError& e) {
     return make_error(e.what());
@@ -110,6 +102,11 @@ Result<RunConfig> load_run_config(const std::string& path) {
 }
 
 Result<Corpus> Corpus::load(const std::string& path) {
+  if (path.empty()) {
+    Corpus c;
+    c.data_.assign(kShippedCorpus.begin(), kShippedCorpus.end());
+    return c;
+  }
   Result<std::string> text = read_input_file(path, "corpus", kMaxCorpusBytes);
   if (!text) return make_error(text.error());
   Corpus c;

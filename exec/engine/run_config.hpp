@@ -42,20 +42,22 @@ struct RunConfig {
   // comparison with PyTorch in fp32). Master parameters and Adam's moments are always fp32.
   adam::DType precision = adam::DType::bf16;
   std::size_t capacity_bytes = 0;    // device memory limit; 0 = the profile's GPU memory
-  std::string corpus;                // byte-level text file; empty = the one memwall ships
+  std::string corpus;                // byte-level text file; empty = the one memwall ships (built in)
 };
 
 // Parses a run YAML. Unknown keys, bad values and a missing corpus are errors naming file:line:field.
 // Relative corpus paths are taken from the config file's folder.
 Result<RunConfig> parse_run_config(const std::string& source, std::string_view text);
 Result<RunConfig> load_run_config(const std::string& path);
-std::string default_corpus_path();
+// The corpus memwall ships (exec/data/corpus.txt), compiled into the program so a run needs no
+// file from the source tree (a relocated bundle has none).
+extern const std::string_view kShippedCorpus;
 
 // Reads a corpus (at least seq + 1 bytes) and draws batches of (B, T) inputs and next-byte targets
 // at offsets from a seeded generator: the same seed gives the same batches.
 class Corpus {
  public:
-  static Result<Corpus> load(const std::string& path);
+  static Result<Corpus> load(const std::string& path);  // "" = kShippedCorpus
   std::size_t bytes() const { return data_.size(); }
   void next_batch(int B, int T, std::uint64_t& rng, std::vector<int>& tokens, std::vector<int>& targets) const;
 

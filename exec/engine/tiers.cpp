@@ -217,9 +217,12 @@ Result<bool> Tiers::make_device(const std::vector<const Schedule*>& plans) {
   dev_states_ = total;
   const std::size_t need = total + arena_[size_t(Tier::gpu)];
   const BackendCaps& caps = be_->caps();
-  if (caps.capacity_bytes < need)
+  if (caps.capacity_bytes - caps.reserved_bytes < need)
     return make_error("device: " + caps.device + " has " + format_bytes(double(caps.capacity_bytes)) +
-                      " free, the memory plan needs " + format_bytes(double(need)) + " (states " + format_bytes(double(total)) +
+                      (caps.reserved_bytes ? " (" + format_bytes(double(caps.reserved_bytes)) + " of it the " + caps.name +
+                                                 " backend's own workspaces)"
+                                           : std::string()) +
+                      ", the memory plan needs " + format_bytes(double(need)) + " (states " + format_bytes(double(total)) +
                       ", buffers " + format_bytes(double(arena_[size_t(Tier::gpu)])) + "; the profile says " +
                       format_bytes(o_->profile.gpu_memory_bytes) + ")");
   Result<void*> block = be_->ops().alloc(be_->ctx(), need);

@@ -167,9 +167,10 @@ PinnedPoolStats PinnedPool::stats() const {
 }
 
 std::vector<iovec> PinnedPool::regions() const {
-  // io_uring limits one registered buffer to 1 GiB; cut on slab boundaries.
-  const std::size_t max_piece =
-      std::max(options_.slab_bytes, (std::size_t{1} << 30) / options_.slab_bytes * options_.slab_bytes);
+  // io_uring limits one registered buffer to 1 GiB; cut on slab boundaries where slabs fit in a
+  // piece (the engine's arena is one slab of any size: cut inside it)
+  const std::size_t limit = std::max<std::size_t>(4096, options_.register_piece_bytes);
+  const std::size_t max_piece = options_.slab_bytes <= limit ? limit / options_.slab_bytes * options_.slab_bytes : limit;
   std::vector<iovec> out;
   for (std::size_t at = 0; at < mapped_bytes_; at += max_piece)
     out.push_back({base_ + at, std::min(max_piece, mapped_bytes_ - at)});

@@ -40,6 +40,9 @@ struct PinnedPoolOptions {
   std::size_t budget_bytes = 0;        // hard cap on pinned bytes; rounded down to whole slabs
   std::size_t slab_bytes = 1 << 20;    // every buffer is one slab; a positive multiple of 4096
   bool require_lock = true;            // mlock failure is an error (true) or reported in stats (false)
+  // regions() cuts the pool into pieces of at most this many bytes: io_uring refuses to register a
+  // buffer over 1 GiB (and a test lowers it to see a small pool cut)
+  std::size_t register_piece_bytes = std::size_t(1) << 30;
 };
 
 struct PinnedPoolStats {
@@ -90,7 +93,9 @@ class PinnedPool {
   Result<PinnedBuffer> try_acquire(std::size_t bytes);
 
   PinnedPoolStats stats() const;
-  // The pool's memory, in pieces io_uring accepts (<= 1 GiB each), for IoEngine::register_buffers.
+  // The pool's memory, in pieces io_uring accepts (<= register_piece_bytes, 1 GiB, each), for
+  // IoEngine::register_buffers: on slab boundaries where a slab fits in a piece, else inside slabs
+  // (an I/O that spans two pieces is then issued unregistered).
   std::vector<iovec> regions() const;
 
  private:

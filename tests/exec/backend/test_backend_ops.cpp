@@ -1,9 +1,10 @@
 // Every kernel on every compiled backend against the cpu backend (ggml's test-backend-ops idea);
 // the newer kernels (strided bias, the four attention kernels, 16-bit conversions, adam_update)
 // also against an independent reference written here (plain loops in double, or CpuAdam), plus
-// each backend's capacity limit, asynchronous copies with events and event_query. A compiled
-// backend whose device is absent (cuda on a machine without a GPU) is skipped with that reason and
-// only then.
+// each backend's capacity limit, asynchronous copies with events and event_query; GEMMs at
+// realistic sizes in fp16 / bf16 against the same backend's fp32. A compiled backend whose device
+// is absent (cuda on a machine without a GPU) is skipped with that reason and only then, never
+// with MEMWALL_REQUIRE_CUDA=1 (tests/exec/device_skip.hpp).
 // Tolerance: max |x - ref| / max |ref| per output, 1e-5 for fp32 compute; GEMMs computed in
 // fp16 / bf16 (fp32 accumulation) 2e-3 / 1.6e-2 (a few units of the format's rounding, 2^-11 / 2^-8).
 // 16-bit conversions are compared bit for bit.
@@ -22,6 +23,7 @@
 
 #include "exec/adam/cpu_adam.hpp"
 #include "exec/backend/backend.hpp"
+#include "tests/exec/device_skip.hpp"
 
 using namespace memwall::exec;
 using memwall::adam::DType;
@@ -77,11 +79,28 @@ std::vector<int> randi(std::size_t n, int hi, unsigned seed) {
   return v;
 }
 
+// att as attention_scores_forward leaves it (the kernels' contract): zero above each (T, T)
+// block's diagonal. lower() zeroes the same entries of an output: datt's are scratch there.
+std::vector<float> causal(std::vector<float> att, int T) {
+  for (std::size_t i = 0; i < att.size(); ++i)
+    if (int(i % std::size_t(T)) > int(i / std::size_t(T) % std::size_t(T))) att[i] = 0.0f;
+  return att;
+}
+template <typename F>
+std::vector<F> lower(std::vector<F> att, int T) {
+  for (std::size_t i = 0; i < att.size(); ++i)
+    if (int(i % std::size_t(T)) > int(i / std::size_t(T) % std::size_t(T))) att[i] = F(0);
+  return att;
+}
+
 using Outputs = std::vector<std::vector<float>>;
 struct OpCase {
   std::string name;
   std::function<Outputs(Arena&)> run;
-  bool gemm = false;  // its tolerance follows the backend's compute type
+  // > 0: also checked with fp16 / bf16 GEMMs, within this many times the GEMM tolerance. 1 for a
+  // GEMM; 4 for attention (cuda's products are GEMMs): a score's rounding error is the format's
+  // unit times its magnitude (|q . k| / sqrt(hs) up to about 4 here), and exp carries it into att.
+  double gemm = 0;
 };
 
 constexpr int B = 2, T = 7, C = 24, NH = 3, V = 37, BT = B * T;
@@ -100,7 +119,7 @@ std::vector<OpCase> cases() {
                                 batch);
                      return Outputs{a.down(Cm, std::size_t(sc * batch))};
                    },
-                   true});
+                   1});
   c.push_back({"encoder", [](Arena& a) {
                  auto tok = a.up(randi(BT, V, 4));
                  auto wte = a.up(randn(V * C, 5)), wpe = a.up(randn(T * C, 6));
@@ -138,25 +157,25 @@ std::vector<OpCase> cases() {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(randn(B * NH * T * T, 45));
                  a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH);
                  return Outputs{a.down(att, B * NH * T * T)};
-               }});
+               }, 4});
   c.push_back({"attention_context_forward", [](Arena& a) {
-                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(randn(B * NH * T * T, 46));
+                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto out = a.up(randn(BT * C, 47));
                  a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH);
                  return Outputs{a.down(out, BT * C)};
-               }});
+               }, 4});
   c.push_back({"attention_context_backward", [](Arena& a) {
-                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(randn(B * NH * T * T, 46));
+                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto datt = a.up(randn(B * NH * T * T, 48)), dqkv = a.up(randn(BT * 3 * C, 22));
                  a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH);
-                 return Outputs{a.down(datt, B * NH * T * T), a.down(dqkv, BT * 3 * C)};
-               }});
+                 return Outputs{lower(a.down(datt, B * NH * T * T), T), a.down(dqkv, BT * 3 * C)};
+               }, 4});
   c.push_back({"attention_scores_backward", [](Arena& a) {
-                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(randn(B * NH * T * T, 46));
+                 auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto datt = a.up(randn(B * NH * T * T, 48)), dqkv = a.up(randn(BT * 3 * C, 22));
                  a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH);
                  return Outputs{a.down(dqkv, BT * 3 * C)};
-               }});
+               }, 4});
   c.push_back({"attention_composed", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f));
                  auto out = a.up(std::vector<float>(BT * C)), att = a.up(std::vector<float>(B * NH * T * T));
@@ -164,10 +183,10 @@ std::vector<OpCase> cases() {
                  a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH);
                  auto dqkv = a.up(randn(BT * 3 * C, 22)), datt = a.up(std::vector<float>(B * NH * T * T));
                  a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH);
+                 std::vector<float> datt_h = lower(a.down(datt, B * NH * T * T), T);  // scratch after the next
                  a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH);
-                 return Outputs{a.down(out, BT * C), a.down(att, B * NH * T * T), a.down(datt, B * NH * T * T),
-                                a.down(dqkv, BT * 3 * C)};
-               }});
+                 return Outputs{a.down(out, BT * C), a.down(att, B * NH * T * T), datt_h, a.down(dqkv, BT * 3 * C)};
+               }, 4});
   c.push_back({"gelu", [](Arena& a) {
                  const long N = BT * 4 * C;
                  auto x = a.up(randn(std::size_t(N), 24, 4.0f)), out = a.up(std::vector<float>(std::size_t(N)));
@@ -210,13 +229,14 @@ double rel_error(const std::vector<float>& x, const std::vector<float>& ref) {
 }
 
 // The backend under test, or a skip when its device is missing (and only then).
-std::unique_ptr<Backend> open_or_skip(const std::string& name, ComputeType ct, bool& skip, std::string& why) {
+std::unique_ptr<Backend> open_or_skip(const std::string& name, ComputeType ct, bool& skip, std::string& why,
+                                      std::size_t capacity_bytes = 64 << 20) {
   BackendOptions o;
   o.compute = ct;
-  o.capacity_bytes = 64 << 20;
+  o.capacity_bytes = capacity_bytes;
   auto b = create_backend(name, o);
   if (!b) {
-    if (b.error().rfind("no CUDA device", 0) == 0) {
+    if (memwall::test::may_skip_for_device(b.error())) {
       skip = true;
       why = b.error();
       return nullptr;
@@ -240,8 +260,8 @@ TEST_P(BackendTest, EveryKernelMatchesTheCpuBackend) {
     if (skip) GTEST_SKIP() << GetParam() << " backend compiled but not testable here: " << why;
     ASSERT_TRUE(be);
     for (const OpCase& op : cases()) {
-      if (ct != ComputeType::fp32 && !op.gemm) continue;
-      const double tol = ct == ComputeType::fp32 ? 1e-5 : ct == ComputeType::fp16 ? 2e-3 : 1.6e-2;
+      if (ct != ComputeType::fp32 && op.gemm == 0) continue;
+      const double tol = ct == ComputeType::fp32 ? 1e-5 : (ct == ComputeType::fp16 ? 2e-3 : 1.6e-2) * op.gemm;
       Outputs ref, got;
       {
         Arena a(*cpu);
@@ -259,6 +279,58 @@ TEST_P(BackendTest, EveryKernelMatchesTheCpuBackend) {
   }
 }
 
+// GEMMs at the sizes training runs them: a 4096 cube (devices only: 137 GFLOP would take the cpu
+// backend's cores seconds), and the thin shapes of tiling and tensor slicing (8192 tokens against a
+// quarter of 3C = 3072 columns, and against K sliced to 1024 / 8), against a double-precision
+// reference on 512 sampled entries. Inputs uniform in (-1, 1): the sum's error is the inputs'
+// rounding in the compute type, a random walk that keeps max |x - ref| / max |ref| near the
+// format's unit: fp32 1e-5, fp16 2e-3, bf16 1.6e-2, as the small GEMMs above.
+TEST_P(BackendTest, GemmsAtTrainingSizesMatchADoubleReference) {
+  struct G {
+    int M, N, K;
+    bool ta, tb;
+  };
+  std::vector<G> shapes = {{8192, 768, 1024, false, true}, {8192, 1024, 128, false, false}, {1024, 768, 8192, true, false}};
+  if (GetParam() != "cpu") shapes.insert(shapes.begin(), G{4096, 4096, 4096, false, false});
+  std::vector<ComputeType> types = {ComputeType::fp32};
+  if (GetParam() != "cpu") types = {ComputeType::fp32, ComputeType::fp16, ComputeType::bf16};
+  for (ComputeType ct : types) {
+    bool skip = false;
+    std::string why;
+    auto be = open_or_skip(GetParam(), ct, skip, why, std::size_t(512) << 20);
+    if (skip) GTEST_SKIP() << GetParam() << " backend compiled but not testable here: " << why;
+    ASSERT_TRUE(be);
+    for (const G& g : shapes) {
+      const std::string what = std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K) + " " +
+                               compute_type_name(ct);
+      const std::vector<float> A = randn(std::size_t(g.M) * g.K, 101), Bm = randn(std::size_t(g.K) * g.N, 102);
+      Arena a(*be);
+      float* d_c = a.up(std::vector<float>(std::size_t(g.M) * g.N));
+      const auto t0 = std::chrono::steady_clock::now();
+      a.k().gemm(a.cx(), g.ta, g.tb, g.M, g.N, g.K, 1.0f, a.up(A), g.ta ? g.M : g.K, 0, a.up(Bm), g.tb ? g.K : g.N, 0,
+                 0.0f, d_c, g.N, 0, 1);
+      const std::vector<float> got = a.down(d_c, std::size_t(g.M) * g.N);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // op(A)[i, k] and op(B)[k, j] of the row-major inputs
+      auto at = [&](int i, int k) { return double(g.ta ? A[std::size_t(k) * g.M + i] : A[std::size_t(i) * g.K + k]); };
+      auto bt = [&](int k, int j) { return double(g.tb ? Bm[std::size_t(j) * g.K + k] : Bm[std::size_t(k) * g.N + j]); };
+      std::mt19937 pick(7);
+      double num = 0, den = 0;
+      for (int n = 0; n < 512; ++n) {
+        const int i = int(pick() % unsigned(g.M)), j = int(pick() % unsigned(g.N));
+        double ref = 0;
+        for (int k = 0; k < g.K; ++k) ref += at(i, k) * bt(k, j);
+        num = std::max(num, std::fabs(double(got[std::size_t(i) * g.N + j]) - ref));
+        den = std::max(den, std::fabs(ref));
+      }
+      const double tol = ct == ComputeType::fp32 ? 1e-5 : ct == ComputeType::fp16 ? 2e-3 : 1.6e-2;
+      EXPECT_LE(num / den, tol) << what;
+      std::printf("  gemm %-22s rel %.2e (tolerance %.1e), %.1f GFLOPS with the copies\n", what.c_str(), num / den, tol,
+                  2.0 * g.M * g.N * g.K / secs / 1e9);
+    }
+  }
+}
+
 TEST_P(BackendTest, AllocationBeyondCapacityFailsLikeOutOfMemory) {
   bool skip = false;
   std::string why;
@@ -266,13 +338,16 @@ TEST_P(BackendTest, AllocationBeyondCapacityFailsLikeOutOfMemory) {
   if (skip) GTEST_SKIP() << GetParam() << " backend compiled but not testable here: " << why;
   ASSERT_TRUE(be);
   EXPECT_EQ(be->caps().capacity_bytes, std::size_t(64) << 20);
+  // the backend's own workspaces come out of the capacity (cuda: cuBLAS's, 1/16 of a small device)
+  EXPECT_LE(be->caps().reserved_bytes, be->caps().capacity_bytes / 16);
+  EXPECT_EQ(be->ops().used_bytes(be->ctx()), be->caps().reserved_bytes);
   auto a = be->ops().alloc(be->ctx(), 40 << 20);
   ASSERT_TRUE(a.ok());
   auto b = be->ops().alloc(be->ctx(), 40 << 20);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().find("out of memory"), std::string::npos) << b.error();
   be->ops().free(be->ctx(), *a);
-  EXPECT_EQ(be->ops().used_bytes(be->ctx()), 0u);
+  EXPECT_EQ(be->ops().used_bytes(be->ctx()), be->caps().reserved_bytes);
   auto c = be->ops().alloc(be->ctx(), 40 << 20);
   ASSERT_TRUE(c.ok()) << "freed memory is available again";
   be->ops().free(be->ctx(), *c);
@@ -476,7 +551,7 @@ TEST_P(BackendTest, AttentionKernelsMatchANaiveReference) {
     std::vector<double> datt_ref = widen(datt0), dqkv_ref = widen(dqkv0);
     ref_context_backward(s, datt_ref, dqkv_ref, dout, att_f, qkv);
     const std::vector<float> datt_f = a.down(datt, s.n_att());
-    EXPECT_LE(rel_error(datt_f, datt_ref), 1e-5) << "attention_context_backward datt";
+    EXPECT_LE(rel_error(lower(datt_f, s.T), lower(datt_ref, s.T)), 1e-5) << "attention_context_backward datt";
     EXPECT_LE(rel_error(a.down(dqkv, s.n_qkv()), dqkv_ref), 1e-5) << "attention_context_backward dqkv";
     float* dqkv2 = a.up(dqkv0);
     a.k().attention_scores_backward(a.cx(), dqkv2, datt, att, d_qkv, s.B, s.T, s.C, s.NH);
@@ -675,6 +750,7 @@ TEST_P(BackendTest, ConversionsAreBitIdenticalToTheCpuBackend) {
 struct AdamCase {
   DType grad_type, param16_type;
   bool has_param16, decoupled;
+  bool scaled;  // loss scale 1024 and clip coefficient 0.37 applied to the gradient first
 };
 
 std::vector<AdamCase> adam_cases() {
@@ -682,9 +758,10 @@ std::vector<AdamCase> adam_cases() {
   for (DType g : {DType::fp32, DType::fp16, DType::bf16})
     for (int p16 : {0, 1, 2})
       for (bool decoupled : {false, true})
-        c.push_back({g, p16 == 2 ? DType::fp16 : DType::bf16, p16 != 0, decoupled});
+        c.push_back({g, p16 == 2 ? DType::fp16 : DType::bf16, p16 != 0, decoupled, g == DType::fp32 || decoupled});
   return c;
 }
+constexpr double kLossScale = 1024, kClip = 0.37;
 
 // The state after `steps` adam_update calls on a backend, learning rate changing every step.
 struct AdamState {
@@ -724,6 +801,8 @@ AdamState run_adam_update(Backend& b, const AdamCase& c, int steps) {
   d.n = kAdamN;
   d.weight_decay = kWeightDecay;
   d.decoupled_weight_decay = c.decoupled;
+  d.loss_scale = c.scaled ? kLossScale : 1.0;
+  d.clip_coef = c.scaled ? kClip : 1.0;
   for (long step = 1; step <= steps; ++step) {
     d.step = step;
     d.lr = adam_lr(step);
@@ -737,7 +816,7 @@ AdamState run_adam_update(Backend& b, const AdamCase& c, int steps) {
 std::string adam_case_name(const AdamCase& c) {
   return std::string("grad ") + std::string(memwall::adam::dtype_name(c.grad_type)) + ", copy " +
          (c.has_param16 ? std::string(memwall::adam::dtype_name(c.param16_type)) : "none") +
-         (c.decoupled ? ", AdamW" : ", Adam");
+         (c.decoupled ? ", AdamW" : ", Adam") + (c.scaled ? ", loss scale and clip" : "");
 }
 
 TEST(CpuBackend, AdamUpdateIsCpuAdamBitForBit) {
@@ -761,7 +840,7 @@ TEST(CpuBackend, AdamUpdateIsCpuAdamBitForBit) {
                                      c.grad_type == DType::fp32 ? static_cast<const void*>(g.data()) : g16.data(),
                                      c.grad_type, c.has_param16 ? want.param16.data() : nullptr, c.param16_type,
                                      kAdamN};
-      ASSERT_TRUE(adam.step(chunk, step).ok());
+      ASSERT_TRUE(adam.step(chunk, step, {c.scaled ? kLossScale : 1.0, c.scaled ? kClip : 1.0}).ok());
     }
     ASSERT_EQ(std::memcmp(got.param.data(), want.param.data(), kAdamN * 4), 0);
     ASSERT_EQ(std::memcmp(got.exp_avg.data(), want.exp_avg.data(), kAdamN * 4), 0);
@@ -810,6 +889,27 @@ TEST_P(BackendTest, AdamUpdateRefusesAStepBeforeTheFirst) {
   ASSERT_NE(be->ops().sticky_error(be->ctx()), nullptr);
   EXPECT_NE(std::string(be->ops().sticky_error(be->ctx())).find("step"), std::string::npos);
   EXPECT_EQ(a.down(d.param, 100), p0) << "nothing updated";
+}
+
+TEST_P(BackendTest, AdamUpdateRefusesABadLossScaleOrClip) {
+  for (int bad = 0; bad < 2; ++bad) {
+    OPEN_OR_SKIP(be, ComputeType::fp32);
+    Arena a(*be);
+    const std::vector<float> p0 = randn(100, 95);
+    DeviceAdam d;
+    d.param = a.up(p0);
+    d.exp_avg = a.up(std::vector<float>(100));
+    d.exp_avg_sq = a.up(std::vector<float>(100));
+    d.grad = a.up(randn(100, 96));
+    d.n = 100;
+    (bad == 0 ? d.loss_scale : d.clip_coef) = bad == 0 ? 0.0 : -1.0;
+    a.k().adam_update(a.cx(), d);
+    be->ops().synchronize(be->ctx());
+    ASSERT_NE(be->ops().sticky_error(be->ctx()), nullptr);
+    EXPECT_NE(std::string(be->ops().sticky_error(be->ctx())).find(bad == 0 ? "loss_scale" : "clip_coef"),
+              std::string::npos) << be->ops().sticky_error(be->ctx());
+    EXPECT_EQ(a.down(d.param, 100), p0) << "nothing updated";
+  }
 }
 
 // ---- event_query ----
