@@ -11,6 +11,7 @@
 #   calibrate   memwall calibrate --backend cuda: a profile of this machine
 #   validate    memwall validate on that profile for three placements: simulated against measured
 #   mfu         model FLOPs utilisation of a model that fits (results/METRICS.md, "MFU")
+#   breakdown   that model's step, operator by operator (one step run serially, from its trace)
 #   offload     offloaded training's host<->device traffic against the copy bandwidth and the PCIe bound
 # The whole run keeps within MEMWALL_GPU_BUDGET_S (default 570 s): a section that would start with
 # less than 15 s left is NOT RUN and counts as failed.
@@ -27,7 +28,7 @@ share="$root/share/memwall"
 work=$(mktemp -d "${TMPDIR:-/tmp}/memwall-gpu.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export MEMWALL_REQUIRE_CUDA=1
-sections=${MEMWALL_GPU_SECTIONS:-device ops engine placements torch sanitizer calibrate validate mfu offload}
+sections=${MEMWALL_GPU_SECTIONS:-device ops engine placements torch sanitizer calibrate validate mfu breakdown offload}
 python=$(command -v python3 || true)
 : > "$report"
 summary=()
@@ -139,10 +140,12 @@ sanitizer() {
     "$launch" test_backend_ops --gtest_brief=1 --gtest_filter='*/cuda*:-*TrainingSizes*'
 }
 
+# Calibrated at the shapes validate then runs (B 8, T 256, hidden 512): the kernels' rates depend on
+# them (attention's batched GEMMs over 64 tokens are launch-bound, over 256 they are not).
 calibrate() {
   mkdir -p "$work/cal"
-  "$launch" memwall calibrate --backend cuda --nvme-dir "$work/cal" --name lent-gpu -o "$work/gpu.yaml" &&
-    cat "$work/gpu.yaml"
+  "$launch" memwall calibrate --backend cuda --nvme-dir "$work/cal" --name lent-gpu --hidden 256 512 1024 \
+    --kernel-hidden 512 --bsz 8 --seq 256 -o "$work/gpu.yaml" && cat "$work/gpu.yaml"
 }
 
 validate() {
@@ -187,6 +190,27 @@ else:
 EOF
 }
 
+# Where the MFU model's step goes: one step run serially (--serial: each step of the schedule alone,
+# so the trace's durations are the operators' own), compute time summed per operator over forward,
+# recompute and backward.
+breakdown() {
+  "$launch" memwall run --config "$work/mfu.yaml" --strategy data_parallel --steps 2 --serial \
+    --trace "$work/mfu-trace.json" > /dev/null || exit 1
+  "$python" - "$work/mfu-trace.json" <<'EOF'
+import json, re, sys, collections
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+per = collections.Counter()
+for e in ev:
+    if e.get("ph") == "X" and e["name"].startswith("compute "):
+        per[re.sub(r"^compute (block\d+\.)?", "", e["name"]).split("[")[0]] += e["dur"] / 1e3
+total = sum(per.values())
+print(f"compute, one step run serially: {total:.1f} ms")
+for op, ms in per.most_common():
+    print(f"  {op:16s} {ms:8.2f} ms  {100 * ms / total:5.1f} %")
+EOF
+}
+
 # Offloaded training: parameters fetched from and gradients sent to pinned host memory every step.
 offload() {
   local f="$work/off.yaml"
@@ -221,6 +245,7 @@ section torch 90 torch
 section calibrate 90 calibrate
 section validate 90 validate
 section mfu 60 mfu
+section breakdown 60 breakdown
 section offload 60 offload
 section sanitizer 120 sanitizer
 say ""

@@ -1,6 +1,8 @@
 // The backend registry: which backends this build has and how to make one.
 #include "exec/backend/backend.hpp"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -26,6 +28,11 @@ Result<ComputeType> parse_compute_type(const std::string& s) {
   if (s == "fp16") return ComputeType::fp16;
   if (s == "bf16") return ComputeType::bf16;
   return make_error("expected fp32, fp16 or bf16, got \"" + s + "\"");
+}
+
+std::size_t backend_reserved_bytes(const std::string& name, std::size_t capacity_bytes) {
+  if (name != "cuda") return 0;
+  return std::min(std::size_t(32) << 20, capacity_bytes / 16 / 256 * 256);
 }
 
 std::vector<std::string> compiled_backends() {

@@ -209,6 +209,12 @@ class Backend {
   BackendCaps caps_;
 };
 
+// What create_backend(name) keeps of a capacity for the backend's own work (its
+// BackendCaps::reserved_bytes), known before it is made so a memory plan can leave it free. cuda:
+// cuBLAS's workspace, 32 MiB as NVIDIA recommends on Hopper, or 1/16 of a capacity under 512 MiB
+// (in 256-byte units; the tests' 64 MiB devices keep 4 MiB, cuBLAS's own default pool). cpu: none.
+std::size_t backend_reserved_bytes(const std::string& name, std::size_t capacity_bytes);
+
 // Backends compiled into this build ("cpu", and "cuda" when the toolkit was found).
 std::vector<std::string> compiled_backends();
 // Creates one; a compiled backend without its device is an error whose message says so.

@@ -650,9 +650,6 @@ std::string no_device_or_error(cudaError_t e, int count) {
 // driver's own growth) when the capacity is the device's free memory: 1 GiB, or 1/16 of a
 // smaller device.
 constexpr std::size_t kLibraryReserve = std::size_t(1) << 30;
-// cuBLAS's workspace: NVIDIA recommends 32 MiB on Hopper (cublasSetWorkspace); 1/16 of a small
-// capacity (the tests' 64 MiB devices get 4 MiB, cuBLAS's own default pool).
-constexpr std::size_t kBlasWorkspace = std::size_t(32) << 20;
 
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   int count = 0;
@@ -684,7 +681,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   const std::size_t reserve = std::min(kLibraryReserve, total_b / 16);
   const std::size_t usable = free_b > reserve ? free_b - reserve : 0;
   c->capacity_bytes = o.capacity_bytes ? std::min(o.capacity_bytes, usable) : usable;
-  Result<void*> ws = cu_alloc(c, std::min(kBlasWorkspace, c->capacity_bytes / 16 / 256 * 256));
+  Result<void*> ws = cu_alloc(c, backend_reserved_bytes("cuda", c->capacity_bytes));  // cuBLAS's workspace
   if (!ws) return fail("cuBLAS workspace: " + ws.error());
   c->blas_workspace = *ws;
   if (cublasStatus_t st = cublasSetWorkspace(c->blas, *ws, c->sizes[*ws]); st != CUBLAS_STATUS_SUCCESS)

@@ -62,7 +62,10 @@ namespace {
 
 // What the executor runs, checked before a schedule is built: the job's ranks, one device each.
 Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
-  if (o.capacity_bytes > 0) o.profile.gpu_memory_bytes = double(o.capacity_bytes);
+  // capacity_bytes: what the backend may allocate in all; the profile's GPU memory: what the
+  // memory plan may fill, the backend's own workspaces (cuBLAS's) left out
+  if (o.capacity_bytes == 0) o.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
+  o.profile.gpu_memory_bytes = double(o.capacity_bytes - backend_reserved_bytes(o.backend, o.capacity_bytes));
   o.config.seq = o.model.max_seq;
   o.config.mp = std::max(1, o.config.mp);
   if (o.config.mp != 1) return make_error("--mp: the executor runs no tensor slicing (mp 1), got " + std::to_string(o.config.mp));
@@ -124,10 +127,15 @@ Result<bool> check_fit(const EngineOptions& o, const Schedule& s) {
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
     const TierMemory& tm = mm.of(t);
     if (tm.fits() && !(s.overflow && s.overflow->tier == t)) continue;
-    const std::string why = s.overflow ? s.overflow->message
-                                       : std::string("out of memory on ") + to_string(t) + ": needs " +
-                                             format_bytes(tm.peak_bytes) + ", capacity " + format_bytes(tm.capacity_bytes) +
-                                             " per rank";
+    const std::size_t reserved = backend_reserved_bytes(o.backend, o.capacity_bytes);
+    const std::string why =
+        s.overflow ? s.overflow->message
+                   : std::string("out of memory on ") + to_string(t) + ": needs " + format_bytes(tm.peak_bytes) +
+                         ", capacity " + format_bytes(tm.capacity_bytes) + " per rank" +
+                         (t == Tier::gpu && reserved > 0
+                              ? " (" + format_bytes(double(o.capacity_bytes)) + " less the " + o.backend +
+                                    " backend's " + format_bytes(double(reserved)) + " of workspaces)"
+                              : std::string());
     return make_error("does not fit: " + why + " (" + (tm.moment.empty() ? "" : "at the " + tm.moment + ": ") + parts(tm) +
                       ")" + hint);
   }
@@ -190,7 +198,7 @@ Result<bool> check_ranks_agree(EngineContext& e) {
 Result<std::unique_ptr<Backend>> make_backend(const EngineOptions& o, int threads) {
   BackendOptions bo;
   bo.threads = threads;
-  bo.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
+  bo.capacity_bytes = o.capacity_bytes;  // normalised: the memory plan's share plus the backend's own
   bo.compute = o.compute;
   // one GPU per rank of a node: its index among the node's ranks (MPI's shared-memory split, not
   // one MPI implementation's environment variable)

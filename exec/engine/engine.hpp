@@ -54,7 +54,9 @@ struct EngineOptions {
   std::string backend = "cpu";
   ComputeType compute = ComputeType::fp32;
   adam::DType precision = adam::DType::bf16;  // param16 / grad16 storage
-  std::size_t capacity_bytes = 0;  // device memory limit; 0 = the profile's GPU memory
+  std::size_t capacity_bytes = 0;  // device memory limit; 0 = the profile's GPU memory. The backend's own
+                                   // workspaces come out of it: the schedule plans the rest
+                                   // (backend_reserved_bytes)
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // AdamW; lr the peak
   adam::LrSchedule lr_schedule;    // each update's rate: lr_at(lr_schedule, lr, Adam's step)
   std::uint64_t seed = 1337;       // initial weights

@@ -306,11 +306,19 @@ TEST_P(BackendTest, GemmsAtTrainingSizesMatchADoubleReference) {
       const std::vector<float> A = randn(std::size_t(g.M) * g.K, 101), Bm = randn(std::size_t(g.K) * g.N, 102);
       Arena a(*be);
       float* d_c = a.up(std::vector<float>(std::size_t(g.M) * g.N));
+      float* d_a = a.up(A);
+      float* d_b = a.up(Bm);
+      auto gemm = [&] {
+        a.k().gemm(a.cx(), g.ta, g.tb, g.M, g.N, g.K, 1.0f, d_a, g.ta ? g.M : g.K, 0, d_b, g.tb ? g.K : g.N, 0, 0.0f,
+                   d_c, g.N, 0, 1);
+      };
+      gemm();  // the first call chooses and loads the kernel; the second is timed (not asserted)
+      be->ops().synchronize(be->ctx());
       const auto t0 = std::chrono::steady_clock::now();
-      a.k().gemm(a.cx(), g.ta, g.tb, g.M, g.N, g.K, 1.0f, a.up(A), g.ta ? g.M : g.K, 0, a.up(Bm), g.tb ? g.K : g.N, 0,
-                 0.0f, d_c, g.N, 0, 1);
-      const std::vector<float> got = a.down(d_c, std::size_t(g.M) * g.N);
+      gemm();
+      be->ops().synchronize(be->ctx());
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::vector<float> got = a.down(d_c, std::size_t(g.M) * g.N);
       // op(A)[i, k] and op(B)[k, j] of the row-major inputs
       auto at = [&](int i, int k) { return double(g.ta ? A[std::size_t(k) * g.M + i] : A[std::size_t(i) * g.K + k]); };
       auto bt = [&](int k, int j) { return double(g.tb ? Bm[std::size_t(j) * g.K + k] : Bm[std::size_t(k) * g.N + j]); };
@@ -325,8 +333,8 @@ TEST_P(BackendTest, GemmsAtTrainingSizesMatchADoubleReference) {
       }
       const double tol = ct == ComputeType::fp32 ? 1e-5 : ct == ComputeType::fp16 ? 2e-3 : 1.6e-2;
       EXPECT_LE(num / den, tol) << what;
-      std::printf("  gemm %-22s rel %.2e (tolerance %.1e), %.1f GFLOPS with the copies\n", what.c_str(), num / den, tol,
-                  2.0 * g.M * g.N * g.K / secs / 1e9);
+      std::printf("  gemm %-22s rel %.2e (tolerance %.1e), %.1f TFLOPS\n", what.c_str(), num / den, tol,
+                  2.0 * g.M * g.N * g.K / secs / 1e12);
     }
   }
 }
