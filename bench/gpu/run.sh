@@ -7,7 +7,7 @@
 #   engine      every engine test that runs on cuda (test_engine, the tests named .../cuda)
 #   placements  every placement trained 20 steps on cuda beside cpu: losses compared
 #   torch       the GPT on cuda against PyTorch (torch_reference.py; skipped without torch)
-#   sanitizer   compute-sanitizer memcheck over the cuda op tests (skipped without it)
+#   sanitizer   compute-sanitizer memcheck over the cuda op tests and 3 training steps (skipped without it)
 #   calibrate   memwall calibrate --backend cuda: a profile of this machine
 #   validate    memwall validate on that profile for three placements: simulated against measured
 #   mfu         model FLOPs utilisation of a model that fits (results/METRICS.md, "MFU")
@@ -137,7 +137,14 @@ sanitizer() {
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
   [ -n "$cs" ] || { echo "compute-sanitizer: not found: skipped"; exit 77; }
   "$cs" --tool memcheck --target-processes all --error-exitcode 9 --print-limit 20 \
-    "$launch" test_backend_ops --gtest_brief=1 --gtest_filter='*/cuda*:-*TrainingSizes*'
+    "$launch" test_backend_ops --gtest_brief=1 --gtest_filter='*/cuda*:-*TrainingSizes*' || exit 1
+  # and the kernels as the engine calls them: 3 steps of training, parameters fetched from CPU memory
+  config "$work/san.yaml" cuda fp32 bf16
+  "$cs" --tool memcheck --target-processes all --error-exitcode 9 --print-limit 20 \
+    "$launch" memwall run --config "$work/san.yaml" --strategy zero_inf_cpu --steps 3 > "$work/san.log" 2>&1
+  local rc=$?
+  grep -E "COMPUTE-SANITIZER|ERROR SUMMARY|^loss" "$work/san.log"
+  exit $rc
 }
 
 # Calibrated at the shapes validate then runs (B 8, T 256, hidden 512): the kernels' rates depend on

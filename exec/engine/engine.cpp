@@ -127,17 +127,18 @@ Result<bool> check_fit(const EngineOptions& o, const Schedule& s) {
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
     const TierMemory& tm = mm.of(t);
     if (tm.fits() && !(s.overflow && s.overflow->tier == t)) continue;
+    const std::string why = s.overflow ? s.overflow->message
+                                       : std::string("out of memory on ") + to_string(t) + ": needs " +
+                                             format_bytes(tm.peak_bytes) + ", capacity " + format_bytes(tm.capacity_bytes) +
+                                             " per rank";
     const std::size_t reserved = backend_reserved_bytes(o.backend, o.capacity_bytes);
-    const std::string why =
-        s.overflow ? s.overflow->message
-                   : std::string("out of memory on ") + to_string(t) + ": needs " + format_bytes(tm.peak_bytes) +
-                         ", capacity " + format_bytes(tm.capacity_bytes) + " per rank" +
-                         (t == Tier::gpu && reserved > 0
-                              ? " (" + format_bytes(double(o.capacity_bytes)) + " less the " + o.backend +
-                                    " backend's " + format_bytes(double(reserved)) + " of workspaces)"
-                              : std::string());
+    const std::string kept = t == Tier::gpu && reserved > 0
+                                 ? "; the device's " + format_bytes(double(o.capacity_bytes)) + " less " +
+                                       format_bytes(double(reserved)) + " the " + o.backend +
+                                       " backend keeps for its workspaces"
+                                 : std::string();
     return make_error("does not fit: " + why + " (" + (tm.moment.empty() ? "" : "at the " + tm.moment + ": ") + parts(tm) +
-                      ")" + hint);
+                      ")" + kept + hint);
   }
   const double pinned = pinned_per_rank(s.config, o.profile);
   const double need = double(s.arena_bytes[size_t(Tier::cpu)]);
