@@ -881,26 +881,15 @@ TEST_P(BackendTest, AdamUpdateMatchesTheCpuBackend) {
   EXPECT_EQ(be->ops().sticky_error(be->ctx()), nullptr);
 }
 
-TEST_P(BackendTest, AdamUpdateRefusesAStepBeforeTheFirst) {
-  OPEN_OR_SKIP(be, ComputeType::fp32);
-  Arena a(*be);
-  const std::vector<float> p0 = randn(100, 95);
-  DeviceAdam d;
-  d.param = a.up(p0);
-  d.exp_avg = a.up(std::vector<float>(100));
-  d.exp_avg_sq = a.up(std::vector<float>(100));
-  d.grad = a.up(randn(100, 96));
-  d.n = 100;
-  d.step = 0;
-  a.k().adam_update(a.cx(), d);
-  be->ops().synchronize(be->ctx());
-  ASSERT_NE(be->ops().sticky_error(be->ctx()), nullptr);
-  EXPECT_NE(std::string(be->ops().sticky_error(be->ctx())).find("step"), std::string::npos);
-  EXPECT_EQ(a.down(d.param, 100), p0) << "nothing updated";
-}
-
-TEST_P(BackendTest, AdamUpdateRefusesABadLossScaleOrClip) {
-  for (int bad = 0; bad < 2; ++bad) {
+// Invalid arguments are a sticky error naming the field, and update nothing: a step before the
+// first, a loss scale that is not positive, a negative clip coefficient (each on a fresh backend:
+// the first error sticks).
+TEST_P(BackendTest, AdamUpdateRefusesBadArguments) {
+  const std::vector<std::pair<std::function<void(DeviceAdam&)>, std::string>> bad = {
+      {[](DeviceAdam& d) { d.step = 0; }, "step"},
+      {[](DeviceAdam& d) { d.loss_scale = 0; }, "loss_scale"},
+      {[](DeviceAdam& d) { d.clip_coef = -1; }, "clip_coef"}};
+  for (const auto& [spoil, field] : bad) {
     OPEN_OR_SKIP(be, ComputeType::fp32);
     Arena a(*be);
     const std::vector<float> p0 = randn(100, 95);
@@ -910,13 +899,13 @@ TEST_P(BackendTest, AdamUpdateRefusesABadLossScaleOrClip) {
     d.exp_avg_sq = a.up(std::vector<float>(100));
     d.grad = a.up(randn(100, 96));
     d.n = 100;
-    (bad == 0 ? d.loss_scale : d.clip_coef) = bad == 0 ? 0.0 : -1.0;
+    spoil(d);
     a.k().adam_update(a.cx(), d);
     be->ops().synchronize(be->ctx());
-    ASSERT_NE(be->ops().sticky_error(be->ctx()), nullptr);
-    EXPECT_NE(std::string(be->ops().sticky_error(be->ctx())).find(bad == 0 ? "loss_scale" : "clip_coef"),
-              std::string::npos) << be->ops().sticky_error(be->ctx());
-    EXPECT_EQ(a.down(d.param, 100), p0) << "nothing updated";
+    ASSERT_NE(be->ops().sticky_error(be->ctx()), nullptr) << field;
+    EXPECT_NE(std::string(be->ops().sticky_error(be->ctx())).find(field), std::string::npos)
+        << be->ops().sticky_error(be->ctx());
+    EXPECT_EQ(a.down(d.param, 100), p0) << field << ": nothing updated";
   }
 }
 
