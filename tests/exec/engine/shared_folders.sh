@@ -13,7 +13,12 @@
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+first=""
+cleanup() {  # a first run left stopped by a failed check is continued and ended
+  if [ -n "$first" ]; then kill -CONT "$first" 2>/dev/null || true; kill "$first" 2>/dev/null || true; fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
 cfg="$dir/run.yaml"
 printf 'layers: 2\nhidden: 32\nheads: 4\nseq: 16\nbsz: 2\nsteps: 3\nlr: 3e-3\n' >"$cfg"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -35,10 +40,14 @@ MEMWALL_SAVE_PAUSE_S=6 "$mw" run --config "$cfg" --strategy zero_inf_nvme --nvme
 first=$!
 for _ in $(seq 1 300); do [ -e "$dir/ck/step-00000003/rank0000.optim32" ] && break; sleep 0.05; done
 [ -e "$dir/ck/step-00000003/rank0000.optim32" ] || fail "the first run never reached its save"
+# held where it is while the second runs start, however long a loaded machine takes to start them
+# (with only the 6 s pause, a second run that took longer found the folders free)
+kill -STOP "$first"
 expect_refusal "^memwall run: --nvme-dir $dir/sw: in use by another memwall run \\(pid $first\\); give each run its own folder" \
   --strategy zero_inf_nvme --nvme-dir "$dir/sw"
 expect_refusal "^memwall run: --save $dir/ck: in use by another memwall run \\(pid $first\\)" \
   --strategy zero_inf_nvme --nvme-dir "$dir/sw2" --save "$dir/ck"
+kill -CONT "$first"
 wait "$first" || fail "the first run failed"
 [ "$(losses <"$dir/first.json")" = "$alone" ] || fail "the first run's losses $(losses <"$dir/first.json") != alone $alone"
 [ -z "$(ls -A "$dir/sw")" ] || fail "the swap folder keeps $(ls -A "$dir/sw")"
