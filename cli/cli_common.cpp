@@ -181,8 +181,8 @@ void StrategyFlags::add(CLI::App& app) {
           "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2");
   add_int(app, "--dp", config.dp, 1, kMaxGpus, "Data-parallel degree (default: all GPUs / mp)")->default_str("");
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
-  add_int(app, "--micro-batches", config.micro_batches, 1, kMaxMicroBatches,
-          "l2l: micro-batches looped inside each layer (default 4)");
+  add_int(app, "--micro-batches", micro_batches, 1, kMaxMicroBatches,
+          "l2l: micro-batches looped inside each layer (default 4; 1 runs one)");
   add_int(app, "--pp", config.pp, 1, kMaxPp,
           "Pipeline stages (3D parallelism): contiguous blocks per stage, stages across nodes, the\n"
           "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan, schedule and simulate (run: 1)");
@@ -207,7 +207,8 @@ TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& 
   TrainingConfig c = config;
   c.optimizer_overlap = take(parse_optimizer_overlap(overlap));
   c.seq = model.seq;
-  if (pl.layer_major && c.micro_batches == 1) c.micro_batches = 4;
+  if (micro_batches) c.micro_batches = *micro_batches;
+  else if (pl.layer_major) c.micro_batches = 4;  // l2l's default; an explicit --micro-batches 1 stays 1
   c = take(validate_ranges(c, model.layers));
   check_ckpt_partition(pl, c.mp);
   c = take(fit_to_profile(c, p));

@@ -80,6 +80,7 @@ struct StrategyFlags {
   std::string strategy = "zero_inf_nvme";
   std::vector<std::string> place;
   TrainingConfig config;
+  std::optional<int> micro_batches;  // --micro-batches as given (l2l's default 4 only when not given)
   void add(CLI::App& app);
   Placement placement() const;  // preset or YAML plus --place overrides
   // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits),
