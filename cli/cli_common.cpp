@@ -169,6 +169,7 @@ void add_what_if_flags(CLI::App& app, WhatIf& w) {
 }
 
 void StrategyFlags::add(CLI::App& app) {
+  const std::size_t before = app.get_options().size();
   app.add_option("--strategy", strategy,
                  "Placement preset (data_parallel, zero2, zero_offload, zero3, zero_inf_cpu, zero_inf_nvme, three_d, "
                  "l2l) or a placement YAML file")
@@ -198,6 +199,16 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, kMaxOptimizerChunks,
           "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
   add_what_if_flags(app, config.what_if);
+  flags.clear();
+  const std::vector<CLI::Option*> now = app.get_options();
+  for (std::size_t i = before; i < now.size(); ++i) flags.push_back("--" + now[i]->get_lnames().front());
+}
+
+void StrategyFlags::refuse_with_plan(const CLI::App& app) const {
+  for (const std::string& flag : flags)
+    if (app.count(flag) > 0)
+      throw UsageError(flag + ": not used with --plan (the plan fixes the placement and training; edit the plan "
+                       "file, or plan again with --fix)");
 }
 
 Placement StrategyFlags::placement() const { return take(load_placement(strategy, place)); }

@@ -81,7 +81,11 @@ struct StrategyFlags {
   std::vector<std::string> place;
   TrainingConfig config;
   std::optional<int> micro_batches;  // --micro-batches as given (l2l's default 4 only when not given)
+  std::vector<std::string> flags;    // every flag add() added, for the subcommands that refuse them together
   void add(CLI::App& app);
+  // With a plan file, which fixes placement and training: a UsageError naming the first of these
+  // flags that was given (none is ignored).
+  void refuse_with_plan(const CLI::App& app) const;
   Placement placement() const;  // preset or YAML plus --place overrides
   // Validated, with dp and mp checked against the profile (mp divides a node's GPUs, dp x mp fits),
   // and the schedule's size against this machine's memory: of every pipeline stage, or of the

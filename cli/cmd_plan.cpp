@@ -180,7 +180,6 @@ int run_max_model(const PlanFlags& f) {
 int run_plan(const PlanFlags& f) {
   if (f.objective != "throughput" && f.objective != "max-model")
     throw UsageError("--objective: expected throughput or max-model, got \"" + f.objective + "\"");
-  if (!f.strategy.empty()) throw UsageError("--strategy: only with --max-model-size (use --fix strategy=NAME)");
   HardwareProfile p = f.profile.load();
   if (!f.model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
   ModelSpec m = f.model.load();
@@ -190,7 +189,17 @@ int run_plan(const PlanFlags& f) {
     one.seq = m.seq;
     take(validate(one, m.layers));
   }
-  Fixes fixes = take(parse_fixes(f.fix));
+  // --strategy X is --fix strategy=X, as simulate and run read it: the placement is pinned, the
+  // rest searched
+  std::vector<std::string> fix = f.fix;
+  if (!f.strategy.empty()) {
+    for (const std::string& x : fix)
+      if (x.starts_with("strategy="))
+        throw UsageError("--strategy: give --strategy " + f.strategy + " or --fix " + x + ", not both");
+    take(preset(f.strategy));  // "--strategy: unknown strategy ..." rather than --fix's words
+    fix.push_back("strategy=" + f.strategy);
+  }
+  Fixes fixes = take(parse_fixes(fix));
   SearchSpace space = take(make_space(m, p, fixes));
   if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
   space.what_if = f.what_if;
@@ -409,7 +418,9 @@ Command add_plan(CLI::App& app) {
           "Re-rank the best N analytic candidates by simulating one iteration each (memwall simulate; seconds to "
           "minutes per candidate on paper-sized models). 0: analytic only");
   sub->add_flag("--max-model-size", f->max_model_size, "The largest model --strategy trains on the profile (Fig. 6)");
-  sub->add_option("--strategy", f->strategy, "With --max-model-size: a placement preset");
+  sub->add_option("--strategy", f->strategy,
+                  "Pin the placement preset (the same as --fix strategy=NAME; the planner searches the rest);\n"
+                  "with --max-model-size, the strategy whose largest model is asked for");
   sub->add_option("--reproduce", f->reproduce, "fig6 or fig7: the paper's table beside memwall's (CSV + Markdown into -o DIR)");
   sub->add_option("--check", f->check, "Load a plan YAML, cross-check it against --profile and re-check its fit");
   sub->add_flag("--json", f->json, "JSON: strategy, bsz, ci, tiling_factor, tflops_per_gpu, fits, checks, runners_up ...");

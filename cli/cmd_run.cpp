@@ -65,6 +65,8 @@ Command add_run(CLI::App& app) {
       "memory), cpu (pinned host memory) or nvme (swap files through io_uring, O_DIRECT), prefetched as the\n"
       "schedule says. Prints loss per step, then bytes moved per link class against the schedule, transfer\n"
       "time hidden behind compute and peak bytes per tier.\n"
+      "Planned and simulated but not executed, so refused with the reason: tensor slicing (--mp > 1),\n"
+      "pipeline stages (--pp > 1), 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
       "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
       "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
       "  memwall run --plan p.yaml --nvme-dir /tmp/swap");

@@ -52,10 +52,10 @@ Command add_simulate(CLI::App& app) {
             TrainingConfig c;
             if (!f->plan.empty()) {
               if (f->model.given()) throw UsageError("--plan: give --plan or --model, not both");
-              for (const char* flag : {"--strategy", "--place", "--bsz", "--ci", "--tiling", "--prefetch-depth", "--dp",
-                                       "--mp", "--micro-batches", "--grad-accum", "--seq", "--vocab"})
+              f->run.refuse_with_plan(*sub);
+              for (const char* flag : {"--seq", "--vocab"})
                 if (sub->count(flag) > 0)
-                  throw UsageError(std::string(flag) + ": not used with --plan (the plan fixes the model and training)");
+                  throw UsageError(std::string(flag) + ": not used with --plan (the plan fixes the model)");
               // The plan names its profile and nodes; --profile/--nodes override them.
               Result<planner::Plan> peek = planner::load_plan(f->plan);
               if (!peek) throw UsageError(peek.error());

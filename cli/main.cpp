@@ -10,14 +10,43 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "exec/backend/backend.hpp"
+#include "model/suggest.hpp"
 
 namespace {
 
 // One line, whatever the message holds (library messages may quote input with newlines in it).
-std::string command_name(CLI::App& app) {
+CLI::App* chosen(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({}))
-    if (sub->parsed()) return "memwall " + sub->get_name();
-  return "memwall";
+    if (sub->parsed()) return sub;
+  return nullptr;
+}
+
+std::string command_name(CLI::App& app) {
+  CLI::App* sub = chosen(app);
+  return sub ? "memwall " + sub->get_name() : "memwall";
+}
+
+// "--modle: not a flag of memwall analyze (did you mean --model?)": an argument CLI11 did not
+// expect, with the flags (or, before a subcommand, the subcommands) closest to it.
+std::string unexpected(CLI::App& app, const CLI::ExtrasError& e) {
+  CLI::App* sub = chosen(app);
+  CLI::App& where = sub ? *sub : app;
+  const std::vector<std::string> extras = where.remaining();
+  if (extras.empty()) return e.what();
+  std::vector<std::string> known;
+  if (sub) {
+    for (const CLI::Option* o : sub->get_options())
+      for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+  } else {
+    for (const CLI::App* c : app.get_subcommands({})) known.push_back(c->get_name());
+  }
+  for (const std::string& x : extras) {
+    const std::string word = x.substr(0, x.find('='));
+    if (!sub) return "unknown command \"" + word + "\"" + memwall::did_you_mean(word, known) + " (see memwall --help)";
+    if (word.starts_with("-"))
+      return word + ": not a flag of " + command_name(app) + memwall::did_you_mean(word, known);
+  }
+  return "unexpected argument \"" + extras.front() + "\" (flags take their value after them: --flag VALUE)";
 }
 
 }  // namespace
@@ -57,8 +86,17 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    const std::string name = command_name(app);
+    std::cerr << name << ": " << one_line(unexpected(app, e)) << " (see " << name << " --help)\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     const std::string name = command_name(app);
+    // "memwall simulat": CLI11 says a subcommand is required; the word given is the better clue
+    if (!chosen(app) && !app.remaining().empty() && !app.remaining().front().starts_with("-")) {
+      std::cerr << "memwall: " << one_line(unexpected(app, CLI::ExtrasError(app.remaining()))) << "\n";
+      return 2;
+    }
     std::cerr << name << ": " << one_line(e.what()) << " (see " << name << " --help)\n";
     return 2;
   } catch (const UsageError& e) {

@@ -41,6 +41,16 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
   profile.add(sub);
   profile.add_gpus(sub);
   run.add(sub);
+  // What the run config gives, the flags override: their defaults are the config's.
+  sub.get_option("--bsz")->description("Micro-batch per GPU (default: the run config's bsz)")->default_str("");
+  sub.get_option("--ci")
+      ->description("Transformer blocks between activation checkpoints (default: the run config's ci; 0 or absent\n"
+                    "there: one checkpoint for the whole stack, ci = layers)")
+      ->default_str("");
+  // Planned and simulated, not executed: refused with the reason when given, so not offered here
+  // (the subcommand's description names them).
+  for (const char* hidden : {"--mp", "--pp", "--onebit-adam", "--onebit-adam-warmup", "--attention-density"})
+    sub.get_option(hidden)->group("");
   sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
   add_int(sub, "--steps", steps, 1, 1000000000, steps_help);
 }
@@ -53,6 +63,7 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   exec::EngineOptions o;
   HardwareProfile profile;
   if (!in.plan.empty()) {
+    in.run.refuse_with_plan(sub);
     Result<planner::Plan> peek = planner::load_plan(in.plan);
     if (!peek) throw UsageError(peek.error());
     ProfileFlags pf = in.profile;

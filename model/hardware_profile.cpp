@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "model/builtin_profiles.hpp"
+#include "model/suggest.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace memwall {
@@ -159,6 +160,9 @@ Result<HardwareProfile> parse_profile(std::string_view yaml_text, const std::str
 
 Result<HardwareProfile> load_profile(const std::string& name_or_path) {
   if (auto text = builtin_profile_yaml(name_or_path)) return parse_profile(*text, "builtin:" + name_or_path);
+  for (const auto& n : builtin_profile_names())  // built-in names are case-insensitive: DGX-A100 is dgx-a100
+    if (lower_ascii(n) == lower_ascii(name_or_path))
+      if (auto text = builtin_profile_yaml(n)) return parse_profile(*text, "builtin:" + n);
   Result<std::string> text = read_input_file(name_or_path, "profile");
   if (!text) {
     std::error_code ec;
@@ -167,7 +171,9 @@ Result<HardwareProfile> load_profile(const std::string& name_or_path) {
       return make_error(text.error());
     std::string names;
     for (const auto& n : builtin_profile_names()) names += (names.empty() ? "" : ", ") + n;
-    return make_error(name_or_path + ": no such profile file, and not a built-in profile (built-in: " + names + ")");
+    std::string near = did_you_mean(name_or_path, builtin_profile_names());
+    near = near.empty() ? " (" : near.substr(0, near.size() - 1) + "; ";
+    return make_error(name_or_path + ": no such profile file, and not a built-in profile" + near + "built-in: " + names + ")");
   }
   return parse_profile(*text, name_or_path);
 }

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "model/suggest.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace memwall {
@@ -75,12 +76,6 @@ std::vector<CatalogueEntry> build_catalogue() {
   return c;
 }
 
-std::string catalogue_names() {
-  std::string names;
-  for (const auto& e : model_catalogue()) names += (names.empty() ? "" : ", ") + e.spec.name;
-  return names;
-}
-
 Result<ModelSpec> validate(ModelSpec s, const std::string& where) {
   auto range = [&](const char* field, long v, long lo, long hi) -> std::optional<Error> {
     if (v >= lo && v <= hi) return std::nullopt;
@@ -108,8 +103,15 @@ const std::vector<CatalogueEntry>& model_catalogue() {
 Result<CatalogueEntry> find_catalogue_entry(std::string_view name) {
   for (const auto& e : model_catalogue())
     if (e.spec.name == name) return e;
-  return make_error("--model: unknown model \"" + std::string(name) + "\" (expected a .yaml file or one of: " +
-                    catalogue_names() + ")");
+  for (const auto& e : model_catalogue())  // names are case-insensitive: TABLE1-10b is table1-10B
+    if (lower_ascii(e.spec.name) == lower_ascii(name)) return e;
+  std::vector<std::string> names;
+  for (const auto& e : model_catalogue()) names.push_back(e.spec.name);
+  const std::string near = did_you_mean(name, names);
+  return make_error("--model: unknown model \"" + std::string(name) + "\"" +
+                    (near.empty() ? " (not one of the catalogue's " + std::to_string(names.size()) +
+                                        " models, which `memwall models` lists; or give a model .yaml file)"
+                                  : near));
 }
 
 Result<ModelSpec> parse_model_spec(std::string_view yaml_text, const std::string& source) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "model/suggest.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace memwall {
@@ -80,7 +81,7 @@ std::vector<std::string> preset_names() {
 
 Result<Placement> preset(std::string_view name) {
   for (const auto& row : kPresets)
-    if (row.name == name) {
+    if (lower_ascii(row.name) == lower_ascii(name)) {  // ZeRO3 is zero3
       Placement p;
       p.name = row.name;
       p.param16 = row.param16;
@@ -93,7 +94,11 @@ Result<Placement> preset(std::string_view name) {
     }
   std::string names;
   for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-  return make_error("--strategy: unknown strategy \"" + std::string(name) + "\" (expected one of: " + names + ")");
+  std::string near = did_you_mean(name, preset_names());
+  if (!near.empty()) near = near.substr(0, near.size() - 1) + "; ";
+  else near = " (";
+  return make_error("--strategy: unknown strategy \"" + std::string(name) + "\"" + near + "expected one of: " + names +
+                    ", or a placement .yaml file)");
 }
 
 Result<Placement> validate(const Placement& p) {

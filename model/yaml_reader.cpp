@@ -11,6 +11,8 @@
 #include <limits>
 #include <map>
 
+#include "model/suggest.hpp"
+
 namespace memwall {
 namespace {
 
@@ -127,7 +129,9 @@ void YamlReader::only_keys(const YAML::Node& map, const std::string& path, const
     if (found) continue;
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    fail(kv.first, join(path, key), "unknown field (expected one of: " + list + ")");
+    std::string near = did_you_mean(key, known);
+    near = near.empty() ? " (" : near.substr(0, near.size() - 1) + "; ";
+    fail(kv.first, join(path, key), "unknown field" + near + "expected one of: " + list + ")");
   }
 }
 

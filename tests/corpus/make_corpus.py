@@ -554,7 +554,8 @@ flag_case("analyze_sweep", "analyze", "--sweep fig4", r"--sweep: .*fig4")
 flag_case("analyze_table_and_sweep", "analyze", "--table fig2a --sweep fig3a", r"--table and --sweep: give one, not both$")
 flag_case("analyze_output_folder", "analyze", "-o {tmp}", r".*: is a folder, expected a file name to write$")
 flag_case("analyze_output_missing_folder", "analyze", "-o {tmp}/no/such/out.txt", r".*/no/such/out.txt: its folder .*/no/such does not exist \(make it first\)$")
-flag_case("analyze_unknown_flag", "analyze", "--frobnicate", r"The following argument was not expected: --frobnicate" + HELP("analyze"))
+flag_case("analyze_unknown_flag", "analyze", "--frobnicate", r"--frobnicate: not a flag of memwall analyze" + HELP("analyze"))
+flag_case("analyze_misspelled_flag", "analyze", "--modle fig2a-1T", r"--modle: not a flag of memwall analyze \(did you mean --model\?\)" + HELP("analyze"))
 flag_case("analyze_nodes_twice", "analyze", M1T + " --nodes 2 --nodes 3", r"--nodes" )
 flag_case("analyze_cannot_scale", "analyze", "--profile {src}/tests/cli/fixtures/one_node_only.yaml " + M1T + " --nodes 2",
           r".*one_node_only.yaml: links.inter_node: missing field \(needed to scale the profile to 2 nodes\)$")
@@ -628,7 +629,7 @@ flag_case("plan_max_alloc_word", "plan", "--model table1-1T --max-alloc big", r"
 flag_case("plan_reproduce", "plan", "--reproduce fig9", r"--reproduce: expected fig6 or fig7, got \"fig9\"$")
 flag_case("plan_max_model_no_strategy", "plan", "--max-model-size", r"--strategy: missing")
 flag_case("plan_max_model_with_model", "plan", "--max-model-size --strategy zero3 --model table1-1T", r"--model: not used with --max-model-size")
-flag_case("plan_strategy_without_max", "plan", "--model table1-1T --strategy zero3", r"--strategy: only with --max-model-size")
+flag_case("plan_strategy_and_fix", "plan", "--model table1-1T --strategy zero3 --fix strategy=zero2", r"--strategy: give --strategy zero3 or --fix strategy=zero2, not both")
 flag_case("plan_layers_memory", "plan", "--layers 100000 --hidden 1K --heads 8", r"--layers: 100000 makes a schedule of about")
 flag_case("plan_no_model", "plan", "", r"--model: missing")
 flag_case("plan_output_missing_folder", "plan", "--layers 4 --hidden 1K --heads 16 -o {tmp}/no/p.yaml", r".*/no/p.yaml: its folder .*/no does not exist \(make it first\)$")
@@ -730,9 +731,9 @@ flag_case("validate_onebit", "validate", VSHORT + " --onebit-adam", r"--onebit-a
 flag_case("validate_profile", "validate", VSHORT + " --profile dgx9", r"dgx9: no such profile file")
 
 case("top_no_command", "", r"^memwall: A subcommand is required")
-case("top_unknown_command", "frobnicate", r"^memwall: A subcommand is required \(see memwall --help\)$")
-case("top_models_extra", "models --all", r"^memwall models: The following argument was not expected: --all")
-case("top_profiles_extra", "profiles extra", r"^memwall profiles: The following argument was not expected: extra")
+case("top_unknown_command", "frobnicate", r"^memwall: unknown command \"frobnicate\" \(see memwall --help\)$")
+case("top_models_extra", "models --all", r"^memwall models: --all: not a flag of memwall models")
+case("top_profiles_extra", "profiles extra", r"^memwall profiles: unexpected argument \"extra\"")
 
 
 # ------------------------------------------------------------------------------------------------
