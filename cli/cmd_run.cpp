@@ -79,7 +79,11 @@ Command add_run(CLI::App& app) {
   sub->add_option("--resume", f->resume, "Continue from the latest checkpoint in this folder (same model, placement, dp)");
   sub->add_option("--trace", f->trace,
                   "Write a Chrome trace of the last step (open in Perfetto beside `memwall simulate --trace`)");
-  sub->add_flag("--json", f->json, "JSON output: losses, per-step times, traffic, overlap, peak bytes");
+  sub->add_flag("--json", f->json,
+                "JSON Lines on stdout: one object per step as it completes (type step: loss, lr, iteration_s,\n"
+                "tokens_per_s, compute_s, hidden_fraction), then one summary (type summary: every step again,\n"
+                "medians, traffic and achieved bytes/s per link class, overlap, peak bytes); the last line alone\n"
+                "is the whole run");
   sub->add_flag("--serial", f->serial, "Debug: run one step of the schedule at a time (same results, no overlap)");
   add_number(*sub, "--stall-timeout", f->stall_timeout_s, 86400,
              "Seconds with no progress anywhere (no step, I/O block or host-lane piece completed, on any rank\n"
@@ -186,13 +190,16 @@ Command add_run(CLI::App& app) {
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
             const int per_iter = engine->tokens_per_iteration();
             auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {
-              steps_json.push_back({{"step", i}, {"loss", r.loss}, {"lr", r.lr}, {"iteration_s", r.iteration_s},
-                                    {"hidden_fraction", r.overlap.hidden_fraction}, {"threads", r.threads}});
+              const double tokens_per_s = per_iter * engine->ranks() / r.iteration_s;
+              nlohmann::ordered_json line = step_line(i, r, tokens_per_s);
+              if (f->json && lead) print_line(line);  // as it completes: a long run is followed, not waited for
+              line.erase("type");
+              steps_json.push_back(std::move(line));
               if (!show || !(i == to.first_step || i % every == 0 || i == rc.steps)) return true;
               double moved_s = 0;
               for (double t : r.overlap.transfer_s) moved_s += t;
               out << std::setw(7) << i << std::setw(10) << std::fixed << std::setprecision(4) << r.loss << std::setw(11)
-                  << std::setprecision(0) << per_iter * engine->ranks() / r.iteration_s << std::setw(10)
+                  << std::setprecision(0) << tokens_per_s << std::setw(10)
                   << std::setprecision(1) << r.iteration_s * 1e3;
               if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * r.overlap.hidden_fraction << " %";
               else out << "      -";
@@ -208,20 +215,33 @@ Command add_run(CLI::App& app) {
             const int first_step = to.first_step;
             out << std::defaultfloat << std::setprecision(6);
             const exec::EngineStats st = engine->stats();
-            const double med = median(std::vector<double>(iter_s.begin() + (iter_s.size() > 2 ? 1 : 0), iter_s.end()));
+            // One statistic for every time in the summary: the median of the steady steps (all but
+            // the first when there are more than two); bytes are the same in every step.
+            const std::size_t from = steady_from(iter_s.size());
+            const double med = median(std::vector<double>(iter_s.begin() + long(from), iter_s.end()));
+            const OverlapReport mo =
+                median_overlap(std::vector<OverlapReport>(trained->overlap.begin() + long(from), trained->overlap.end()));
+            const int steady_first = first_step + int(from);
+            const std::string statistic = rc.steps == steady_first ? "step " + std::to_string(steady_first)
+                                                                   : "median of steps " + std::to_string(steady_first) +
+                                                                         "-" + std::to_string(rc.steps);
             nlohmann::ordered_json links = nlohmann::ordered_json::object();
             std::vector<std::vector<std::string>> link_rows = {
-                {"link", "moved", "schedule", "busy", "exposed"}};
+                {"link", "moved", "schedule", "busy", "achieved", "exposed"}};
             for (int c = 1; c < kLinkClasses; ++c) {
               if (s.traffic_bytes[size_t(c)] == 0 && last.bytes_moved[size_t(c)] == 0) continue;
               const char* name = to_string(LinkClass(c));
-              links[name] = {{"moved_bytes", last.bytes_moved[size_t(c)]},
+              const double moved = last.bytes_moved[size_t(c)], busy = mo.transfer_s[size_t(c)];
+              const double achieved = busy > 0 ? moved / busy : 0;  // while the link class was busy
+              links[name] = {{"moved_bytes", moved},
                              {"schedule_bytes", s.traffic_bytes[size_t(c)]},
-                             {"transfer_s", last.overlap.transfer_s[size_t(c)]},
-                             {"exposed_s", last.overlap.exposed_s[size_t(c)]}};
-              link_rows.push_back({name, format_bytes(last.bytes_moved[size_t(c)]), format_bytes(s.traffic_bytes[size_t(c)]),
-                                   format_sig(last.overlap.transfer_s[size_t(c)] * 1e3, 3) + " ms",
-                                   format_sig(last.overlap.exposed_s[size_t(c)] * 1e3, 3) + " ms"});
+                             {"transfer_s", busy},
+                             {"achieved_Bps", achieved},
+                             {"exposed_s", mo.exposed_s[size_t(c)]}};
+              link_rows.push_back({name, format_bytes(moved), format_bytes(s.traffic_bytes[size_t(c)]),
+                                   format_sig(busy * 1e3, 3) + " ms",
+                                   achieved > 0 ? format_sig(achieved / 1e9, 3) + " GB/s" : "-",
+                                   format_sig(mo.exposed_s[size_t(c)] * 1e3, 3) + " ms"});
             }
             nlohmann::ordered_json peak = nlohmann::ordered_json::object();
             std::vector<std::vector<std::string>> tier_rows = {{"tier", "held", "memory plan", "schedule peak"}};
@@ -249,12 +269,13 @@ Command add_run(CLI::App& app) {
               ranks_json.push_back(rj);
             }
             if (show) {
-              out << "\nloss " << first << " -> " << last.loss << " over " << rc.steps - first_step + 1 << " steps; iteration "
-                  << format_sig(med * 1e3, 3) << " ms (median), compute " << format_sig(last.overlap.compute_s * 1e3, 3)
-                  << " ms, ";
+              out << "\nloss " << first << " -> " << last.loss << " over " << rc.steps - first_step + 1 << " steps; "
+                  << statistic << ": iteration " << format_sig(med * 1e3, 3) << " ms, compute "
+                  << format_sig(mo.compute_s * 1e3, 3) << " ms, ";
               if (link_rows.size() > 1)
-                out << format_sig(100 * last.overlap.hidden_fraction, 3)
-                    << " % of transfer time hidden behind compute (last step)\n" << render_table(link_rows);
+                out << format_sig(100 * mo.hidden_fraction, 3) << " % of transfer time hidden behind compute\n"
+                    << "per link class (bytes per step; busy: while any transfer on it ran; achieved = moved / busy):\n"
+                    << render_table(link_rows) << (engine->backend_caps().name == "cpu" ? kCpuBusyCaveat : "");
               else
                 out << "no transfers (every state on the device)\n";
               out << render_table(tier_rows);
@@ -269,6 +290,8 @@ Command add_run(CLI::App& app) {
             }
             if (f->json) {
               nlohmann::ordered_json j = {
+                  {"type", "summary"},
+                  {"statistic", statistic},
                   {"strategy", s.strategy},
                   {"profile", profile.name},
                   {"backend", engine->backend_caps().name},
@@ -276,12 +299,12 @@ Command add_run(CLI::App& app) {
                   {"params", engine->num_params()},
                   {"steps", steps_json},
                   {"iteration_s_median", med},
-                  {"compute_s", last.overlap.compute_s},
-                  {"phase_s", {{"forward", last.overlap.phase_s[int(Phase::forward)]},
-                               {"recompute", last.overlap.phase_s[int(Phase::recompute)]},
-                               {"backward", last.overlap.phase_s[int(Phase::backward)]},
-                               {"optimizer", last.overlap.phase_s[int(Phase::optimizer)]}}},
-                  {"hidden_fraction", last.overlap.hidden_fraction},
+                  {"compute_s", mo.compute_s},
+                  {"phase_s", {{"forward", mo.phase_s[int(Phase::forward)]},
+                               {"recompute", mo.phase_s[int(Phase::recompute)]},
+                               {"backward", mo.phase_s[int(Phase::backward)]},
+                               {"optimizer", mo.phase_s[int(Phase::optimizer)]}}},
+                  {"hidden_fraction", mo.hidden_fraction},
                   {"links", links},
                   {"peak_bytes", peak},
                   {"device_high_water_bytes", st.device_high_water_bytes},
@@ -298,7 +321,7 @@ Command add_run(CLI::App& app) {
                   {"grad_accum", std::max(1, s.grad_accum)},
                   {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},
                   {"ranks", ranks_json}};
-              if (lead) std::cout << j.dump(2) << "\n";
+              if (lead) print_line(j);
             }
             if (!f->trace.empty() && lead)
               write_output(f->trace, chrome_trace_json(engine->trace_events(last), "memwall run (" + s.strategy + ")"));

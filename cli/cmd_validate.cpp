@@ -76,7 +76,9 @@ Command add_validate(CLI::App& app) {
   sub->add_option("--trace-dir", f->trace_dir,
                   "Write measured.json and simulated.json (Chrome traces of the last iteration) into this folder");
   add_int(*sub, "--top", f->top, 0, 1000, "How many of the most-differing steps to list (default 10)");
-  sub->add_flag("--json", f->json, "JSON output");
+  sub->add_flag("--json", f->json,
+                "JSON Lines on stdout: one object per executed step as it completes (type step), then the\n"
+                "comparison (type summary; the last line)");
   return {sub, [f, sub]() {
             if (!f->in.steps) f->in.steps = 8;
             if (*f->in.steps < 2) throw UsageError("--steps: expected at least 2 (one warm-up, one measured), got " +
@@ -116,11 +118,18 @@ Command add_validate(CLI::App& app) {
             exec::TrainOptions to;
             to.last_step = prep.rc.steps;
             to.data_rng = exec::data_seed(prep.rc);  // the same data as run
-            Result<exec::TrainResult> trained = exec::train(*engine, corpus, prep.rc.seq, to);
+            const int per_iter = engine->tokens_per_iteration() * engine->ranks();
+            auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {
+              if (f->json && lead) print_line(step_line(i, r, per_iter / r.iteration_s));  // as each completes
+              return true;
+            };
+            Result<exec::TrainResult> trained = exec::train(*engine, corpus, prep.rc.seq, to, on_step);
             if (!trained) fail(trained.error());
             const exec::IterationReport& last = trained->last;
-            const std::vector<double> iter_s(trained->iteration_s.begin() + 1, trained->iteration_s.end());
-            const double measured_s = median(iter_s);
+            // the measured side: every number the median of the steady steps (all but the first)
+            const std::size_t from = steady_from(trained->iteration_s.size());
+            const double measured_s =
+                median(std::vector<double>(trained->iteration_s.begin() + long(from), trained->iteration_s.end()));
             if (!lead) return 0;
             // a busy machine: what was measured includes the others' share of the cores
             const adam::CpuLoad load = engine->stats().load;
@@ -137,7 +146,8 @@ Command add_validate(CLI::App& app) {
             so.trace = true;
             sim::SimReport sr = take(sim::simulate(replayed, run.profile, so));
             if (sr.overflow) throw UsageError("validate: the simulator finds the schedule does not fit: " + sr.overflow->message);
-            const OverlapReport mo = last.overlap;
+            const OverlapReport mo =
+                median_overlap(std::vector<OverlapReport>(trained->overlap.begin() + long(from), trained->overlap.end()));
             const OverlapReport so_rep = overlap_report(executed, step_times(sr.trace));
             const std::vector<StepTime> sim_times = step_times(sr.trace);
 
@@ -158,7 +168,10 @@ Command add_validate(CLI::App& app) {
             if (diffs.size() > std::size_t(f->top)) diffs.resize(std::size_t(f->top));
 
             const char* phase_names[4] = {"forward", "recompute", "backward", "optimizer"};
-            nlohmann::ordered_json j = {{"strategy", executed.strategy},
+            nlohmann::ordered_json j = {{"type", "summary"},
+                                        {"statistic", "measured: median of steps " + std::to_string(1 + from) + "-" +
+                                                          std::to_string(prep.rc.steps) + "; simulated: one iteration"},
+                                        {"strategy", executed.strategy},
                                         {"profile", o.profile.name},
                                         {"dp", c.dp},
                                         {"steps", prep.rc.steps},
@@ -176,14 +189,14 @@ Command add_validate(CLI::App& app) {
               s << std::showpos << std::fixed << std::setprecision(1) << e << " %";
               return s.str();
             };
-            rows.push_back({"iteration (median)", ms(measured_s), ms(sr.iteration_s),
+            rows.push_back({"iteration", ms(measured_s), ms(sr.iteration_s),
                             pct(error_pct(measured_s, sr.iteration_s))});
             nlohmann::ordered_json phases = nlohmann::ordered_json::object();
             for (int p = 0; p < 4; ++p) {
               const double a = mo.phase_s[size_t(p)], b = so_rep.phase_s[size_t(p)];
               if (a == 0 && b == 0) continue;
               phases[phase_names[p]] = {{"measured", a}, {"simulated", b}};
-              rows.push_back({std::string(phase_names[p]) + " (last step)", ms(a), ms(b), pct(error_pct(a, b))});
+              rows.push_back({std::string(phase_names[p]), ms(a), ms(b), pct(error_pct(a, b))});
             }
             j["phase_s"] = phases;
             nlohmann::ordered_json busy = {{"compute", {{"measured", mo.compute_s}, {"simulated", so_rep.compute_s}}}};
@@ -215,7 +228,7 @@ Command add_validate(CLI::App& app) {
               j["traces"] = {a, b};
             }
             if (f->json) {
-              std::cout << j.dump(2) << "\n";
+              print_line(j);
               return 0;
             }
             std::cout << "memwall validate: GPT " << o.model.layers << " layers, hidden " << o.model.hidden << ", "
@@ -223,10 +236,12 @@ Command add_validate(CLI::App& app) {
                       << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
                       << ", dp " << c.dp << " ("
                       << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
+                      << "measured: " << (from + 1 == std::size_t(prep.rc.steps) ? "step " + std::to_string(prep.rc.steps)
+                                          : "median of steps " + std::to_string(1 + from) + "-" + std::to_string(prep.rc.steps))
+                      << "; simulated: one iteration replayed\n"
                       << render_table(rows);
             if (engine->backend_caps().name == "cpu")
-              std::cout << "(cpu backend: kernels run on the dispatcher's own thread, so a transfer is seen complete only\n"
-                           " when the kernel beside it ends; measured transfer busy times are upper bounds)\n";
+              std::cout << kCpuBusyCaveat;
             if (!diffs.empty())
               std::cout << "steps whose start times differ most (from each iteration's start):\n" << render_table(drows);
             if (!f->trace_dir.empty())

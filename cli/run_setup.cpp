@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include "model/units.hpp"
 #include "planner/plan_file.hpp"
@@ -127,5 +128,23 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   o.nvme_dir = in.nvme_dir;
   return PreparedRun{rc, o};
 }
+
+nlohmann::ordered_json step_line(int step, const exec::IterationReport& r, double tokens_per_s) {
+  return {{"type", "step"},
+          {"step", step},
+          {"loss", r.loss},
+          {"lr", r.lr},
+          {"iteration_s", r.iteration_s},
+          {"tokens_per_s", tokens_per_s},
+          {"compute_s", r.overlap.compute_s},
+          {"hidden_fraction", r.overlap.hidden_fraction},
+          {"threads", r.threads}};
+}
+
+const char* const kCpuBusyCaveat =
+    "(cpu backend: kernels run on the dispatcher's own thread, so a transfer is seen complete only\n"
+    " when the kernel beside it ends; measured busy times are upper bounds, achieved rates lower bounds)\n";
+
+void print_line(const nlohmann::ordered_json& j) { std::cout << j.dump() << std::endl; }
 
 }  // namespace memwall::cli

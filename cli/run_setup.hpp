@@ -7,6 +7,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_common.hpp"
 #include "exec/engine/engine.hpp"
@@ -34,5 +35,15 @@ struct PreparedRun {
 // Loads and checks everything (throws UsageError naming the flag or file); `sub` tells which flags
 // were given.
 PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub);
+
+// `--json` of run and validate is JSON Lines: one object per step as it completes ("type": "step",
+// printed and flushed at once, so a long run can be followed with `tail -f` or a pipe), then one
+// summary ("type": "summary"). This is a step's line.
+nlohmann::ordered_json step_line(int step, const exec::IterationReport& r, double tokens_per_s);
+// On the cpu backend a kernel runs on the dispatcher's thread, so a transfer beside it is seen
+// complete only when the kernel ends: the caveat under measured busy times (run and validate).
+extern const char* const kCpuBusyCaveat;
+// Prints one JSON Lines object and flushes.
+void print_line(const nlohmann::ordered_json& j);
 
 }  // namespace memwall::cli

@@ -12,7 +12,8 @@ Run from anywhere; commands run in the repository root with ./build/memwall repl
 What --check normalises, and nothing else: numbers that depend on how fast this machine is at the
 moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): tokens/s, step ms
 and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
-line, the busy and exposed ms of the link table, and the host threads line (threads fitted to
+line, the busy ms, achieved GB/s and exposed ms of the link table, the times, tokens/s, hidden
+fraction and threads of `--json`'s step lines, and the host threads line (threads fitted to
 the load other programs put on the machine, and that load); with them the spaces that align table
 columns (a wider number shifts a column). Losses, bytes, peaks, schedules and every number of
 analyze, schedule and simulate must match exactly.
@@ -127,6 +128,14 @@ def block_run_nvme(build):
     return out[index_of(out, r"^loss "):]
 
 
+RUN_JSON = ["./build/memwall", "run", "--config", "exec/data/run.yaml", "--steps", "100", "--json"]
+
+
+def block_run_json(build):
+    out = run(RUN_JSON, build)
+    return [shown(RUN_JSON) + " | head -3"] + out[:3]
+
+
 def block_plan_run(build):
     with tempfile.TemporaryDirectory(prefix="memwall-readme-") as d:
         plan = run(PLAN, build, cwd=d)
@@ -177,17 +186,19 @@ BLOCKS = {
     "simulate": block_simulate,
     "run": block_run,
     "run_nvme": block_run_nvme,
+    "run_json": block_run_json,
     "plan_run": block_plan_run,
     "plan_batch": block_plan_batch,
     "ranks": block_ranks,
     "bad_profile": block_bad_profile,
 }
-TIMED = {"run", "run_nvme", "plan_run", "ranks"}
+TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks"}
+JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads)":[-0-9.e+]+')
 
 STEP_ROW = re.compile(r"^(\s+\d+\s+[0-9.]+)\s+\d+\s+[0-9.]+\s+(-|\d+ %)(.*)$")
-LOSS_LINE = re.compile(r"iteration [0-9.]+ ms \(median\), compute [0-9.]+ ms, ([0-9.]+ % of transfer)?")
+LOSS_LINE = re.compile(r"iteration [0-9.]+ ms, compute [0-9.]+ ms, ([0-9.]+ % of transfer)?")
 THREADS_LINE = re.compile(r"^(\s+host threads) \d+ \(fitted: .*\)$")
-LINK_ROW = re.compile(r"^(\s+(?:\d+\s+)?[a-z_]+\s+[0-9.]+ ?[KMGT]?i?B\s+[0-9.]+ ?[KMGT]?i?B)\s+[0-9.]+ ms\s+[0-9.]+ ms$")
+LINK_ROW = re.compile(r"^(\s+(?:\d+\s+)?[a-z_]+\s+[0-9.]+ ?[KMGT]?i?B\s+[0-9.]+ ?[KMGT]?i?B)\s+[0-9.]+ ms\s+(?:[0-9.]+ GB/s|-)\s+[0-9.]+ ms$")
 
 
 def normalise(name, lines):
@@ -196,10 +207,11 @@ def normalise(name, lines):
     out = []
     for line in lines:
         line = STEP_ROW.sub(r"\1 <tokens/s> <ms> <hidden>\3", line)
-        line = LOSS_LINE.sub(lambda m: "iteration <ms> (median), compute <ms>, " +
+        line = LOSS_LINE.sub(lambda m: "iteration <ms>, compute <ms>, " +
                              ("<hidden> % of transfer" if m.group(1) else ""), line)
-        line = LINK_ROW.sub(r"\1 <busy> <exposed>", line)
+        line = LINK_ROW.sub(r"\1 <busy> <achieved> <exposed>", line)
         line = THREADS_LINE.sub(r"\1 <n> (fitted: <the load>)", line)
+        line = JSON_TIME.sub(r'"\1":<measured>', line)
         out.append(re.sub(r" +", " ", line))
     return out
 

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/units.hpp"
+
 namespace memwall {
 
 std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name) {
@@ -135,6 +137,27 @@ OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& tim
   }
   r.hidden_fraction = moved > 0 ? 1 - exposed / moved : 1;
   return r;
+}
+
+std::size_t steady_from(std::size_t iterations) { return iterations > 2 ? 1 : 0; }
+
+OverlapReport median_overlap(const std::vector<OverlapReport>& reports) {
+  OverlapReport m;
+  if (reports.empty()) return m;
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const OverlapReport& r : reports) v.push_back(field(r));
+    return median(std::move(v));
+  };
+  m.iteration_s = med([](const OverlapReport& r) { return r.iteration_s; });
+  m.compute_s = med([](const OverlapReport& r) { return r.compute_s; });
+  m.hidden_fraction = med([](const OverlapReport& r) { return r.hidden_fraction; });
+  for (std::size_t p = 0; p < m.phase_s.size(); ++p) m.phase_s[p] = med([p](const OverlapReport& r) { return r.phase_s[p]; });
+  for (std::size_t l = 0; l < m.transfer_s.size(); ++l) {
+    m.transfer_s[l] = med([l](const OverlapReport& r) { return r.transfer_s[l]; });
+    m.exposed_s[l] = med([l](const OverlapReport& r) { return r.exposed_s[l]; });
+  }
+  return m;
 }
 
 }  // namespace memwall

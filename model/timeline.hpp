@@ -52,5 +52,11 @@ struct OverlapReport {
   double hidden_fraction = 1;
 };
 OverlapReport overlap_report(const Schedule& s, const std::vector<StepTime>& times);
+// Field by field, the median of several iterations' reports (the steady state a run summary
+// quotes: every time and the hidden fraction from the same statistic). Empty: a zero report.
+OverlapReport median_overlap(const std::vector<OverlapReport>& reports);
+// The iterations a summary's medians are taken over: all but the first (warm-up: first touches,
+// page faults, lazy allocations) when there are more than two.
+std::size_t steady_from(std::size_t iterations);
 
 }  // namespace memwall

@@ -17,7 +17,7 @@ median() {  # env... -- args: the run's median step in ms
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   env "${envs[@]}" "$mw" run --config "$cfg" --steps "$steps" --json "$@" 2>/dev/null |
-    /usr/bin/python3 -c "import json,sys; print(f\"{json.load(sys.stdin)['iteration_s_median']*1e3:.1f}\")"
+    /usr/bin/python3 -c "import json,sys; print(f\"{json.loads(sys.stdin.read().splitlines()[-1])['iteration_s_median']*1e3:.1f}\")"
 }
 declare -A idle busy
 ways=("fitted" "2 threads" "2 spinning")

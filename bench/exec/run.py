@@ -63,7 +63,7 @@ def memwall_run(cfg, flags, steps):
                              check=True, capture_output=True, text=True).stdout
     finally:
         os.unlink(path)
-    return json.loads(out)
+    return json.loads(out.splitlines()[-1])  # JSON Lines: the last line is the summary
 
 
 def median_step(j):

@@ -109,7 +109,7 @@ placements() {
     done
     "$python" - "$s" "$work/$s-cpu.json" "$work/$s-cuda.json" <<'EOF' || fails=$((fails + 1))
 import json, sys
-s, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+s, a, b = sys.argv[1], json.loads(open(sys.argv[2]).read().splitlines()[-1]), json.loads(open(sys.argv[3]).read().splitlines()[-1])
 la, lb = [x["loss"] for x in a["steps"]], [x["loss"] for x in b["steps"]]
 rel = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
 # the cuda kernels sum in other orders and cuBLAS picks its own GEMM algorithms: close, not equal
@@ -179,7 +179,7 @@ mfu() {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1)
   "$python" - "$work/mfu.json" "$gpu" <<'EOF'
 import json, sys
-r, gpu = json.load(open(sys.argv[1])), sys.argv[2]
+r, gpu = json.loads(open(sys.argv[1]).read().splitlines()[-1]), sys.argv[2]
 L, C, T, B = 12, 1024, 1024, 8
 N = r["params"]
 flops = B * T * (6 * N + 12 * L * C * T)
@@ -226,7 +226,7 @@ offload() {
   "$launch" memwall run --config "$f" --strategy zero_inf_cpu --json > "$work/off.json" || exit 1
   "$python" - "$work/off.json" "$work/gpu.yaml" <<'EOF'
 import json, sys, re, os
-r = json.load(open(sys.argv[1]))
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 t = r["iteration_s_median"]
 print(f"zero_inf_cpu, {r['params'] / 1e6:.0f} M parameters: step {t * 1e3:.1f} ms (median), compute {r['compute_s'] * 1e3:.1f} ms, "
       f"{100 * r['hidden_fraction']:.1f} % of transfer time hidden")

@@ -29,6 +29,7 @@ Result<TrainResult> train(Engine& engine, const Corpus& corpus, int seq, const T
     }
     if (i == o.first_step) out.first_loss = r->loss;
     out.iteration_s.push_back(r->iteration_s);
+    out.overlap.push_back(r->overlap);
     if (!o.save_dir.empty() && ((o.save_every > 0 && i % o.save_every == 0) || i == o.last_step))
       if (Result<bool> saved = engine.save(o.save_dir, {i, rng}); !saved) return make_error(at + saved.error());
     out.last = std::move(r).value();

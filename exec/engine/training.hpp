@@ -38,6 +38,7 @@ struct TrainResult {
   float first_loss = 0;
   IterationReport last;
   std::vector<double> iteration_s;  // per step
+  std::vector<OverlapReport> overlap;  // per step
   std::uint64_t data_rng = 0;       // after the last step
 };
 

@@ -10,7 +10,7 @@ set -euo pipefail
 mw=$1
 config=$2
 source "$(dirname "$0")/stress_lib.sh"
-field() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]])" "$1" "$2"; }
+field() { /usr/bin/python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(d[sys.argv[2]])" "$1" "$2"; }
 
 timeout 120 "$mw" run --config "$config" --steps 30 --json >"$dir/idle.json"
 start_stress 4

@@ -31,7 +31,7 @@ for args in "--strategy zero_inf_cpu" "--strategy zero_inf_nvme --tiling 2 --nvm
     || fail "validate $args"
   /usr/bin/python3 - "$tmp/v.json" <<'PY' || fail "validate $args: report"
 import json, sys
-j = json.load(open(sys.argv[1]))
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 it = j["iteration_s"]
 assert it["measured"] > 0 and it["simulated"] > 0, it
 assert abs(it["error_pct"] - 100 * (it["simulated"] - it["measured"]) / it["measured"]) < 1e-6, it

@@ -20,7 +20,7 @@ bsz: 2
 steps: 20
 lr: 3e-3
 EOF
-losses() { python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.load(sys.stdin)["steps"]))'; }
+losses() { python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.loads(sys.stdin.read().splitlines()[-1])["steps"]))'; }
 tail10() { tr ' ' '\n' | tail -10 | tr '\n' ' '; }
 
 check() {  # check NAME LAUNCHER... -- FLAGS...

@@ -14,7 +14,7 @@ grep -q "does not fit: out of memory on gpu" "$dir/refused.txt" || { cat "$dir/r
 "$mw" run --plan "$dir/p.yaml" --steps 3 --nvme-dir "$dir" --json >"$dir/run.json"
 python3 - "$dir/run.json" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1]))
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 losses = [s["loss"] for s in j["steps"]]
 assert min(losses[1:]) < losses[0] - 0.5, losses  # lr 1e-3 on a fresh 8-layer model may spike once
 assert j["device_high_water_bytes"] <= j["device_capacity_bytes"] == 64 << 20, j
@@ -33,7 +33,7 @@ timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 
   --steps 2 --nvme-dir "$dir" --json >"$dir/run4.json"
 python3 - "$dir/run4.json" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1]))
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 assert j["dp"] == 4 and j["strategy"].startswith("zero_inf_nvme"), j["strategy"]
 for rank, links in enumerate(j["ranks"]):
     for name, v in links.items():

@@ -51,7 +51,7 @@ import json, sys
 d, placements = sys.argv[1], sys.argv[2:]
 bad = []
 for p in placements:
-    runs = {dp: json.load(open(f"{d}/{p}.{dp}.json")) for dp in ("1", "2", "4", "2a")}
+    runs = {dp: json.loads(open(f"{d}/{p}.{dp}.json").read().splitlines()[-1]) for dp in ("1", "2", "4", "2a")}
     ref = [s["loss"] for s in runs["1"]["steps"]]
     worst = 0.0
     for dp in ("2", "4", "2a"):

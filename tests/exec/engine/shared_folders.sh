@@ -22,7 +22,7 @@ trap cleanup EXIT
 cfg="$dir/run.yaml"
 printf 'layers: 2\nhidden: 32\nheads: 4\nseq: 16\nbsz: 2\nsteps: 3\nlr: 3e-3\n' >"$cfg"
 fail() { echo "FAIL: $*"; exit 1; }
-losses() { python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.load(sys.stdin)["steps"]))'; }
+losses() { python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.loads(sys.stdin.read().splitlines()[-1])["steps"]))'; }
 expect_refusal() {  # expect_refusal REGEX ARGS...: exit 2 and one line matching REGEX
   local re=$1
   shift

@@ -47,7 +47,7 @@ def run(name, cfg, flags):
                        capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-    j = json.loads(p.stdout)
+    j = json.loads(p.stdout.splitlines()[-1])
     return j, None
 
 
