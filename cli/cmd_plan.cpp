@@ -37,6 +37,8 @@ struct PlanFlags {
   std::string output;
   std::string deepspeed;
   std::string nvme_path = "/local_nvme";
+  std::string target;     // --for: memwall, deepspeed (empty: deepspeed with --deepspeed, else memwall)
+  std::string precision;  // --precision of the export (empty: the profile's GPU decides)
   std::string max_alloc;
   bool json = false;
   bool max_model_size = false;
@@ -201,7 +203,16 @@ int run_plan(const PlanFlags& f) {
   }
   Fixes fixes = take(parse_fixes(fix));
   SearchSpace space = take(make_space(m, p, fixes));
+  const std::string target = !f.target.empty() ? f.target : !f.deepspeed.empty() ? "deepspeed" : "memwall";
+  if (target != "memwall" && target != "deepspeed")
+    throw UsageError("--for: expected memwall or deepspeed, got \"" + f.target + "\"");
+  if (f.allow_dpu && target == "deepspeed")
+    throw UsageError("--allow-dpu: DeepSpeed has no delayed parameter update (planning --for deepspeed)");
   if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
+  if (target == "deepspeed") space = take(deepspeed_space(std::move(space), fixes.overlap.has_value()));
+  DeepSpeedOptions ds_options;
+  ds_options.nvme_path = f.nvme_path;
+  ds_options.precision = take(deepspeed_precision(p, f.precision));
   space.what_if = f.what_if;
   if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
   SearchOptions so;
@@ -230,7 +241,8 @@ int run_plan(const PlanFlags& f) {
   const SearchResult& r = rec.result();
   const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
                            ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
-                           std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))";
+                           std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))" +
+                           (target == "deepspeed" ? ", for DeepSpeed (only what it runs as planned)" : "");
 
   if (!r.fits()) {
     if (f.json) {
@@ -267,13 +279,14 @@ int run_plan(const PlanFlags& f) {
   std::optional<DeepSpeedExport> ds;
   // the companion note beside the config (none when the config goes to stdout: the output has it)
   const std::string ds_notes_path = f.deepspeed == "-" ? std::string() : f.deepspeed + ".notes.txt";
-  if (!f.deepspeed.empty()) ds = take(deepspeed_export(m, best.candidate, f.nvme_path));
+  if (!f.deepspeed.empty()) ds = take(deepspeed_export(m, best.candidate, ds_options));
 
   std::string out;
   if (f.json) {
     nlohmann::ordered_json j = evaluated_json(best);
     j["model"] = m.name;
     j["profile"] = p.name;
+    j["for"] = target;
     j["explanation"] = why;
     nlohmann::ordered_json ru = nlohmann::ordered_json::array();
     for (const Evaluated* e : runners) ru.push_back(evaluated_json(*e));
@@ -405,6 +418,14 @@ Command add_plan(CLI::App& app) {
                   "Write the DeepSpeed JSON config of the plan here, and beside it FILE.notes.txt: where DeepSpeed "
                   "runs it differently (stage 3 for NVMe) and the code changes it needs (checkpointing, TiledLinear, mpu)");
   sub->add_option("--nvme-path", f->nvme_path, "nvme_path in the DeepSpeed config")->capture_default_str();
+  sub->add_option("--for", f->target,
+                  "Plan for what runs it: memwall (its schedule: CPU Adam may overlap backward, any placement) or\n"
+                  "deepspeed (only what stock DeepSpeed runs as planned: the CPU optimizer after backward as its\n"
+                  "step() runs it, NVMe and parameter offload in stage 3, no pipeline stages). Default: deepspeed\n"
+                  "with --deepspeed, memwall otherwise");
+  sub->add_option("--precision", f->precision,
+                  "16-bit type of the DeepSpeed export: bf16 or fp16 (default: bf16 where the profile's GPU has it,\n"
+                  "gpu.bf16; fp16 on V100)");
   sub->add_option("--max-alloc", f->max_alloc,
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
                   "for --reproduce fig7)");

@@ -66,7 +66,8 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
 
   YAML::Node gpu = r.section(root, "", "gpu");
-  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels"});
+  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16"});
+  p.gpu_bf16 = r.boolean_or(gpu, "gpu", "bf16", false);
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);

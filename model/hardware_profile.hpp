@@ -59,6 +59,7 @@ struct HardwareProfile {
   int gpus_per_node = 0;
 
   double gpu_memory_bytes = 0;           // per GPU
+  bool gpu_bf16 = false;                 // gpu.bf16: computes bf16 (Ampere and later); exports train bf16 then
   double gpu_peak_flops_per_s = 0;       // achievable peak (not the datasheet peak), per GPU
   std::vector<PeakPoint> peak_by_hidden;  // optional, ascending hidden; interpolated in log2(hidden)
   double gpu_memory_Bps = 0;             // per GPU, HBM (gpu.memory_bandwidth); 0: not given, so the

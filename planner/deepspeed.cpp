@@ -15,6 +15,46 @@ int stage_of(const Placement& pl) {
 
 }  // namespace
 
+Result<std::string> deepspeed_precision(const HardwareProfile& p, const std::string& given) {
+  if (given.empty()) return std::string(p.gpu_bf16 ? "bf16" : "fp16");
+  if (given != "bf16" && given != "fp16") return make_error("--precision: expected bf16 or fp16, got \"" + given + "\"");
+  if (given == "bf16" && !p.gpu_bf16)
+    return make_error("--precision bf16: the profile " + p.name + "'s GPU has no bf16 (gpu.bf16: false; V100 and "
+                      "older compute fp16)");
+  return given;
+}
+
+std::string deepspeed_cannot(const Placement& pl) {
+  if (pl.layer_major) return "l2l's layer-major schedule is not a DeepSpeed schedule";
+  const bool nvme_state = pl.param16.tier == Tier::nvme || pl.grad16.tier == Tier::nvme || pl.optim32.tier == Tier::nvme;
+  if ((nvme_state || pl.param16.tier != Tier::gpu) && stage_of(pl) < 3)
+    return nvme_state ? "DeepSpeed swaps states to NVMe only in stage 3 (stages 1 and 2 keep device nvme in CPU memory)"
+                      : "DeepSpeed offloads parameters only in stage 3";
+  if (pl.optim32.tier != Tier::gpu && pl.grad16.tier == Tier::gpu)
+    return "DeepSpeed's optimizer offload moves the gradients to CPU memory with the optimizer states";
+  if (pl.act_ckpt.tier == Tier::nvme) return "DeepSpeed has no NVMe activation checkpoints (cpu_checkpointing only)";
+  return "";
+}
+
+Result<SearchSpace> deepspeed_space(SearchSpace s, bool overlap_fixed) {
+  std::string first_reason;
+  std::vector<Placement> kept;
+  for (const Placement& pl : s.placements) {
+    const std::string why = deepspeed_cannot(pl);
+    if (why.empty()) kept.push_back(pl);
+    else if (first_reason.empty()) first_reason = placement_label(pl) + ": " + why;
+  }
+  if (kept.empty()) return make_error("--for deepspeed: no placement left that DeepSpeed runs as planned (" + first_reason + ")");
+  s.placements = std::move(kept);
+  s.pp = {1};
+  if (!overlap_fixed) s.overlaps = {OptimizerOverlap::none};
+  for (OptimizerOverlap ov : s.overlaps)
+    if (ov == OptimizerOverlap::dpu)
+      return make_error("--for deepspeed: optimizer_overlap=dpu: DeepSpeed has no delayed parameter update (ZenFlow's "
+                        "overlap_step delays only the gradients outside its top-k columns)");
+  return s;
+}
+
 std::string DeepSpeedExport::notes() const {
   std::string out = "DeepSpeed config exported by memwall plan: ZeRO stage " + std::to_string(stage) +
                     (stage == planned_stage ? "" : " (the plan is stage " + std::to_string(planned_stage) + ")") + "\n";
@@ -27,7 +67,8 @@ std::string DeepSpeedExport::notes() const {
   return out;
 }
 
-Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& planned, const std::string& nvme_path) {
+Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& planned, const DeepSpeedOptions& opt) {
+  const std::string& nvme_path = opt.nvme_path;
   const TrainingConfig& k = planned.config;
   if (k.bsz != std::floor(k.bsz))
     return make_error("--deepspeed: train_micro_batch_size_per_gpu must be an integer, the plan has bsz " + format_g(k.bsz));
@@ -78,6 +119,12 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
     zero["sub_group_size"] = largest;
   }
   bool nvme = false;
+  // SuperOffload (offload_config.py super_offload, DeepSpeed 0.18 and later; stage 3, NVIDIA GPUs)
+  // steps CPU Adam on each sub-group as backward completes its gradients: the plan's overlap
+  // "backward", exact. It runs asynchronously only without gradient clipping
+  // (superoffload_stage3.py: `not self.clip_grad`), so the config sets gradient_clipping 0.
+  const bool super_offload = k.optimizer_overlap == OptimizerOverlap::backward && out.stage == 3 &&
+                             pl.optim32.tier == Tier::cpu;
   if (pl.param16.tier != Tier::gpu) {  // stage 3 here
     nlohmann::ordered_json op = {{"device", to_string(pl.param16.tier)}};
     if (pl.param16.tier == Tier::nvme) {
@@ -96,12 +143,27 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
       oo["nvme_path"] = nvme_path;
       oo["buffer_count"] = 4;  // at least Adam's four tensors per parameter
       oo["fast_init"] = false;
+      // the plan's NVMe optimizer is a pipeline of chunks (read the next, update this one, write
+      // the last back): PipelinedOptimizerSwapper's async swap-in and swap-out of neighbouring
+      // sub-groups (pipelined_optimizer_swapper.py, chosen in stage3.py when either is set)
+      oo["pipeline_read"] = true;
+      oo["pipeline_write"] = true;
       nvme = true;
     }
     oo["pin_memory"] = true;
+    if (super_offload) oo["super_offload"] = true;
     zero["offload_optimizer"] = oo;
   }
   const bool cpu_ckpt = pl.act_ckpt.tier != Tier::gpu;
+  if (k.optimizer_overlap == OptimizerOverlap::backward && pl.optim32.tier != Tier::gpu && !super_offload)
+    out.differences.push_back(
+        "optimizer: the plan runs CPU Adam beside backward (optimizer_overlap backward); DeepSpeed runs it in step() "
+        "after backward (stage3.py step()), and SuperOffload, its overlapped CPU Adam, is exported only for stage 3 "
+        "with the optimizer states in CPU memory: plan with --for deepspeed for DeepSpeed's iteration time");
+  if (k.optimizer_overlap == OptimizerOverlap::dpu)
+    out.differences.push_back(
+        "optimizer: the plan delays the parameter update by one step beside the next forward and backward (dpu); "
+        "DeepSpeed has no such mode and runs the optimizer after backward: plan with --for deepspeed for its timing");
   if (cpu_ckpt && !pl.act_ckpt.partitioned && k.mp > 1)
     out.differences.push_back("activation checkpoints: DeepSpeed's cpu_checkpointing needs partition_activations, "
                               "so each of the " + std::to_string(k.mp) + " tensor-slicing ranks offloads 1/" +
@@ -115,7 +177,6 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
       // DeepSpeed's own default learning rate: set yours
       {"optimizer",
        {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.0}}}}},
-      {"fp16", {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}}},
       {"zero_optimization", zero},
       {"activation_checkpointing",
        {{"partition_activations", pl.act_ckpt.partitioned || cpu_ckpt},  // cpu_checkpointing works only with it
@@ -124,6 +185,10 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
         {"synchronize_checkpoint_boundary", false},
         {"profile", false}}},
   };
+  // one of the two (runtime/config.py:827: "bfloat16 and fp16 modes cannot be simultaneously enabled")
+  if (opt.precision == "bf16") out.config["bf16"] = {{"enabled", true}};
+  else out.config["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
+  if (super_offload) out.config["gradient_clipping"] = 0.0;
   if (nvme)
     out.config["aio"] = {{"block_size", 1048576}, {"queue_depth", 8}, {"intra_op_parallelism", 1},
                          {"single_submit", false}, {"overlap_events", true}};
@@ -152,6 +217,10 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
                                "offloaded");
   out.code_changes.push_back("optimizer: AdamW at DeepSpeed's default lr 1e-3 is a placeholder; set your learning rate "
                              "and weight decay");
+  if (super_offload)
+    out.code_changes.push_back("SuperOffload (offload_optimizer.super_offload) needs DeepSpeed 0.18 or later on NVIDIA "
+                               "GPUs, and overlaps CPU Adam with backward only without gradient clipping: keep "
+                               "gradient_clipping 0 (with clipping it steps after backward, as plain ZeRO-Offload)");
   return out;
 }
 

@@ -15,8 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/hardware_profile.hpp"
 #include "model/result.hpp"
 #include "planner/fit.hpp"
+#include "planner/search.hpp"
 
 namespace memwall::planner {
 
@@ -29,9 +31,29 @@ struct DeepSpeedExport {
   std::string notes() const;              // both lists as the companion note's text
 };
 
+struct DeepSpeedOptions {
+  std::string nvme_path = "/local_nvme";
+  std::string precision = "fp16";  // bf16 or fp16 (deepspeed_precision gives the profile's)
+};
+
+// bf16 where the profile's GPU computes it (gpu.bf16: Ampere and later), fp16 otherwise; `given`
+// (--precision) when not empty, checked (bf16 on a GPU without it is refused).
+Result<std::string> deepspeed_precision(const HardwareProfile& p, const std::string& given);
+
 // Fails (one line) on what no DeepSpeed config expresses: a fractional micro-batch, a layer-major
 // (l2l) schedule.
-Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& c,
-                                         const std::string& nvme_path = "/local_nvme");
+Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& c, const DeepSpeedOptions& o = {});
+
+// Why stock DeepSpeed (0.19) cannot run this placement as planned, or "" when it can: NVMe or
+// parameter offload below stage 3, gradients kept on the GPU while the optimizer is offloaded, NVMe
+// checkpoints, l2l's layer-major schedule.
+std::string deepspeed_cannot(const Placement& pl);
+
+// `memwall plan --for deepspeed`: the space narrowed to what DeepSpeed runs as planned, so the
+// prediction is DeepSpeed's: placements deepspeed_cannot accepts; no pipeline stages (PipelineModule
+// is model code); the CPU optimizer after backward, as ZeRO-Offload's step() runs it (stage3.py
+// step(), stage_1_and_2.py step()), unless `overlap_fixed` (--fix optimizer_overlap=backward: the
+// export then turns on SuperOffload). Fails when no placement is left, with the reason of the first.
+Result<SearchSpace> deepspeed_space(SearchSpace s, bool overlap_fixed);
 
 }  // namespace memwall::planner

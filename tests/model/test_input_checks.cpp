@@ -246,7 +246,7 @@ TEST_F(InputFiles, LoadersUseIt) {
   EXPECT_HAS(load_model(path("d.yaml")).error(), "d.yaml: is a folder, not a model file");
   EXPECT_HAS(load_placement(path("d.yaml")).error(), "d.yaml: is a folder, not a placement file");
   // A name that is neither a file nor a built-in still lists the built-ins.
-  EXPECT_HAS(load_profile("dgx9").error(), "not a built-in profile (built-in: dgx-a100");
+  EXPECT_HAS(load_profile("dgx9").error(), "not a built-in profile (did you mean dgx2?; built-in: dgx-a100");
 }
 
 TEST(Units, NonFiniteAndExtremeValuesPrintWithoutUndefinedBehaviour) {

@@ -42,11 +42,20 @@ TEST(Catalogue, TablesDisagreeAndNamesSaySo) {
   }
 }
 
-TEST(Catalogue, UnknownNameListsChoices) {
+// Issue 31: an unknown name suggests the close ones, or points at `memwall models` (the whole
+// catalogue is not dumped into one error line); names are case-insensitive.
+TEST(Catalogue, UnknownNameSuggestsCloseOnes) {
   Result<ModelSpec> r = load_model("gpt-5");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("unknown model \"gpt-5\""), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("`memwall models` lists"), std::string::npos) << r.error();
+  EXPECT_EQ(r.error().find("fig2a-10T"), std::string::npos) << r.error();
+  r = load_model("fig2a-10");
+  EXPECT_NE(r.error().find("(did you mean "), std::string::npos) << r.error();
   EXPECT_NE(r.error().find("fig2a-10T"), std::string::npos) << r.error();
+  r = load_model("FIG2A-10t");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->name, "fig2a-10T");
 }
 
 TEST(ModelSpecYaml, ParsesAndValidates) {

@@ -43,7 +43,8 @@ const Keys kOffloadParam = {{"device", Kind::device}, {"nvme_path", Kind::text},
 // zero/offload_config.py:58-105
 const Keys kOffloadOptimizer = {{"device", Kind::device}, {"nvme_path", Kind::text}, {"buffer_count", Kind::count},
                                 {"pin_memory", Kind::boolean}, {"pipeline_read", Kind::boolean},
-                                {"pipeline_write", Kind::boolean}, {"fast_init", Kind::boolean}, {"ratio", Kind::number}};
+                                {"pipeline_write", Kind::boolean}, {"fast_init", Kind::boolean}, {"ratio", Kind::number},
+                                {"super_offload", Kind::boolean}, {"cpuadam_cores_perc", Kind::number}};  // :102, :105
 // swap_tensor/constants.py:8-30
 const Keys kAio = {{"block_size", Kind::count}, {"queue_depth", Kind::count}, {"intra_op_parallelism", Kind::count},
                    {"single_submit", Kind::boolean}, {"overlap_events", Kind::boolean}, {"use_gds", Kind::boolean}};
@@ -55,6 +56,10 @@ const Keys kCheckpointing = {{"partition_activations", Kind::boolean}, {"contigu
 const Keys kFp16 = {{"enabled", Kind::boolean}, {"auto_cast", Kind::boolean}, {"loss_scale", Kind::number},
                     {"initial_scale_power", Kind::count}, {"loss_scale_window", Kind::count}, {"hysteresis", Kind::count},
                     {"consecutive_hysteresis", Kind::boolean}, {"min_loss_scale", Kind::number}};
+// runtime/precision_config.py:41-71 (bf16)
+const Keys kBf16 = {{"enabled", Kind::boolean}, {"immediate_grad_update", Kind::boolean},
+                    {"check_grad_overflow", Kind::boolean}, {"bf16_master_weights_and_grads", Kind::boolean},
+                    {"bf16_optimizer_states", Kind::boolean}};
 // runtime/config.py:440-479 and ops/adam/cpu_adam.py:16-25 (params are the optimizer's kwargs)
 const Keys kOptimizer = {{"type", Kind::text}, {"params", Kind::object}, {"legacy_fusion", Kind::boolean}};
 const Keys kAdamParams = {{"lr", Kind::number}, {"betas", Kind::list}, {"eps", Kind::number},
@@ -97,7 +102,10 @@ std::vector<std::string> check_config(const json& ds, const ModelSpec& m, const 
   auto add = [&](std::vector<std::string> more) { bad.insert(bad.end(), more.begin(), more.end()); };
   const json& z = ds["zero_optimization"];
   add(check_keys(z, kZero, "zero_optimization"));
-  add(check_keys(ds["fp16"], kFp16, "fp16"));
+  // runtime/config.py:827-828: "bfloat16 and fp16 modes cannot be simultaneously enabled"
+  if (ds.contains("fp16") == ds.contains("bf16")) bad.push_back("exactly one of fp16 and bf16 must be enabled");
+  if (ds.contains("fp16")) add(check_keys(ds["fp16"], kFp16, "fp16"));
+  if (ds.contains("bf16")) add(check_keys(ds["bf16"], kBf16, "bf16"));
   add(check_keys(ds["activation_checkpointing"], kCheckpointing, "activation_checkpointing"));
   add(check_keys(ds["optimizer"], kOptimizer, "optimizer"));
   add(check_keys(ds["optimizer"]["params"], kAdamParams, "optimizer.params"));
@@ -119,6 +127,17 @@ std::vector<std::string> check_config(const json& ds, const ModelSpec& m, const 
     }
     if (o.contains("ratio") && !(o["ratio"].get<double>() >= 0 && o["ratio"].get<double>() <= 1))
       bad.push_back("offload_optimizer.ratio outside [0, 1]");
+    // stage3.py:441-442, 796: the pipelined swapper exists only for NVMe optimizer states in stage 3;
+    // elsewhere pipeline_read/pipeline_write are silently ignored
+    if ((o.contains("pipeline_read") || o.contains("pipeline_write")) && (o["device"] != "nvme" || stage != 3))
+      bad.push_back(std::string(section) + ": pipeline_read/pipeline_write without NVMe in stage 3 (ignored)");
+    // engine.py:2477-2479: SuperOffload's optimizer only in stage 3; superoffload_stage3.py:168
+    // steps asynchronously only without gradient clipping (gradient_clipping defaults to 1.0)
+    if (o.value("super_offload", false)) {
+      if (stage != 3) bad.push_back("super_offload outside stage 3 is ignored");
+      if (!ds.contains("gradient_clipping") || ds["gradient_clipping"].get<double>() != 0)
+        bad.push_back("super_offload with gradient clipping steps after backward (gradient_clipping must be 0)");
+    }
   }
   if (z.contains("offload_param") && stage != 3) bad.push_back("offload_param outside stage 3 is ignored");
   if (z.contains("offload_param") && z["offload_param"].contains("buffer_size")) {
@@ -170,15 +189,20 @@ TEST(DeepSpeed, EveryExportedKeyIsOneDeepSpeedReads) {
           c.config.dp = 64 / mp;
           c.config.tiling_factor = tiling;
           c.config.ci = 2;
-          Result<DeepSpeedExport> ds = deepspeed_export(m, c);
-          ASSERT_TRUE(ds.ok()) << ds.error();
-          for (const std::string& b : check_config(ds->config, m, c))
-            ADD_FAILURE() << model << " " << name << " tiling " << tiling << " mp " << mp << ": " << b;
-          ++exported;
+          for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu})
+            for (const char* precision : {"fp16", "bf16"}) {
+              c.config.optimizer_overlap = ov;
+              Result<DeepSpeedExport> ds = deepspeed_export(m, c, DeepSpeedOptions{"/local_nvme", precision});
+              ASSERT_TRUE(ds.ok()) << ds.error();
+              for (const std::string& b : check_config(ds->config, m, c))
+                ADD_FAILURE() << model << " " << name << " tiling " << tiling << " mp " << mp << " overlap "
+                              << to_string(ov) << " " << precision << ": " << b;
+              ++exported;
+            }
         }
     }
   }
-  EXPECT_GT(exported, 40);
+  EXPECT_GT(exported, 240);
 }
 
 // Found in issue 17: a stage-2 plan with the optimizer on NVMe (the planner picks it for 13B and 20B
@@ -251,7 +275,7 @@ TEST(DeepSpeed, OneTbPlanOnNvmeBuffersHoldEveryPartition) {
   SearchResult r = search(m, p, *make_space(m, p, {}));
   ASSERT_TRUE(r.fits());
   const Candidate& c = r.ranked.front().candidate;
-  Result<DeepSpeedExport> ds = deepspeed_export(m, c, "/local_nvme");
+  Result<DeepSpeedExport> ds = deepspeed_export(m, c, DeepSpeedOptions{"/local_nvme", "fp16"});
   ASSERT_TRUE(ds.ok()) << ds.error();
   const json& z = ds->config["zero_optimization"];
   EXPECT_EQ(z["stage"], 3);
@@ -282,6 +306,74 @@ TEST(DeepSpeed, RefusesWhatNoConfigExpresses) {
   c.config.pp = 4;
   c.config.dp = 1;
   EXPECT_NE(deepspeed_export(m, c).error().find("PipelineModule"), std::string::npos);
+}
+
+// Issue 31: bf16 where the profile's GPU has it (A100, H100), fp16 on V100; --precision overrides,
+// and bf16 on a GPU without it is refused.
+TEST(DeepSpeed, PrecisionFollowsTheProfilesGpu) {
+  EXPECT_EQ(*deepspeed_precision(*load_profile("dgx-a100"), ""), "bf16");
+  EXPECT_EQ(*deepspeed_precision(*load_profile("dgx-h100"), ""), "bf16");
+  EXPECT_EQ(*deepspeed_precision(*load_profile("dgx2"), ""), "fp16");
+  EXPECT_EQ(*deepspeed_precision(*load_profile("dgx-a100"), "fp16"), "fp16");
+  EXPECT_NE(deepspeed_precision(*load_profile("dgx2"), "bf16").error().find("has no bf16"), std::string::npos);
+  EXPECT_NE(deepspeed_precision(*load_profile("dgx2"), "fp32").error().find("expected bf16 or fp16"), std::string::npos);
+  const ModelSpec m = *load_model("table1-10B");
+  Candidate c;
+  c.placement = *preset("zero3");
+  c.config.dp = 8;
+  Result<DeepSpeedExport> ds = deepspeed_export(m, c, DeepSpeedOptions{"/local_nvme", "bf16"});
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->config["bf16"]["enabled"], true);
+  EXPECT_FALSE(ds->config.contains("fp16"));
+}
+
+// Issue 31, found: the plan predicted CPU Adam beside backward and the notes said "Differences:
+// none", but stock DeepSpeed steps the optimizer after backward. Planning for DeepSpeed keeps only
+// what it runs as planned; the export turns the overlap into SuperOffload where DeepSpeed has it,
+// and lists it as a difference where it does not.
+TEST(DeepSpeed, PlanningForDeepSpeedKeepsWhatItRuns) {
+  const ModelSpec m = *model_from_shape(80, 8192, 64, 4096, 32000);
+  const HardwareProfile p = *load_profile("dgx2");
+  SearchSpace all = *make_space(m, p, {});
+  Result<SearchSpace> ds_space = deepspeed_space(all, false);
+  ASSERT_TRUE(ds_space.ok()) << ds_space.error();
+  EXPECT_LT(ds_space->placements.size(), all.placements.size());  // NVMe below stage 3, l2l, ... gone
+  for (const Placement& pl : ds_space->placements) EXPECT_EQ(deepspeed_cannot(pl), "") << placement_label(pl);
+  EXPECT_EQ(ds_space->overlaps, std::vector<OptimizerOverlap>{OptimizerOverlap::none});
+  EXPECT_EQ(ds_space->pp, std::vector<int>{1});
+  SearchResult mine = search(m, p, all), theirs = search(m, p, *ds_space);
+  ASSERT_TRUE(mine.fits() && theirs.fits());
+  const Evaluated& a = mine.ranked.front();
+  const Evaluated& b = theirs.ranked.front();
+  EXPECT_EQ(b.candidate.config.optimizer_overlap, OptimizerOverlap::none);
+  EXPECT_EQ(a.candidate.config.optimizer_overlap, OptimizerOverlap::backward);  // memwall's own overlaps
+  // DeepSpeed's best cannot beat memwall's: it searches a subset
+  EXPECT_LE(b.time.tflops_per_gpu, a.time.tflops_per_gpu * (1 + 1e-9));
+  Result<DeepSpeedExport> ex = deepspeed_export(m, b.candidate);
+  ASSERT_TRUE(ex.ok());
+  EXPECT_TRUE(ex->differences.empty()) << ex->notes();
+  EXPECT_FALSE(ex->config["zero_optimization"]["offload_optimizer"].contains("super_offload"));
+  // memwall's own plan: stage 3 with CPU Adam beside backward is SuperOffload, without clipping
+  ex = deepspeed_export(m, a.candidate);
+  ASSERT_TRUE(ex.ok());
+  ASSERT_EQ(ex->stage, 3) << ex->notes();
+  EXPECT_EQ(ex->config["zero_optimization"]["offload_optimizer"]["super_offload"], true);
+  EXPECT_EQ(ex->config["gradient_clipping"], 0.0);
+  EXPECT_TRUE(check_config(ex->config, m, a.candidate).empty());
+  // with the optimizer states on NVMe there is no overlapped CPU Adam: a difference, named
+  Candidate nvme = a.candidate;
+  nvme.placement.optim32.tier = Tier::nvme;
+  ex = deepspeed_export(m, nvme);
+  ASSERT_TRUE(ex.ok());
+  ASSERT_FALSE(ex->differences.empty());
+  EXPECT_NE(ex->notes().find("DeepSpeed runs it in step() after backward"), std::string::npos) << ex->notes();
+  EXPECT_EQ(ex->config["zero_optimization"]["offload_optimizer"]["pipeline_read"], true);  // the plan's chunk pipeline
+  EXPECT_EQ(ex->config["zero_optimization"]["offload_optimizer"]["pipeline_write"], true);
+  // dpu: refused when planning for DeepSpeed, a difference in memwall's plan
+  all.overlaps = {OptimizerOverlap::dpu};
+  EXPECT_NE(deepspeed_space(all, true).error().find("no delayed parameter update"), std::string::npos);
+  nvme.config.optimizer_overlap = OptimizerOverlap::dpu;
+  EXPECT_NE(deepspeed_export(m, nvme)->notes().find("DeepSpeed has no such mode"), std::string::npos);
 }
 
 }  // namespace
