@@ -18,6 +18,7 @@
 #include "model/schedule.hpp"
 #include "model/units.hpp"
 #include "planner/deepspeed.hpp"
+#include "planner/megatron.hpp"
 #include "planner/plan_file.hpp"
 #include "planner/recommend.hpp"
 #include "planner/reproduce.hpp"
@@ -36,6 +37,7 @@ struct PlanFlags {
   std::vector<std::string> fix;
   std::string output;
   std::string deepspeed;
+  std::string megatron;  // --megatron: the pretrain_gpt.py script
   std::string nvme_path = "/local_nvme";
   std::string target;     // --for: memwall, deepspeed (empty: deepspeed with --deepspeed, else memwall)
   std::string precision;  // --precision of the export (empty: the profile's GPU decides)
@@ -203,9 +205,18 @@ int run_plan(const PlanFlags& f) {
   }
   Fixes fixes = take(parse_fixes(fix));
   SearchSpace space = take(make_space(m, p, fixes));
-  const std::string target = !f.target.empty() ? f.target : !f.deepspeed.empty() ? "deepspeed" : "memwall";
-  if (target != "memwall" && target != "deepspeed")
-    throw UsageError("--for: expected memwall or deepspeed, got \"" + f.target + "\"");
+  if (f.target.empty() && !f.deepspeed.empty() && !f.megatron.empty())
+    throw UsageError("--for: --deepspeed and --megatron plan for different runners; say which with --for deepspeed, "
+                     "--for megatron or --for memwall");
+  const std::string target = !f.target.empty()      ? f.target
+                             : !f.deepspeed.empty() ? "deepspeed"
+                             : !f.megatron.empty()  ? "megatron"
+                                                    : "memwall";
+  if (target != "memwall" && target != "deepspeed" && target != "megatron")
+    throw UsageError("--for: expected memwall, deepspeed or megatron, got \"" + f.target + "\"");
+  if (f.allow_dpu && target == "megatron")
+    throw UsageError("--allow-dpu: Megatron-LM steps the optimizer after backward (planning --for megatron)");
+  if (target == "megatron") space = take(megatron_space(std::move(space), m));
   if (f.allow_dpu && target == "deepspeed")
     throw UsageError("--allow-dpu: DeepSpeed has no delayed parameter update (planning --for deepspeed)");
   if (f.allow_dpu && !fixes.overlap) space.overlaps.push_back(OptimizerOverlap::dpu);
@@ -242,7 +253,9 @@ int run_plan(const PlanFlags& f) {
   const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
                            ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
                            std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))" +
-                           (target == "deepspeed" ? ", for DeepSpeed (only what it runs as planned)" : "");
+                           (target == "deepspeed"  ? ", for DeepSpeed (only what it runs as planned)"
+                            : target == "megatron" ? ", for Megatron-LM (only what it runs)"
+                                                   : "");
 
   if (!r.fits()) {
     if (f.json) {
@@ -280,6 +293,9 @@ int run_plan(const PlanFlags& f) {
   // the companion note beside the config (none when the config goes to stdout: the output has it)
   const std::string ds_notes_path = f.deepspeed == "-" ? std::string() : f.deepspeed + ".notes.txt";
   if (!f.deepspeed.empty()) ds = take(deepspeed_export(m, best.candidate, ds_options));
+  std::optional<MegatronExport> mg;
+  const std::string mg_notes_path = f.megatron == "-" ? std::string() : f.megatron + ".notes.txt";
+  if (!f.megatron.empty()) mg = take(megatron_export(m, best.candidate, p, ds_options.precision));
 
   std::string out;
   if (f.json) {
@@ -299,6 +315,10 @@ int run_plan(const PlanFlags& f) {
       j["deepspeed"] = {{"config", f.deepspeed}, {"notes", ds_notes_path}, {"stage", ds->stage},
                         {"planned_stage", ds->planned_stage}, {"differences", ds->differences},
                         {"code_changes", ds->code_changes}};
+    if (mg)
+      j["megatron"] = {{"script", f.megatron}, {"notes", mg_notes_path}, {"nodes", mg->nodes},
+                       {"gpus_per_node", mg->gpus_per_node}, {"env", mg->env}, {"args", mg->args},
+                       {"differences", mg->differences}, {"user_changes", mg->user_changes}};
     out = j.dump(1) + "\n";
   } else {
     std::ostringstream o;
@@ -366,7 +386,14 @@ int run_plan(const PlanFlags& f) {
         << (ds_notes_path.empty() ? std::string() : " and its note " + ds_notes_path) << ":\n";
       for (const std::string& d : ds->differences) o << "  differs from the plan: " << d << "\n";
       for (const std::string& c : ds->code_changes) o << "  your script must: " << c << "\n";
-    } else if (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1) {
+    }
+    if (mg) {
+      o << "megatron: " << f.megatron << " (torchrun on " << mg->nodes << " node(s) x " << mg->gpus_per_node
+        << " GPUs, pretrain_gpt.py)" << (mg_notes_path.empty() ? std::string() : " and its note " + mg_notes_path)
+        << ":\n";
+      for (const std::string& d : mg->differences) o << "  differs from the plan: " << d << "\n";
+    }
+    if (!ds && !mg && (best.candidate.config.tiling_factor > 1 || best.candidate.config.mp > 1)) {
       o << "note: tiling and tensor slicing are model code in DeepSpeed (TiledLinear, Megatron), not config keys\n";
     }
     out = o.str();
@@ -382,6 +409,10 @@ int run_plan(const PlanFlags& f) {
   if (ds) {
     write_output(f.deepspeed, ds->config.dump(2) + "\n");
     if (!ds_notes_path.empty()) write_output(ds_notes_path, ds->notes());
+  }
+  if (mg) {
+    write_output(f.megatron, mg->script());
+    if (!mg_notes_path.empty()) write_output(mg_notes_path, mg->notes());
   }
   write_output("", out);
   return 0;
@@ -417,12 +448,17 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--deepspeed", f->deepspeed,
                   "Write the DeepSpeed JSON config of the plan here, and beside it FILE.notes.txt: where DeepSpeed "
                   "runs it differently (stage 3 for NVMe) and the code changes it needs (checkpointing, TiledLinear, mpu)");
+  sub->add_option("--megatron", f->megatron,
+                  "Write the Megatron-LM command of the plan here (a shell script: torchrun ... pretrain_gpt.py with\n"
+                  "tensor/pipeline parallel sizes, batch, recomputation, distributed optimizer), and beside it\n"
+                  "FILE.notes.txt: where Megatron-LM runs it differently and what you must supply (implies --for megatron)");
   sub->add_option("--nvme-path", f->nvme_path, "nvme_path in the DeepSpeed config")->capture_default_str();
   sub->add_option("--for", f->target,
-                  "Plan for what runs it: memwall (its schedule: CPU Adam may overlap backward, any placement) or\n"
+                  "Plan for what runs it: memwall (its schedule: CPU Adam may overlap backward, any placement),\n"
                   "deepspeed (only what stock DeepSpeed runs as planned: the CPU optimizer after backward as its\n"
-                  "step() runs it, NVMe and parameter offload in stage 3, no pipeline stages). Default: deepspeed\n"
-                  "with --deepspeed, memwall otherwise");
+                  "step() runs it, NVMe and parameter offload in stage 3, no pipeline stages) or megatron (no\n"
+                  "parameter partitioning or offload, no NVMe, layers and heads split evenly). Default: deepspeed\n"
+                  "with --deepspeed, megatron with --megatron, memwall otherwise");
   sub->add_option("--precision", f->precision,
                   "16-bit type of the DeepSpeed export: bf16 or fp16 (default: bf16 where the profile's GPU has it,\n"
                   "gpu.bf16; fp16 on V100)");
@@ -452,6 +488,8 @@ Command add_plan(CLI::App& app) {
             if (f->reproduce.empty()) check_output_file("-o", f->output);
             check_output_file("--deepspeed", f->deepspeed);
             if (!f->deepspeed.empty() && f->deepspeed != "-") check_output_file("--deepspeed", f->deepspeed + ".notes.txt");
+            check_output_file("--megatron", f->megatron);
+            if (!f->megatron.empty() && f->megatron != "-") check_output_file("--megatron", f->megatron + ".notes.txt");
             if (!f->reproduce.empty()) return run_reproduce(*f);
             if (!f->check.empty()) return run_check(*f);
             if (f->max_model_size) return run_max_model(*f);
