@@ -24,5 +24,6 @@ Command add_plan(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_calibrate(CLI::App& app);
 Command add_validate(CLI::App& app);
+Command add_completion(CLI::App& app);  // last: it walks the others
 
 }  // namespace memwall::cli

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       add_run(app),
       add_calibrate(app),
       add_validate(app),
+      add_completion(app),
   };
 
   try {
