@@ -85,7 +85,7 @@ std::string analysis_text(const Analysis& a, const HardwareProfile& p) {
   o << "memory (paper Sec. 3)\n";
   o << render_table({
       {"quantity", "value", "equation"},
-      {"parameters", format_count(a.params), "Eq. 1   12*nl*hd^2"},
+      {"parameters", format_count_words(a.params), "Eq. 1   12*nl*hd^2"},
       {"model states", format_bytes(a.model_state_bytes), "Eq. 2   240*nl*hd^2"},
       {"activation checkpoints, one GPU", format_bytes(a.act_ckpt_bytes_per_gpu), "Eq. 3   2*bsz*seq*hd*nl/ci"},
       {"activation checkpoints, " + std::to_string(a.gpus) + " GPUs", format_bytes(a.act_ckpt_bytes_total),
@@ -128,7 +128,7 @@ std::string fig2a_text(bool json) {
     double ck = act_ckpt_bytes_eq3(bsz, m.seq, m.hidden, m.layers, 1);
     double mswm = mswm_bytes_eq4(m.hidden);
     double awm = awm_bytes_eq5(bsz, m.seq, 1, m.hidden, m.heads);
-    table.push_back({m.name, format_count(params), std::to_string(m.layers), std::to_string(m.hidden / 1024) + "K",
+    table.push_back({m.name, format_count_words(params), std::to_string(m.layers), std::to_string(m.hidden / 1024) + "K",
                      std::to_string(m.heads), fixed2(ms / std::pow(1024.0, 4)) + " TiB", fixed2(ck / std::pow(1024.0, 4)) + " TiB",
                      fixed2(mswm / std::pow(1024.0, 3)) + " GiB", fixed2(awm / std::pow(1024.0, 3)) + " GiB"});
     rows.push_back({{"model", m.name}, {"params", params}, {"layers", m.layers}, {"hidden", m.hidden},
@@ -207,7 +207,7 @@ std::string overview_text(const HardwareProfile& p, const TrainingConfig& c, int
         if (e.state == s && e.tier == tier) return e.efficiency;
       return 0.0;
     };
-    table.push_back({m.name, format_count(a.params), format_bytes(a.model_state_bytes),
+    table.push_back({m.name, format_count_words(a.params), format_bytes(a.model_state_bytes),
                      format_bytes(a.act_ckpt_bytes_total), format_bytes(a.mswm_bytes), format_bytes(a.awm_bytes), fits,
                      pct(eff(AitState::param_grad, "nvme")), pct(eff(AitState::optimizer, "nvme")),
                      pct(eff(AitState::act_ckpt, "cpu"))});

@@ -119,7 +119,8 @@ Command add_calibrate(CLI::App& app) {
                               k.flops_per_s > 0 ? format_flops_rate(k.flops_per_s) : format_bandwidth(k.bytes_per_s),
                               "forward + backward at hidden " + std::to_string(o.kernel_hidden)});
             for (const exec::Measurement& m : c.fields)
-              rows.push_back({m.field, m.value > 0 ? format_g(m.value) : "-", m.how});
+              rows.push_back({m.field, m.value > 0 ? format_quantity(m.value, exec::calibration_dimension(m.field)) : "-",
+                              m.how});
             std::cout << "memwall calibrate: " << c.backend << " (" << c.device << ") in " << format_sig(c.seconds, 3)
                       << " s; wrote " << f->output << "\n" << render_table(rows);
             return 0;

@@ -324,7 +324,7 @@ Command add_run(CLI::App& app) {
               if (lead) print_line(j);
             }
             if (!f->trace.empty() && lead)
-              write_output(f->trace, chrome_trace_json(engine->trace_events(last), "memwall run (" + s.strategy + ")"));
+              write_output(f->trace, chrome_trace_json(engine->trace_events(last), "memwall run (" + s.strategy + ")", kExecutedTracePid));
             return 0;
           }};
 }

@@ -223,7 +223,7 @@ Command add_validate(CLI::App& app) {
             if (!f->trace_dir.empty()) {
               const std::string a = (std::filesystem::path(f->trace_dir) / "measured.json").string();
               const std::string b = (std::filesystem::path(f->trace_dir) / "simulated.json").string();
-              write_output(a, chrome_trace_json(engine->trace_events(last), "memwall run (" + executed.strategy + ")"));
+              write_output(a, chrome_trace_json(engine->trace_events(last), "memwall run (" + executed.strategy + ")", kExecutedTracePid));
               write_output(b, sim::chrome_trace_json(sr));
               j["traces"] = {a, b};
             }

@@ -281,6 +281,11 @@ std::vector<std::string> check_invariants(const Schedule& s) {
 std::string schedule_text(const Schedule& s) {
   std::string out;
   char line[512];
+  // the columns: step id, phase, kind (and hop), what it works on, FLOPs / parameters / bytes, the
+  // route (from->to and link class), and the steps it waits for
+  std::snprintf(line, sizeof line, "%5s %-9s %-20s %-28s %12s  %-22s %s\n", "step", "phase", "kind", "operand", "amount",
+                "route", "after");
+  out += line;
   for (const Step& st : s.steps) {
     std::string what = to_string(st.kind);
     if (st.hop != Hop::none) what += std::string(".") + to_string(st.hop);

@@ -170,7 +170,7 @@ Result<std::vector<Schedule>> build_schedules(const ModelSpec& model, const Plac
 // parameter copies to the GPU after the last. Empty when all hold.
 std::vector<std::string> check_invariants(const Schedule& s);
 
-// One line per step, for humans and golden files.
+// A header line, then one line per step, for humans and golden files.
 std::string schedule_text(const Schedule& s);
 
 }  // namespace memwall

@@ -13,7 +13,7 @@
 
 namespace memwall {
 
-std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name) {
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name, int pid_base) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   std::map<std::string, int> tid;
   std::map<int, bool> ranks;
@@ -23,12 +23,12 @@ std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::
   }
   for (const auto& [rank, unused] : ranks) {
     for (const auto& [track, id] : tid)
-      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", id}, {"args", {{"name", track}}}});
-    out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank},
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid_base + rank}, {"tid", id}, {"args", {{"name", track}}}});
+    out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid_base + rank},
                    {"args", {{"name", process_name + (ranks.size() > 1 ? " rank " + std::to_string(rank) : "")}}}});
   }
   for (const TraceEvent& e : events)
-    out.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", e.rank}, {"tid", tid[e.track]},
+    out.push_back({{"name", e.name}, {"cat", e.track}, {"ph", "X"}, {"pid", pid_base + e.rank}, {"tid", tid[e.track]},
                    {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"step", e.step}}}});
   return nlohmann::ordered_json{{"displayTimeUnit", "ms"}, {"traceEvents", out}}.dump() + "\n";
 }
@@ -53,6 +53,7 @@ Result<std::vector<TraceEvent>> read_chrome_trace(const std::string& path) {
     t.start_s = num("ts") * 1e-6;
     t.end_s = t.start_s + num("dur") * 1e-6;
     t.rank = e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int>() : 0;
+    if (t.rank >= kExecutedTracePid) t.rank -= kExecutedTracePid;
     if (e.contains("args") && e["args"].is_object() && e["args"].contains("step") && e["args"]["step"].is_number_integer())
       t.step = e["args"]["step"].get<int>();
     if (!std::isfinite(t.start_s) || !std::isfinite(t.end_s) || t.end_s < t.start_s)

@@ -21,13 +21,20 @@ struct TraceEvent {
   int rank = 0;             // data-parallel rank: the trace's process
 };
 
+// The trace process ids: simulate's GPUs are pid = rank; an executed run's ranks (`run --trace`,
+// validate's measured.json) are pid = kExecutedTracePid + rank, so a simulated and an executed
+// trace opened together (Perfetto merges the files it is given) keep their processes apart.
+inline constexpr int kExecutedTracePid = 1000;
+
 // Chrome trace-event JSON (opens in Perfetto / chrome://tracing): one process per rank named
-// `process_name` (with the rank), one thread per track, step ids in each event's args.
-std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name);
+// `process_name` (with the rank), pid `pid_base` + rank, one thread per track, step ids in each
+// event's args.
+std::string chrome_trace_json(const std::vector<TraceEvent>& events, const std::string& process_name,
+                              int pid_base = 0);
 
 // Reads back a trace chrome_trace_json wrote (`memwall run --trace`, `simulate --trace`, the two of
 // `validate --trace-dir`): its complete events ("ph": "X"), the track from "cat", the step from
-// args, the rank from "pid". Errors (missing file, not JSON, no traceEvents, more than 256 MiB)
+// args, the rank from "pid" (less kExecutedTracePid for an executed run's). Errors (missing file, not JSON, no traceEvents, more than 256 MiB)
 // name the file.
 Result<std::vector<TraceEvent>> read_chrome_trace(const std::string& path);
 

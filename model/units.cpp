@@ -130,12 +130,19 @@ QuantityRange quantity_range(Dimension d) {
   return {0.0, 1e18};
 }
 
+namespace {
+std::string scaled(double v, double base, const char* const* names, int n);  // below
+}  // namespace
+
 std::string format_quantity(double value, Dimension d) {
   switch (d) {
     case Dimension::bytes: return format_bytes(value);
     case Dimension::bandwidth: return format_bandwidth(value);
     case Dimension::flops_rate: return format_flops_rate(value);
-    case Dimension::param_rate: return format_g(value) + " params/s";
+    case Dimension::param_rate: {  // "2.05 G params/s", as the profiles write it
+      static const char* const names[] = {"params/s", "K params/s", "M params/s", "G params/s", "T params/s"};
+      return scaled(value, 1000.0, names, 5);
+    }
     case Dimension::count: return format_g(value);
   }
   return format_g(value);
@@ -240,6 +247,13 @@ std::string format_flops_rate(double flops_per_s) {
 }
 std::string format_count(double n) {
   static const char* const names[] = {"", "K", "M", "B", "T", "Q"};
+  std::string s = scaled(n, 1000.0, names, 6);
+  if (s.back() == ' ') s.pop_back();
+  return s;
+}
+
+std::string format_count_words(double n) {
+  static const char* const names[] = {"", "thousand", "million", "billion", "trillion", "quadrillion"};
   std::string s = scaled(n, 1000.0, names, 6);
   if (s.back() == ' ') s.pop_back();
   return s;

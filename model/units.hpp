@@ -51,6 +51,8 @@ std::string format_bytes_decimal(double bytes);  // decimal prefixes (KB ... PB)
 std::string format_bandwidth(double bytes_per_s);  // decimal GB/s, as datasheets print it
 std::string format_flops_rate(double flops_per_s);
 std::string format_count(double n);  // 1.4 B, 20 T (decimal)
+// A count in words, for tables where "B" would read as bytes: 101 billion, 1.01 trillion.
+std::string format_count_words(double n);
 std::string format_sig(double value, int significant = 3);
 std::string format_g(double value);  // shortest form: 2, 1.25, 1e+12
 // One CSV field (RFC 4180): quoted, with inner quotes doubled, when it holds a comma, quote or newline.

@@ -531,6 +531,14 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   return c;
 }
 
+Dimension calibration_dimension(const std::string& field) {
+  if (field == "gpu.peak") return Dimension::flops_rate;
+  if (field == "cpu.adam_throughput") return Dimension::param_rate;
+  if (field == "gpu.memory" || field == "cpu.memory" || field == "cpu.pinned_budget" || field == "nvme.capacity")
+    return Dimension::bytes;
+  return Dimension::bandwidth;  // gpu.memory_bandwidth, links.*, cpu.memory_bandwidth, nvme.read, nvme.write
+}
+
 std::string calibration_yaml(const Calibration& c, const std::string& name) {
   auto value = [&](const std::string& field) -> const Measurement* {
     const Measurement* m = c.find(field);
@@ -541,8 +549,8 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
     const std::string head = std::string(std::size_t(indent), ' ') + key + ": " + text;
     y << head << std::string(head.size() < 34 ? 34 - head.size() : 1, ' ') << "# " << how << "\n";
   };
-  auto field = [&](const std::string& path, const std::string& key, Dimension d, int indent) {
-    if (const Measurement* m = value(path)) line(key, format_quantity(m->value, d), m->how, indent);
+  auto field = [&](const std::string& path, const std::string& key, int indent) {
+    if (const Measurement* m = value(path)) line(key, format_quantity(m->value, calibration_dimension(path)), m->how, indent);
     else if (const Measurement* n = c.find(path)) y << std::string(std::size_t(indent), ' ') << "# " << key << ": " << n->how << "\n";
   };
   y << "# Written by `memwall calibrate` (" << format_sig(c.seconds, 3) << " s) on this machine, backend " << c.backend
@@ -556,9 +564,9 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
   y << "nodes: 1\n";
   y << "gpu:\n";
   line("count_per_node", "1", "one device per rank (memwall run --gpus N under mpirun -np N: one each)", 2);
-  field("gpu.memory", "memory", Dimension::bytes, 2);
-  field("gpu.memory_bandwidth", "memory_bandwidth", Dimension::bandwidth, 2);
-  field("gpu.peak", "peak", Dimension::flops_rate, 2);
+  field("gpu.memory", "memory", 2);
+  field("gpu.memory_bandwidth", "memory_bandwidth", 2);
+  field("gpu.peak", "peak", 2);
   y << "  peak_by_hidden:                 # measured: linear layers of one block (see gpu.peak)\n";
   for (const PeakPoint& p : c.peak_by_hidden)
     y << "    - {hidden: " << p.hidden << ", peak: " << format_flops_rate(p.flops_per_s) << "}\n";
@@ -569,19 +577,19 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
            kr.flops_per_s > 0 ? "operator-graph FLOPs / time" : "operator-graph activation bytes (fp32) / time", 4);
   }
   y << "links:\n";
-  field("links.gpu_gpu", "gpu_gpu", Dimension::bandwidth, 2);
-  field("links.pcie_single_gpu", "pcie_single_gpu", Dimension::bandwidth, 2);
-  field("links.pcie_aggregate", "pcie_aggregate", Dimension::bandwidth, 2);
+  field("links.gpu_gpu", "gpu_gpu", 2);
+  field("links.pcie_single_gpu", "pcie_single_gpu", 2);
+  field("links.pcie_aggregate", "pcie_aggregate", 2);
   line("nic_attach", "cpu", "one machine: ranks talk through host memory", 2);
   y << "cpu:\n";
-  field("cpu.memory", "memory", Dimension::bytes, 2);
-  field("cpu.memory_bandwidth", "memory_bandwidth", Dimension::bandwidth, 2);
-  field("cpu.adam_throughput", "adam_throughput", Dimension::param_rate, 2);
-  field("cpu.pinned_budget", "pinned_budget", Dimension::bytes, 2);
+  field("cpu.memory", "memory", 2);
+  field("cpu.memory_bandwidth", "memory_bandwidth", 2);
+  field("cpu.adam_throughput", "adam_throughput", 2);
+  field("cpu.pinned_budget", "pinned_budget", 2);
   y << "nvme:\n";
-  field("nvme.capacity", "capacity", Dimension::bytes, 2);
-  field("nvme.read", "read", Dimension::bandwidth, 2);
-  field("nvme.write", "write", Dimension::bandwidth, 2);
+  field("nvme.capacity", "capacity", 2);
+  field("nvme.read", "read", 2);
+  field("nvme.write", "write", 2);
   y << "executor:\n";
   line("backend", c.backend, "memwall run executes plans made for this profile", 2);
   y << "  precision: " << adam::dtype_name(c.precision) << "\n";

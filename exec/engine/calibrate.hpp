@@ -25,6 +25,7 @@
 #include "exec/adam/host_cores.hpp"
 #include "model/hardware_profile.hpp"
 #include "model/result.hpp"
+#include "model/units.hpp"
 
 namespace memwall::exec {
 
@@ -53,6 +54,9 @@ struct Measurement {
   double value = 0;   // in the field's dimension (bytes, bytes/s, FLOP/s, params/s); 0 = not measured
   std::string how;    // the comment written beside it, or why it was not measured
 };
+
+// The dimension of a calibrated field ("nvme.read": bandwidth), for the YAML and for people.
+Dimension calibration_dimension(const std::string& field);
 
 struct Calibration {
   std::string backend, device;

@@ -37,6 +37,25 @@ TEST(Timeline, ChromeTraceReadsBackWhatWasWritten) {
   std::remove(path.c_str());
 }
 
+// Issue 31: simulate's and run's traces both used pid 0, so opened together their processes merged.
+// An executed run's ranks are pid kExecutedTracePid + rank; reading back gives the rank.
+TEST(Timeline, ExecutedAndSimulatedTracesUseDifferentProcesses) {
+  const std::vector<TraceEvent> events = {{"compute block0.qkv", "gpu0 gpu_compute", 0.0, 0.001, 3, 0},
+                                          {"compute block0.qkv", "gpu0 gpu_compute", 0.0, 0.001, 3, 1}};
+  const std::string simulated = chrome_trace_json(events, "memwall simulate");
+  const std::string executed = chrome_trace_json(events, "memwall run", kExecutedTracePid);
+  EXPECT_NE(simulated.find("\"pid\":0"), std::string::npos);
+  EXPECT_EQ(executed.find("\"pid\":0,"), std::string::npos) << executed;
+  EXPECT_NE(executed.find("\"pid\":" + std::to_string(kExecutedTracePid + 1)), std::string::npos);
+  const std::string path = write_temp("trace_executed.json", executed);
+  Result<std::vector<TraceEvent>> back = read_chrome_trace(path);
+  ASSERT_TRUE(back.ok()) << back.error();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].rank, 0);
+  EXPECT_EQ((*back)[1].rank, 1);
+  std::remove(path.c_str());
+}
+
 TEST(Timeline, FilesThatAreNotTracesAreRefusedByName) {
   struct Case {
     std::string text, expect;

@@ -39,6 +39,9 @@ TEST(Units, ComputeAndParameterRates) {
   EXPECT_DOUBLE_EQ(q("7 PFLOPS", Dimension::flops_rate), 7e15);
   EXPECT_DOUBLE_EQ(q("1.5 G params/s", Dimension::param_rate), 1.5e9);
   EXPECT_DOUBLE_EQ(q("800M params/s", Dimension::param_rate), 800e6);
+  // written as the profiles write it (calibrate printed 2048227566 params/s), and read back
+  EXPECT_EQ(format_quantity(2048227566, Dimension::param_rate), "2.05 G params/s");
+  EXPECT_DOUBLE_EQ(q(format_quantity(13.3e9, Dimension::param_rate).c_str(), Dimension::param_rate), 13.3e9);
 }
 
 TEST(Units, CountsTakeOptionalSuffix) {
