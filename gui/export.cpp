@@ -63,7 +63,8 @@ Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size
   if (QString err = save(&view, size, path); !err.isEmpty()) return undo(written, err.toStdString());
   written << path;
 
-  // The Simulate tab's timeline: the small default model under the session's preset.
+  // The Simulate tab's timeline: its small model (quick; the tab defaults to the window's) under the
+  // session's preset.
   Result<SimInputs> in = sim_inputs(s, false, s.placement);
   if (!in) return undo(written, in.error());
   sim::SimOptions o;

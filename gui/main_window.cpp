@@ -17,6 +17,8 @@
 #include <QScrollArea>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -67,7 +69,12 @@ MainWindow::MainWindow(Session initial, QWidget* parent)
   split->addWidget(tabs_);
   split->setStretchFactor(1, 1);
   setCentralWidget(split);
-  resize(1500, 950);
+  // 1500 x 950 where the screen has room; on a smaller one (a 1280 x 800 laptop) the window fits its
+  // available area, and the panels scroll or shrink (minimumSizeHint stays within 1280 x 800)
+  QSize want(1500, 950);
+  if (const QScreen* screen = QGuiApplication::primaryScreen())
+    want = want.boundedTo(screen->availableGeometry().size() * 0.95);
+  resize(want);
 
   load_into_controls();
   refresh();

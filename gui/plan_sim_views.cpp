@@ -296,6 +296,7 @@ void draw_timeline(QChart* chart, const std::vector<std::vector<std::pair<double
   const double end_ms = std::max(iteration_s * 1e3, 1e-9);
   auto* x = new QValueAxis;
   x->setRange(0, end_ms);
+  x->applyNiceNumbers();  // ticks at round times (0, 20, 40 ... ms), not at fifths of the iteration
   x->setTitleText("time in the iteration (ms)");
   auto* y = new QCategoryAxis;
   const int n = int(rows.size());
@@ -342,8 +343,10 @@ SimView::SimView(QWidget* parent) : QWidget(parent) {
   auto* row = new QHBoxLayout;
   model_ = new QComboBox;
   model_->setObjectName("sim_model");
-  model_->addItem("small: 2 layers, hidden 1024, 16 heads");
-  model_->addItem("the session's model (paper-sized: slow when tiled)");
+  // the window's model first (the one chosen on the left, named in set_session), the small one
+  // for a quick look (a paper-sized model replays in seconds to minutes when tiled)
+  model_->addItem("the window's model");
+  model_->addItem("small: 2 layers, hidden 1024, 16 heads (quick)");
   placement_ = new QComboBox;
   placement_->setObjectName("sim_placement");
   for (const std::string& n : preset_names()) placement_->addItem(q(n));
@@ -394,12 +397,14 @@ SimView::~SimView() { watcher_.waitForFinished(); }
 
 void SimView::set_session(const Session& s) {
   session_ = s;
+  model_->setItemText(0, "the window's model: " + q(s.model.name) + " (" + QString::number(s.model.layers) +
+                             " layers, hidden " + QString::number(s.model.hidden) + ")");
   if (!placement_touched_) placement_->setCurrentText(q(s.placement));  // follows the left panel until chosen here
 }
 
 void SimView::start() {
   if (watcher_.isRunning()) return;
-  Result<SimInputs> in = sim_inputs(session_, model_->currentIndex() == 1, placement_->currentText().toStdString());
+  Result<SimInputs> in = sim_inputs(session_, model_->currentIndex() == 0, placement_->currentText().toStdString());
   if (!in) {
     summary_->setText("<span style='color:#d62728'>" + q(in.error()).toHtmlEscaped() + "</span>");
     return;

@@ -91,8 +91,8 @@ struct SimInputs {
   TrainingConfig config;
   HardwareProfile profile;
 };
-// The small default model of the Simulate tab (2 layers, hidden 1024, 16 heads, the session's seq)
-// or the session's own; the session's bsz and ci (ci capped at the model's layers); a preset.
+// The session's model (the Simulate tab's default: the one chosen in the window) or a small one
+// for a quick look (2 layers, hidden 1024, 16 heads, the session's seq); the session's bsz and ci (ci capped at the model's layers); a preset.
 Result<SimInputs> sim_inputs(const Session& s, bool session_model, const std::string& preset_name);
 
 struct SimOutcome {

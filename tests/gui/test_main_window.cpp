@@ -18,6 +18,8 @@
 #include <QLabel>
 #include <QAreaSeries>
 #include <QChartView>
+#include <QScreen>
+#include <QValueAxis>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -113,6 +115,41 @@ class MainWindowTest : public QObject {
   }
 
  private slots:
+  // Issue 31: the window opened at a fixed 1500 x 950 and was clipped on a 1400 x 900 screen. It
+  // opens within the screen's available area, and its layout allows 1280 x 800.
+  void fits_a_1280_by_800_screen() {
+    const QSize avail = QGuiApplication::primaryScreen()->availableGeometry().size();
+    QVERIFY2(w_->width() <= avail.width() && w_->height() <= avail.height(),
+             qPrintable(QString("%1 x %2 on a %3 x %4 screen").arg(w_->width()).arg(w_->height()).arg(avail.width()).arg(avail.height())));
+    const QSize min = w_->minimumSizeHint();
+    QVERIFY2(min.width() <= 1280 && min.height() <= 800, qPrintable(QString("minimum %1 x %2").arg(min.width()).arg(min.height())));
+    w_->resize(1280, 800);
+    QCoreApplication::processEvents();
+    QCOMPARE(w_->size(), QSize(1280, 800));
+  }
+
+  // Issue 31: the timeline's time axis ticked at 43.2 / 86.4 ms (fifths of the iteration): its
+  // ticks are at round numbers, 1, 2 or 5 x 10^k apart, and the axis covers the iteration.
+  void timeline_ticks_are_round() {
+    SimView* sv = w_->sim_view();
+    sv->model_box()->setCurrentIndex(1);
+    sv->placement_box()->setCurrentText("zero_inf_nvme");
+    QTest::mouseClick(sv->button(), Qt::LeftButton);
+    sv->wait();
+    QVERIFY(sv->outcome().has_value() && sv->outcome()->ok);
+    QChartView* view = sv->findChild<QChartView*>("sim_timeline");
+    QVERIFY(view);
+    auto* x = qobject_cast<QValueAxis*>(view->chart()->axes(Qt::Horizontal).front());
+    QVERIFY(x);
+    const double step = (x->max() - x->min()) / (x->tickCount() - 1);
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    QVERIFY2(std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 || std::abs(mantissa - 5) < 1e-6 ||
+                 std::abs(mantissa - 2.5) < 1e-6,
+             qPrintable(QString("ticks %1 ms apart").arg(step)));
+    QCOMPARE(x->min(), 0.0);
+    QVERIFY(x->max() >= sv->outcome()->report.iteration_s * 1e3 * (1 - 1e-9));
+  }
+
   void init() {
     Result<Session> s = make_session(SessionRequest{});
     QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
@@ -397,7 +434,11 @@ class MainWindowTest : public QObject {
   void simulate_button_shows_simulate_isolated_and_a_timeline() {
     SimView* sv = w_->sim_view();
     sv->placement_box()->setCurrentText("zero_inf_nvme");
-    QCOMPARE(sv->model_box()->currentIndex(), 0);  // the small model by default
+    // the window's model by default, named; the small one (quick) is chosen here
+    QCOMPARE(sv->model_box()->currentIndex(), 0);
+    QVERIFY2(sv->model_box()->itemText(0).contains(QString::fromStdString(w_->session().model.name)),
+             qPrintable(sv->model_box()->itemText(0)));
+    sv->model_box()->setCurrentIndex(1);
     QTest::mouseClick(sv->button(), Qt::LeftButton);
     sv->wait();
     QVERIFY(sv->outcome().has_value());
