@@ -33,8 +33,12 @@ PanelData panel_data(const Session& s, Fig3Panel panel) {
   for (const BandwidthMarker& m : profile_markers(s.profile))
     d.markers.push_back({m.name, m.bw_Bps, efficiency_eq6(ait, m.bw_Bps, s.peak_flops_per_s)});
   d.caption = "seq " + std::to_string(c.seq) + (panel == Fig3Panel::c_act_ckpt ? ", ci " + std::to_string(c.ci) : "") +
-              ", peak " + format_flops_rate(s.peak_flops_per_s) + "; markers: " + s.profile.name + " (" +
-              std::to_string(s.profile.gpus_per_node) + " GPUs per node)";
+              ", peak " + format_flops_rate(s.peak_flops_per_s) + "; markers: " + s.profile.name + ", each GPU's share with all " +
+              std::to_string(s.profile.gpus_per_node) + " GPUs of a node active, where the analysis table quotes the node: NVMe " +
+              format_bandwidth(std::min(s.profile.nvme_read_Bps, s.profile.nvme_write_Bps)) + " per node is " +
+              format_bandwidth(std::min(s.profile.nvme_read_Bps_per_gpu_all_active(),
+                                        s.profile.nvme_write_Bps_per_gpu_all_active())) +
+              " per GPU (a " + std::to_string(s.profile.gpus_per_node) + "th, or PCIe's share if lower)";
   return d;
 }
 
