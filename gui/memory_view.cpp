@@ -26,17 +26,33 @@ const Segment kSegments[4] = {
     {"param16", QColor("#1f77b4")},
     {"grad16", QColor("#ff7f0e")},
     {"optim32", QColor("#2ca02c")},
-    {"transient at peak (fetched parameters, buffers, checkpoints)", QColor("#bcbcbc")},
+    {"transient at peak", QColor("#bcbcbc")},
 };
+// The transient parts, lightest last: greys and muted tones that stay apart from the states'.
+const QColor kParts[] = {QColor("#7f7f7f"), QColor("#c49c94"), QColor("#9edae5"), QColor("#dbdb8d"),
+                         QColor("#c5b0d5"), QColor("#f7b6d2"), QColor("#bcbcbc")};
 const QColor kFits("#2ca02c"), kOverflow("#d62728");
 const char* kTierTitle[3] = {"GPU (one GPU)", "CPU memory (share per GPU)", "NVMe (share per GPU)"};
 
-QString legend_html() {
+QString swatch(const QColor& color, const QString& name) {
+  return QString("<span style='color:%1;font-size:15px'>&#9632;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;").arg(color.name(), name);
+}
+
+// The states and the capacity line; then, per tier, what its transient bytes at the peak are.
+QString legend_html(const std::array<std::vector<std::pair<std::string, double>>, 3>& parts) {
   QString html;
-  for (const Segment& s : kSegments)
-    html += QString("<span style='color:%1;font-size:15px'>&#9632;</span>&nbsp;%2&nbsp;&nbsp;&nbsp;")
-                .arg(s.color.name(), s.name);
-  return html + QString("<span style='color:%1'>&#9472;&#9472;</span>&nbsp;capacity").arg(kOverflow.name());
+  for (int s = 0; s < 3; ++s) html += swatch(kSegments[s].color, kSegments[s].name);
+  html += QString("<span style='color:%1'>&#9472;&#9472;</span>&nbsp;capacity").arg(kOverflow.name());
+  static const char* const tier_names[3] = {"GPU", "CPU", "NVMe"};
+  for (int t = 0; t < 3; ++t) {
+    if (parts[size_t(t)].empty()) continue;
+    html += QString("<br><b>%1 transient at the peak:</b> ").arg(tier_names[t]);
+    for (std::size_t i = 0; i < parts[size_t(t)].size(); ++i)
+      html += swatch(kParts[std::min(i, std::size(kParts) - 1)],
+                     QString::fromStdString(parts[size_t(t)][i].first + " " + format_bytes(parts[size_t(t)][i].second))
+                         .toHtmlEscaped());
+  }
+  return html;
 }
 
 // Axis unit: GiB below 2 TiB, TiB above.
@@ -90,9 +106,9 @@ MemoryView::MemoryView(QWidget* parent) : QWidget(parent) {
     row->addWidget(views_[t]);
   }
   layout->addLayout(row, 1);
-  auto* legend = new QLabel(legend_html());
-  legend->setWordWrap(true);
-  layout->addWidget(legend);
+  legend_ = new QLabel(legend_html({}));
+  legend_->setWordWrap(true);
+  layout->addWidget(legend_);
 }
 
 void MemoryView::set_busy(bool busy) {
@@ -131,15 +147,31 @@ void MemoryView::set_data(const MemoryData& data, const QString& heading) {
     const auto [unit, unit_name] = unit_for(std::max(tm.capacity_bytes, tm.peak_bytes));
     auto* bars = new QStackedBarSeries;
     bars->setBarWidth(0.55);
-    for (int s = 0; s < 4; ++s) {
-      const double bytes = s < 3 ? tm.persistent[size_t(s)] : std::max(0.0, transient);
-      drawn_[t][s] = bytes;
-      auto* set = new QBarSet(kSegments[s].name);
-      set->setColor(kSegments[s].color);
-      set->setBorderColor(kSegments[s].color.darker(130));
+    for (int s = 0; s < 4; ++s) drawn_[t][s] = s < 3 ? tm.persistent[size_t(s)] : std::max(0.0, transient);
+    // the states, then the transient bytes part by part: the memory model's buffers at the peak,
+    // and whatever of the transient they do not name (checkpoints held as a state on this tier)
+    std::vector<std::pair<std::string, double>>& parts = parts_[size_t(t)];
+    parts.clear();
+    double named = 0;
+    for (std::size_t i = tm.parts.size() - std::min(tm.buffer_parts, tm.parts.size()); i < tm.parts.size(); ++i)
+      if (tm.parts[i].bytes > 0) {
+        parts.emplace_back(tm.parts[i].what, tm.parts[i].bytes);
+        named += tm.parts[i].bytes;
+      }
+    if (drawn_[t][3] - named > 1e-9 * std::max(1.0, drawn_[t][3]))
+      parts.emplace_back("other transient bytes at the peak", drawn_[t][3] - named);
+    else if (named > drawn_[t][3] && !parts.empty())  // rounding: keep the sum equal to the transient
+      parts.back().second -= named - drawn_[t][3];
+    auto add_set = [&](const QString& name, double bytes, const QColor& color) {
+      auto* set = new QBarSet(name);
+      set->setColor(color);
+      set->setBorderColor(color.darker(130));
       *set << bytes / unit;
       bars->append(set);
-    }
+    };
+    for (int s = 0; s < 3; ++s) add_set(kSegments[s].name, drawn_[t][s], kSegments[s].color);
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      add_set(QString::fromStdString(parts[i].first), parts[i].second, kParts[std::min(i, std::size(kParts) - 1)]);
     chart->addSeries(bars);
     auto* x = new QBarCategoryAxis;
     x->append(to_string(Tier(t)));
@@ -170,6 +202,7 @@ void MemoryView::set_data(const MemoryData& data, const QString& heading) {
                                                  format_bytes(tm.peak_bytes - tm.capacity_bytes)))));
     chart->setBackgroundBrush(fits ? QBrush(Qt::white) : QBrush(QColor("#fff0f0")));
   }
+  legend_->setText(legend_html(parts_));
 }
 
 }  // namespace memwall::gui

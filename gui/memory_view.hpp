@@ -6,6 +6,9 @@
 
 #include <QWidget>
 #include <array>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gui/session.hpp"
 
@@ -31,14 +34,20 @@ class MemoryView : public QWidget {
   bool busy() const { return busy_; }
   // Bar values as drawn, in bytes: [tier][segment] with segments param16, grad16, optim32, transient.
   std::array<std::array<double, 4>, 3> drawn_bytes() const { return drawn_; }
+  // The transient bytes of a tier as drawn, part by part (the memory model's buffers at the peak:
+  // fetched parameters, checkpoints, working memory, staging buffers ...); they add up to
+  // drawn_bytes()[tier][3].
+  const std::vector<std::pair<std::string, double>>& transient_parts(int tier) const { return parts_[size_t(tier)]; }
   QString status_text() const;
 
  private:
   QLabel* heading_;
   QLabel* status_;
+  QLabel* legend_;
   QProgressBar* progress_;
   std::array<QChartView*, 3> views_{};
   std::array<std::array<double, 4>, 3> drawn_{};
+  std::array<std::vector<std::pair<std::string, double>>, 3> parts_;
   bool busy_ = false;
 };
 

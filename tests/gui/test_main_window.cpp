@@ -103,6 +103,25 @@ class MainWindowTest : public QObject {
         persistent += drawn[t][st];
       }
       QVERIFY(close(persistent + drawn[t][3], sc->peak_bytes[t]));
+      // Issue 31: the transient was one grey block; it is drawn part by part (the memory model's
+      // buffers at the peak), and the parts add up to it
+      double parts = 0;
+      for (const auto& [what, bytes] : w_->memory_view()->transient_parts(t)) {
+        QVERIFY2(bytes > 0, what.c_str());
+        parts += bytes;
+      }
+      QVERIFY2(close(parts, drawn[t][3]) || std::abs(parts - drawn[t][3]) < 1, qPrintable(QString("%1 vs %2").arg(parts).arg(drawn[t][3])));
+    }
+    {  // the GPU's parts are named as the memory model names them: the fetched parameters among them
+      const MemoryModel mm = memory_model(s.model, *preset(preset_name), s.config, s.profile);
+      bool fetched = false;
+      for (const auto& [what, bytes] : w_->memory_view()->transient_parts(0)) {
+        fetched = fetched || what.starts_with("fetched parameters");
+        bool known = what == "other transient bytes at the peak";
+        for (const MemoryPart& p : mm.of(Tier::gpu).parts) known = known || p.what == what;
+        QVERIFY2(known, what.c_str());
+      }
+      QVERIFY(fetched);
     }
     // the status says when the GPU peaks (the memory model's moment) or which tier overflows
     const QString status = w_->memory_view()->status_text();
