@@ -26,6 +26,11 @@ constexpr double kBwMinGBps = 0.1, kBwMaxGBps = 10000;
 QString series_label(const SweepPoint& p) {
   return p.hidden > 0 ? QString("hd %1K").arg(p.hidden / 1024.0) : QString("bsz %1").arg(p.bsz);
 }
+// The family's legend names: panel (c)'s six hidden sizes without the repeated "hd " (the first
+// says it), so all seven entries fit beside each other.
+QString family_label(const SweepPoint& p, bool first) {
+  return p.hidden > 0 && !first ? QString("%1K").arg(p.hidden / 1024.0) : series_label(p);
+}
 
 void hide_from_legend(QChart* chart, QAbstractSeries* s) {
   for (QLegendMarker* m : chart->legend()->markers(s)) m->setVisible(false);
@@ -63,6 +68,12 @@ EfficiencyChart::EfficiencyChart(Fig3Panel panel, QWidget* parent) : QChartView(
   chart->setBackgroundRoundness(0);
   setBackgroundBrush(Qt::white);
   chart->legend()->setAlignment(Qt::AlignBottom);
+  // a legend that fits a panel of a 1280 x 800 window: a smaller font, the full text as a tooltip
+  // where Qt still has to elide one
+  QFont legend_font = chart->legend()->font();
+  legend_font.setPointSizeF(legend_font.pointSizeF() * 0.8);
+  chart->legend()->setFont(legend_font);
+  chart->legend()->setShowToolTips(true);
   chart->setMargins(QMargins(4, 4, 4, 4));
   auto* x = new QLogValueAxis;
   x->setBase(10);
@@ -116,7 +127,7 @@ void EfficiencyChart::set_data(const PanelData& data) {
 
   for (size_t i = 0; i < data.family.size(); ++i) {
     QLineSeries* s = curve(data.family[i]);
-    s->setName(series_label(data.family[i].front()));
+    s->setName(family_label(data.family[i].front(), i == 0));
     s->setPen(QPen(kFamily[std::min<size_t>(i, std::size(kFamily) - 1)], 1.6));
     add(s);
     family_.append(s);

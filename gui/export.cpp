@@ -8,6 +8,7 @@
 
 #include "exec/io/user_files.hpp"
 #include "gui/efficiency_chart.hpp"
+#include "gui/main_window.hpp"
 #include "gui/memory_view.hpp"
 #include "gui/plan_sim_views.hpp"
 
@@ -83,6 +84,17 @@ Result<QStringList> export_pngs(const Session& s, const QString& dir, QSize size
   const QString tpath = QDir(dir).filePath("timeline.png");
   if (QString err = save(&sim_view, size, tpath); !err.isEmpty()) return undo(written, err.toStdString());
   written << tpath;
+
+  // The whole window at this size, on its efficiency and memory tabs: what a user sees on a screen
+  // of that size (1280x800: a laptop).
+  MainWindow window(s);
+  window.wait_for_memory();
+  for (const auto& [tab, name] : {std::pair{0, "window-efficiency.png"}, std::pair{1, "window-memory.png"}}) {
+    window.tabs()->setCurrentIndex(tab);
+    const QString wpath = QDir(dir).filePath(name);
+    if (QString err = save(&window, size, wpath); !err.isEmpty()) return undo(written, err.toStdString());
+    written << wpath;
+  }
   return written;
 }
 

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   memwall::gui::SessionRequest req;
   std::string export_dir, size = "1000x650";
   CLI::App cli{"memwall-gui: efficiency against bandwidth (the paper's Fig. 3) and memory per tier, with what-ifs"};
-  cli.add_option("--export", export_dir, "Write fig3a.png, fig3b.png, fig3c.png, memory.png and timeline.png into DIR and exit");
+  cli.add_option("--export", export_dir, "Write fig3a.png, fig3b.png, fig3c.png, memory.png, timeline.png and the whole window\n"
+                 "(window-efficiency.png, window-memory.png) at --size into DIR and exit");
   cli.add_option("--profile", req.profile, "Hardware profile: a built-in name or a YAML file")->capture_default_str();
   cli.add_option("--model", req.model, "Catalogue model or model YAML")->capture_default_str();
   cli.add_option("--layers", req.layers, "Custom model: layers (with --hidden and --heads)");

@@ -204,6 +204,7 @@ QWidget* MainWindow::build_efficiency_tab() {
   auto* box = new QWidget;
   auto* bv = new QVBoxLayout(box);
   table_title_ = new QLabel;
+  table_title_->setObjectName("analysis_title");
   table_title_->setWordWrap(true);
   table_ = new QTableWidget(0, 4);
   table_->setHorizontalHeaderLabels({"state", "from tier", "bandwidth", "efficiency"});
@@ -325,11 +326,12 @@ void MainWindow::fill_table() {
   }
   Analysis a = analyze(s.model, s.config, s.profile, 0);
   table_title_->setText(QString("<b>memwall analyze</b> on %1 over %2 GPUs: each state offloaded alone, Eq. 6 at the "
-                                "peak for hidden %3 (%4). Hover a row for how its bandwidth is derived.")
+                                "peak for hidden %3 (%4). Hover a row for how its bandwidth is derived. %5")
                             .arg(q(s.profile.name))
                             .arg(a.gpus)
                             .arg(s.model.hidden)
-                            .arg(q(format_flops_rate(a.peak_flops_per_s))));
+                            .arg(q(format_flops_rate(a.peak_flops_per_s)))
+                            .arg(q(markers_note(s)).toHtmlEscaped()));
   for (const StateTierEfficiency& e : a.efficiencies) {
     const int r = table_->rowCount();
     table_->insertRow(r);

@@ -20,6 +20,15 @@ std::vector<BandwidthMarker> profile_markers(const HardwareProfile& p) {
   return out;
 }
 
+std::string markers_note(const Session& s) {
+  const HardwareProfile& p = s.profile;
+  return "The panels' markers are one GPU's share with all " + std::to_string(p.gpus_per_node) +
+         " GPUs of a node active, where this table quotes the node: NVMe " +
+         format_bandwidth(std::min(p.nvme_read_Bps, p.nvme_write_Bps)) + " per node is " +
+         format_bandwidth(std::min(p.nvme_read_Bps_per_gpu_all_active(), p.nvme_write_Bps_per_gpu_all_active())) +
+         " per GPU (a " + std::to_string(p.gpus_per_node) + "th, or PCIe's share if lower).";
+}
+
 PanelData panel_data(const Session& s, Fig3Panel panel) {
   PanelData d;
   d.panel = panel;
@@ -33,12 +42,8 @@ PanelData panel_data(const Session& s, Fig3Panel panel) {
   for (const BandwidthMarker& m : profile_markers(s.profile))
     d.markers.push_back({m.name, m.bw_Bps, efficiency_eq6(ait, m.bw_Bps, s.peak_flops_per_s)});
   d.caption = "seq " + std::to_string(c.seq) + (panel == Fig3Panel::c_act_ckpt ? ", ci " + std::to_string(c.ci) : "") +
-              ", peak " + format_flops_rate(s.peak_flops_per_s) + "; markers: " + s.profile.name + ", each GPU's share with all " +
-              std::to_string(s.profile.gpus_per_node) + " GPUs of a node active, where the analysis table quotes the node: NVMe " +
-              format_bandwidth(std::min(s.profile.nvme_read_Bps, s.profile.nvme_write_Bps)) + " per node is " +
-              format_bandwidth(std::min(s.profile.nvme_read_Bps_per_gpu_all_active(),
-                                        s.profile.nvme_write_Bps_per_gpu_all_active())) +
-              " per GPU (a " + std::to_string(s.profile.gpus_per_node) + "th, or PCIe's share if lower)";
+              ", peak " + format_flops_rate(s.peak_flops_per_s) + "; markers: a GPU's share of " +
+              std::to_string(s.profile.gpus_per_node);
   return d;
 }
 

@@ -51,6 +51,10 @@ struct PanelData {
   std::vector<Marker> markers;
   std::string caption;  // "seq 1024, ci 1, peak 70.0 TFLOPS; markers: dgx2"
 };
+// Why the Fig. 3 markers (a GPU's share, every GPU active) differ from the analysis table (the
+// node's bandwidth): one sentence with the profile's NVMe figures, shown under the table's title.
+std::string markers_note(const Session& s);
+
 PanelData panel_data(const Session& s, Fig3Panel panel);
 
 // Bytes per rank on each tier for the session's placement preset: the memory model's
