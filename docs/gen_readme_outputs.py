@@ -9,6 +9,9 @@ Run from anywhere; commands run in the repository root with ./build/memwall repl
 (default build/), with OPENBLAS_CORETYPE=Haswell (see BLAS_ENV). CTest runs --check
 (`readme.outputs_match`).
 
+--check also runs every `./build/memwall` line of the README's ```sh blocks (commands shown without
+their output) in a scratch folder mirroring the repository, and fails on any that does not exit 0.
+
 What --check normalises, and nothing else: numbers that depend on how fast this machine is at the
 moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): tokens/s, step ms
 and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
@@ -136,6 +139,18 @@ def block_run_json(build):
     return [shown(RUN_JSON) + " | head -3"] + out[:3]
 
 
+VALIDATE = ["./build/memwall", "validate", "--profile", "results/validation/calibrated.yaml", "--config",
+            "results/validation/small.yaml", "--strategy", "zero_inf_nvme", "--nvme-dir", "/tmp", "--steps", "12",
+            "--top", "5"]
+
+
+def block_validate(build):
+    out = run(VALIDATE, build)
+    differ = index_of(out, r"^steps whose start times differ most")
+    # which steps differ most changes from run to run: the block shows the table and that header
+    return [shown(VALIDATE, 7)] + out[:differ + 2] + ["  ..."]
+
+
 def block_plan_run(build):
     with tempfile.TemporaryDirectory(prefix="memwall-readme-") as d:
         plan = run(PLAN, build, cwd=d)
@@ -187,12 +202,15 @@ BLOCKS = {
     "run": block_run,
     "run_nvme": block_run_nvme,
     "run_json": block_run_json,
+    "validate": block_validate,
     "plan_run": block_plan_run,
     "plan_batch": block_plan_batch,
     "ranks": block_ranks,
     "bad_profile": block_bad_profile,
 }
-TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks"}
+TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks", "validate"}
+# validate's rows: the measured column and the error vary with the machine's speed; simulated is exact
+VALIDATE_ROW = re.compile(r"^(\s+\S.*?)\s+[0-9.]+ ms\s+([0-9.]+ ms)\s+[+-][0-9.]+ %$")
 JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads)":[-0-9.e+]+')
 
 STEP_ROW = re.compile(r"^(\s+\d+\s+[0-9.]+)\s+\d+\s+[0-9.]+\s+(-|\d+ %)(.*)$")
@@ -212,6 +230,8 @@ def normalise(name, lines):
         line = LINK_ROW.sub(r"\1 <busy> <achieved> <exposed>", line)
         line = THREADS_LINE.sub(r"\1 <n> (fitted: <the load>)", line)
         line = JSON_TIME.sub(r'"\1":<measured>', line)
+        if name == "validate":
+            line = VALIDATE_ROW.sub(r"\1 <measured> \2 <error>", line)
         out.append(re.sub(r" +", " ", line))
     return out
 
@@ -234,6 +254,36 @@ def blocks_in(text):
             end += 1
         found.append((m.group(1), i + 2, end))
     return lines, found
+
+
+def sh_block_commands(text):
+    """The ./build/memwall lines of the README's ```sh blocks (commands shown without output)."""
+    cmds, in_sh = [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            in_sh = line.strip() == "```sh" and not in_sh
+            continue
+        if in_sh and line.startswith("./build/memwall "):
+            cmds.append(line.split("  #")[0].split(" # ")[0].strip())
+    return cmds
+
+
+def check_sh_commands(text, build):
+    """Runs every command of the README's ```sh blocks (in a scratch folder that mirrors the
+    repository, so their output files land there) and fails on any that does not exit 0."""
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="memwall-readme-sh-") as d:
+        for entry in os.listdir(ROOT):
+            if entry != "build":
+                os.symlink(os.path.join(ROOT, entry), os.path.join(d, entry))
+        os.symlink(build, os.path.join(d, "build"))
+        for cmd in sh_block_commands(text):
+            p = subprocess.run(cmd, shell=True, cwd=d, env={**os.environ, **BLAS_ENV}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, timeout=900)
+            print(f"sh: {cmd}: exit {p.returncode}")
+            if p.returncode != 0:
+                failed.append(f"{cmd}: exit {p.returncode}: {p.stderr.strip()}")
+    return failed
 
 
 def main():
@@ -275,6 +325,10 @@ def main():
         with open(a.readme, "w") as f:
             f.write("\n".join(lines))
         return 0
+    if not only:
+        for f in check_sh_commands(text, build):
+            failed.append("sh")
+            print("gen_readme_outputs: a command of a sh block fails: " + f)
     if failed:
         print(f"gen_readme_outputs: {len(failed)} block(s) out of date: {', '.join(reversed(failed))}; "
               "regenerate with docs/gen_readme_outputs.py --write")

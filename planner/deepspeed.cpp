@@ -36,16 +36,10 @@ std::string deepspeed_cannot(const Placement& pl) {
   return "";
 }
 
-Result<SearchSpace> deepspeed_space(SearchSpace s, bool overlap_fixed) {
-  std::string first_reason;
-  std::vector<Placement> kept;
-  for (const Placement& pl : s.placements) {
-    const std::string why = deepspeed_cannot(pl);
-    if (why.empty()) kept.push_back(pl);
-    else if (first_reason.empty()) first_reason = placement_label(pl) + ": " + why;
-  }
-  if (kept.empty()) return make_error("--for deepspeed: no placement left that DeepSpeed runs as planned (" + first_reason + ")");
-  s.placements = std::move(kept);
+Result<SearchSpace> deepspeed_space(SearchSpace space, bool overlap_fixed) {
+  Result<SearchSpace> narrowed = narrow_placements(std::move(space), deepspeed_cannot, "--for deepspeed");
+  if (!narrowed) return narrowed;
+  SearchSpace s = std::move(narrowed).value();
   s.pp = {1};
   if (!overlap_fixed) s.overlaps = {OptimizerOverlap::none};
   for (OptimizerOverlap ov : s.overlaps)

@@ -37,16 +37,10 @@ std::string megatron_cannot(const Placement& pl) {
   return "";
 }
 
-Result<SearchSpace> megatron_space(SearchSpace s, const ModelSpec& m) {
-  std::string first_reason;
-  std::vector<Placement> kept;
-  for (const Placement& pl : s.placements) {
-    const std::string why = megatron_cannot(pl);
-    if (why.empty()) kept.push_back(pl);
-    else if (first_reason.empty()) first_reason = placement_label(pl) + ": " + why;
-  }
-  if (kept.empty()) return make_error("--for megatron: no placement left that Megatron-LM runs (" + first_reason + ")");
-  s.placements = std::move(kept);
+Result<SearchSpace> megatron_space(SearchSpace space, const ModelSpec& m) {
+  Result<SearchSpace> narrowed = narrow_placements(std::move(space), megatron_cannot, "--for megatron");
+  if (!narrowed) return narrowed;
+  SearchSpace s = std::move(narrowed).value();
   s.overlaps = {OptimizerOverlap::none};
   std::vector<int> pp;  // args.py:997-998: the layers split evenly over the stages
   for (int p : s.pp)

@@ -58,6 +58,20 @@ std::string placement_label(const Placement& pl) {
   return base;
 }
 
+Result<SearchSpace> narrow_placements(SearchSpace s, const std::function<std::string(const Placement&)>& cannot,
+                                      const std::string& who) {
+  std::string first_reason;
+  std::vector<Placement> kept;
+  for (const Placement& pl : s.placements) {
+    const std::string why = cannot(pl);
+    if (why.empty()) kept.push_back(pl);
+    else if (first_reason.empty()) first_reason = placement_label(pl) + ": " + why;
+  }
+  if (kept.empty()) return make_error(who + ": no placement left that it runs as planned (" + first_reason + ")");
+  s.placements = std::move(kept);
+  return s;
+}
+
 Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, const Fixes& fx) {
   SearchSpace s;
   // ---- placements ----

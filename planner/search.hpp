@@ -55,6 +55,12 @@ struct SearchSpace {
 // or leaves no valid placement.
 Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, const Fixes& fixes);
 
+// Keeps the placements `cannot` returns "" for (the others' reasons name them); an error beginning
+// with `who` and quoting the first reason when none is left. For planning for another runner
+// (plan --for deepspeed, --for megatron).
+Result<SearchSpace> narrow_placements(SearchSpace s, const std::function<std::string(const Placement&)>& cannot,
+                                      const std::string& who);
+
 inline constexpr int kPipelineMicroBatchesPerStage = 4;
 // Whether a placement may run pipeline stages: parameters and gradients whole on every rank.
 bool pipeline_allowed(const Placement& pl);

@@ -113,7 +113,7 @@ def main():
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 sys.exit(f"{label}: {' '.join(cmd)} failed: {r.stderr.strip()}")
-            j = json.loads(r.stdout)
+            j = json.loads(r.stdout.splitlines()[-1])  # JSON Lines: the summary is the last line
             it = j["iteration_s"]
             ph = j["phase_s"]
             row = {"config": label, "dp": ranks,
