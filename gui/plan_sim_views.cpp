@@ -105,10 +105,10 @@ PlanView::PlanView(QWidget* parent) : QWidget(parent) {
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   v->addWidget(summary_);
-  table_ = new QTableWidget(0, 11);
+  table_ = new QTableWidget(0, 12);
   table_->setObjectName("plan_table");
   table_->setHorizontalHeaderLabels(
-      {"", "strategy", "bsz", "ci", "tiling", "mp", "dp", "accum", "TFLOPS/GPU", "iteration s", "binding limit"});
+      {"", "strategy", "bsz", "ci", "tiling", "mp", "dp", "accum", "pp", "TFLOPS/GPU", "iteration s", "binding limit"});
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->verticalHeader()->setVisible(false);
@@ -173,7 +173,7 @@ void PlanView::done() {
                              .arg(*best.simulated_tflops_per_gpu(), 0, 'g', 4)
                              .arg(*best.simulated_s, 0, 'g', 4)
                        : QString();
-  summary_->setText(QString("<b>chosen: %1</b>, bsz %2, ci %3, tiling %4, mp %5: analytic %6 TFLOPS per GPU, iteration "
+  summary_->setText(QString("<b>chosen: %1</b>, bsz %2, ci %3, tiling %4, mp %5%11: analytic %6 TFLOPS per GPU, iteration "
                             "%7 s%10<br>binding limit: %8<br>%9")
                         .arg(q(planner::placement_label(best.candidate.placement)))
                         .arg(best.candidate.config.bsz)
@@ -187,7 +187,14 @@ void PlanView::done() {
                                  .toHtmlEscaped() +
                              "<br>" + q(rec.schedule_check).toHtmlEscaped())
                         .arg(searched)
-                        .arg(simulated));
+                        .arg(simulated)
+                        .arg(best.candidate.config.pp > 1
+                                 ? QString(", pp %1 (1F1B, bubble %2 %)")
+                                       .arg(best.candidate.config.pp)
+                                       .arg(100.0 * (best.candidate.config.pp - 1) /
+                                                (best.candidate.config.grad_accum + best.candidate.config.pp - 1),
+                                            0, 'f', 1)
+                                 : QString()));
   // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), then the
   // runners-up `memwall plan` lists (planner::runners_up): every other placement and six more.
   std::vector<const planner::Evaluated*> rows = {&best};
@@ -204,6 +211,7 @@ void PlanView::done() {
                                QString::number(c.mp),
                                QString::number(c.dp),
                                QString::number(c.grad_accum),
+                               c.pp > 1 ? QString("%1 (1F1B)").arg(c.pp) : QString("1"),
                                QString::number(e.time.tflops_per_gpu, 'g', 4),
                                QString::number(iter, 'g', 4) + (e.simulated_s ? " (sim)" : ""),
                                q(e.fit.binding().sentence())};

@@ -363,7 +363,9 @@ class MainWindowTest : public QObject {
     QCOMPARE(t->item(0, 4)->text(), QString::number(chosen.candidate.config.tiling_factor));
     QCOMPARE(t->item(0, 6)->text(), QString::number(chosen.candidate.config.dp));
     QCOMPARE(t->item(0, 7)->text(), QString::number(chosen.candidate.config.grad_accum));
-    QCOMPARE(t->item(0, 10)->text(), QString::fromStdString(chosen.fit.binding().sentence()));
+    QCOMPARE(t->item(0, 8)->text(), chosen.candidate.config.pp > 1 ? QString("%1 (1F1B)").arg(chosen.candidate.config.pp)
+                                                                     : QString("1"));
+    QCOMPARE(t->item(0, 11)->text(), QString::fromStdString(chosen.fit.binding().sentence()));
     for (int r = 1; r < t->rowCount(); ++r) {
       bool found = false;
       for (const auto* list : {&want.result().ranked, &want.result().top})
@@ -371,7 +373,7 @@ class MainWindowTest : public QObject {
           found = found || (t->item(r, 1)->text() == QString::fromStdString(planner::placement_label(e.candidate.placement)) &&
                             t->item(r, 2)->text() == QString::number(e.candidate.config.bsz) &&
                             t->item(r, 3)->text() == QString::number(e.candidate.config.ci) &&
-                            t->item(r, 10)->text() == QString::fromStdString(e.fit.binding().sentence()));
+                            t->item(r, 11)->text() == QString::fromStdString(e.fit.binding().sentence()));
       QVERIFY2(found, qPrintable(QString("row %1 is not in the search's ranking").arg(r)));
     }
     const QString best = QString::fromStdString(planner::placement_label(chosen.candidate.placement));
