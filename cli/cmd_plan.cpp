@@ -447,7 +447,8 @@ Command add_plan(CLI::App& app) {
                   "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
   sub->add_option("--deepspeed", f->deepspeed,
                   "Write the DeepSpeed JSON config of the plan here, and beside it FILE.notes.txt: where DeepSpeed "
-                  "runs it differently (stage 3 for NVMe) and the code changes it needs (checkpointing, TiledLinear, mpu)");
+                  "runs it differently (stage 3 for NVMe) and the code changes it needs (checkpointing, TiledLinear, mpu);\n"
+                  "implies --for deepspeed");
   sub->add_option("--megatron", f->megatron,
                   "Write the Megatron-LM command of the plan here (a shell script: torchrun ... pretrain_gpt.py with\n"
                   "tensor/pipeline parallel sizes, batch, recomputation, distributed optimizer), and beside it\n"
@@ -460,8 +461,8 @@ Command add_plan(CLI::App& app) {
                   "parameter partitioning or offload, no NVMe, layers and heads split evenly). Default: deepspeed\n"
                   "with --deepspeed, megatron with --megatron, memwall otherwise");
   sub->add_option("--precision", f->precision,
-                  "16-bit type of the DeepSpeed export: bf16 or fp16 (default: bf16 where the profile's GPU has it,\n"
-                  "gpu.bf16; fp16 on V100)");
+                  "16-bit type of the DeepSpeed and Megatron-LM exports: bf16 or fp16 (default: bf16 where the\n"
+                  "profile's GPU has it, gpu.bf16; fp16 on V100)");
   sub->add_option("--max-alloc", f->max_alloc,
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
                   "for --reproduce fig7)");
