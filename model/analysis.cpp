@@ -57,8 +57,15 @@ std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, con
     allgather_Bps = INFINITY;
     allgather_basis = "no all-gather (dp 1)";
   }
-  const double cpu_gpu = p.cpu_Bps_per_gpu_all_active();
-  const double nvme_gpu = std::min(p.nvme_read_Bps_per_gpu_all_active(), p.nvme_write_Bps_per_gpu_all_active());
+  // the GPUs of a node that move data at once: all of them, or fewer when the analysis uses fewer
+  // (`analyze --gpus 1` gets one GPU's PCIe link, not a sixteenth of the node)
+  const int active = std::min(p.gpus_per_node, (dp * c.mp + nodes_used - 1) / nodes_used);
+  const double cpu_gpu = p.cpu_Bps_per_gpu(active);
+  const double nvme_gpu = std::min(p.nvme_read_Bps_per_gpu(active), p.nvme_write_Bps_per_gpu(active));
+  const std::string share = active == p.gpus_per_node
+                                ? std::string("per GPU with all GPUs active")
+                                : "per GPU with " + std::to_string(active) + " of the node's " +
+                                      std::to_string(p.gpus_per_node) + " GPUs active";
   const std::string dps = std::to_string(dp);
 
   const double ait_pg = ait_param_grad_eq9(c.bsz, c.seq);
@@ -90,8 +97,8 @@ std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, con
       std::to_string(nodes_used) + " node(s) x NVMe " + format_bandwidth(nvme_rw) + " (read and write once)",
       nodes_used * nvme_rw, ait_os);
 
-  add(AitState::act_ckpt, "cpu", "per GPU with all GPUs active, " + format_bandwidth(cpu_gpu), cpu_gpu, ait_ac);
-  add(AitState::act_ckpt, "nvme", "per GPU with all GPUs active, " + format_bandwidth(nvme_gpu), nvme_gpu, ait_ac);
+  add(AitState::act_ckpt, "cpu", share + ", " + format_bandwidth(cpu_gpu), cpu_gpu, ait_ac);
+  add(AitState::act_ckpt, "nvme", share + ", " + format_bandwidth(nvme_gpu), nvme_gpu, ait_ac);
   return out;
 }
 

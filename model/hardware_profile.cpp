@@ -43,14 +43,17 @@ double HardwareProfile::peak_flops_per_s(long hidden) const {
   return gpu_peak_flops_per_s;
 }
 
-double HardwareProfile::cpu_Bps_per_gpu_all_active() const {
-  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, cpu_memory_Bps / gpus_per_node});
+double HardwareProfile::cpu_Bps_per_gpu(int active) const {
+  const double n = std::clamp(active, 1, std::max(1, gpus_per_node));
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / n, cpu_memory_Bps / n});
 }
-double HardwareProfile::nvme_read_Bps_per_gpu_all_active() const {
-  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, nvme_read_Bps / gpus_per_node});
+double HardwareProfile::nvme_read_Bps_per_gpu(int active) const {
+  const double n = std::clamp(active, 1, std::max(1, gpus_per_node));
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / n, nvme_read_Bps / n});
 }
-double HardwareProfile::nvme_write_Bps_per_gpu_all_active() const {
-  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / gpus_per_node, nvme_write_Bps / gpus_per_node});
+double HardwareProfile::nvme_write_Bps_per_gpu(int active) const {
+  const double n = std::clamp(active, 1, std::max(1, gpus_per_node));
+  return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / n, nvme_write_Bps / n});
 }
 
 namespace {

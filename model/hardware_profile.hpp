@@ -96,9 +96,14 @@ struct HardwareProfile {
   double peak_flops_per_s(long hidden) const;
 
   // Per-GPU bandwidths when every GPU of the node moves data at once (Fig. 2b's convention).
-  double cpu_Bps_per_gpu_all_active() const;
-  double nvme_read_Bps_per_gpu_all_active() const;
-  double nvme_write_Bps_per_gpu_all_active() const;
+  double cpu_Bps_per_gpu_all_active() const { return cpu_Bps_per_gpu(gpus_per_node); }
+  double nvme_read_Bps_per_gpu_all_active() const { return nvme_read_Bps_per_gpu(gpus_per_node); }
+  double nvme_write_Bps_per_gpu_all_active() const { return nvme_write_Bps_per_gpu(gpus_per_node); }
+  // The same with `active` GPUs of the node moving data at once (1 .. gpus_per_node): each gets a
+  // 1/active share of the node's PCIe root, DRAM and NVMe, and at most its own PCIe link.
+  double cpu_Bps_per_gpu(int active) const;
+  double nvme_read_Bps_per_gpu(int active) const;
+  double nvme_write_Bps_per_gpu(int active) const;
 };
 
 // Parses and validates a profile from YAML text; `source` names the file in error messages.

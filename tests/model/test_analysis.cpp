@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
+#include "model/hardware_profile.hpp"
+#include "model/model_spec.hpp"
 
 namespace memwall {
 namespace {
@@ -27,6 +29,25 @@ TEST(Fig2a, ModelStatesCheckpointsAndWorkingMemory) {
   EXPECT_DOUBLE_EQ(round2(mswm_bytes_eq4(25 * 1024) / GiB), 9.77);
   EXPECT_DOUBLE_EQ(mswm_bytes_eq4(64 * 1024) / GiB, 64.0);
   EXPECT_DOUBLE_EQ(mswm_bytes_eq4(160 * 1024) / GiB, 400.0);
+}
+
+// Issue 28, found: `analyze --gpus 1` costed the one GPU at a sixteenth of the node's NVMe, as if
+// all 16 were active. The share follows the GPUs of a node the analysis uses, and never exceeds one
+// GPU's PCIe link.
+TEST(TierEfficiencies, ShareFollowsTheActiveGpus) {
+  const HardwareProfile p = *load_profile("dgx2");  // PCIe 12 GB/s per GPU, 48 GB/s root, NVMe 25 GB/s
+  const ModelSpec m = *load_model("table1-10B");
+  TrainingConfig c;
+  auto act_ckpt_nvme = [&](int gpus) {
+    for (const StateTierEfficiency& e : analyze(m, c, p, gpus).efficiencies)
+      if (e.state == AitState::act_ckpt && e.tier == "nvme") return e.bw_Bps;
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(act_ckpt_nvme(1), 12e9);          // one GPU: its own PCIe link
+  EXPECT_DOUBLE_EQ(act_ckpt_nvme(4), 25e9 / 4);      // four share the NVMe
+  EXPECT_DOUBLE_EQ(act_ckpt_nvme(16), 25e9 / 16);    // Fig. 2b's convention, all active
+  EXPECT_DOUBLE_EQ(act_ckpt_nvme(0), 25e9 / 16);     // 0: every GPU of the profile
+  EXPECT_DOUBLE_EQ(p.nvme_read_Bps_per_gpu(16), p.nvme_read_Bps_per_gpu_all_active());
 }
 
 TEST(Fig2a, DesignChecks) {
