@@ -144,7 +144,10 @@ void MemoryView::set_data(const MemoryData& data, const QString& heading) {
       chart->removeAxis(a);
       delete a;
     }
-    const auto [unit, unit_name] = unit_for(std::max(tm.capacity_bytes, tm.peak_bytes));
+    // not a structured binding: clang 14 cannot capture one in the lambda below
+    const auto unit_and_name = unit_for(std::max(tm.capacity_bytes, tm.peak_bytes));
+    const double unit = unit_and_name.first;
+    const auto& unit_name = unit_and_name.second;
     auto* bars = new QStackedBarSeries;
     bars->setBarWidth(0.55);
     for (int s = 0; s < 4; ++s) drawn_[t][s] = s < 3 ? tm.persistent[size_t(s)] : std::max(0.0, transient);
