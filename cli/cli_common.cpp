@@ -283,4 +283,28 @@ void write_output(const std::string& path, const std::string& text) {
   if (Result<bool> r = io::write_output_file(path, text); !r) throw UsageError(r.error());
 }
 
+void TokensFlag::add(CLI::App& app) {
+  app.add_option("--tokens", tokens,
+                 "Tokens to train, for the time-to-train figure (\"300B\", \"2T\"); default 20 per parameter\n"
+                 "(the compute-optimal budget of Hoffmann et al. 2022)");
+}
+
+double TokensFlag::value() const {
+  return tokens.empty() ? 0 : parse_quantity_flag("--tokens", tokens, Dimension::count, 1, 1e18);
+}
+
+nlohmann::ordered_json throughput_json(const Throughput& t) {
+  return {{"tokens_per_step", t.tokens_per_step},
+          {"tokens_per_s", t.tokens_per_s},
+          {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
+          {"model_tflops_per_gpu", t.model_flops_per_s_per_gpu / 1e12},
+          {"hardware_tflops_per_gpu", t.hardware_flops_per_s_per_gpu / 1e12},
+          {"mfu", t.mfu},
+          {"hfu", t.hfu},
+          {"mfu_peak_flops_per_s", t.peak_flops_per_s},
+          {"mfu_peak", t.datasheet_peak ? "gpu.datasheet_peak" : "gpu.peak"},
+          {"train_tokens", t.train_tokens},
+          {"train_s", t.train_s}};
+}
+
 }  // namespace memwall::cli

@@ -11,12 +11,14 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
 #include "model/placement.hpp"
 #include "model/training_config.hpp"
 #include "model/result.hpp"
+#include "model/throughput.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -96,6 +98,16 @@ struct StrategyFlags {
   // placement file or --place otherwise.
   void check_ckpt_partition(const Placement& placement, int mp) const;
 };
+
+// --tokens: the tokens the "time to train" figure counts ("300B"; default 20 per parameter).
+struct TokensFlag {
+  std::string tokens;
+  void add(CLI::App& app);
+  double value() const;  // 0 when not given (throughput() then takes its default)
+};
+
+// The throughput fields of every JSON report (results/METRICS.md, "Throughput and utilisation").
+nlohmann::ordered_json throughput_json(const Throughput& t);
 
 // A plain text table: first row is the header; columns after the first are right-aligned.
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent = 2);

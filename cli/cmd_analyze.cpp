@@ -12,6 +12,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "model/analysis.hpp"
+#include "model/throughput.hpp"
 #include "model/units.hpp"
 
 namespace memwall::cli {
@@ -29,6 +30,7 @@ struct AnalyzeFlags {
   std::string peak = "70 TFLOPS";
   std::string output;
   bool json = false;
+  TokensFlag tokens;
 };
 
 // The paper prints Fig. 2a with two decimals (1.83 TiB, 0.05 TiB); so do we.
@@ -71,7 +73,16 @@ ordered_json analysis_json(const Analysis& a) {
   return j;
 }
 
-std::string analysis_text(const Analysis& a, const HardwareProfile& p) {
+// The throughput ceiling: every transfer hidden, each GPU computing Eq. 7-8's FLOPs at the
+// achievable peak (what no offload can beat; simulate and plan add the traffic).
+Throughput ceiling(const Analysis& a, const HardwareProfile& p, double train_tokens) {
+  TrainingConfig c = a.config;
+  c.dp = std::max(1, a.gpus / c.mp);
+  const double iteration_s = a.peak_flops_per_s > 0 ? a.computation_flops / a.peak_flops_per_s : 0;
+  return throughput(a.model, c, p, iteration_s, a.computation_flops, train_tokens);
+}
+
+std::string analysis_text(const Analysis& a, const HardwareProfile& p, const Throughput& best) {
   std::ostringstream o;
   const ModelSpec& m = a.model;
   o << "model    " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
@@ -107,6 +118,9 @@ std::string analysis_text(const Analysis& a, const HardwareProfile& p) {
   for (const auto& e : a.efficiencies)
     rows.push_back({to_string(e.state), e.tier, format_bandwidth(e.bw_Bps), pct(e.efficiency), e.basis});
   o << render_table(rows);
+  o << "\nthroughput ceiling: every transfer hidden, each GPU at the achievable peak (Eq. 7-8 FLOPs;\n"
+       "MFU counts 6*params + 12*nl*hd*seq per token, no recompute: results/METRICS.md)\n  "
+    << throughput_words(best) << "\n";
   o << "\nwhere it fits\n";
   rows = {{"what", "tier", "scope", "needed", "capacity", "fits"}};
   for (const auto& f : a.fits)
@@ -245,6 +259,7 @@ Command add_analyze(CLI::App& app) {
       ->check(CLI::IsMember({"fig3a", "fig3b", "fig3c"}));
   sub->add_option("--peak", f->peak, "Achievable peak for --sweep")->capture_default_str();
   sub->add_option("-o,--output", f->output, "Write to this file instead of stdout (atomically)");
+  f->tokens.add(*sub);
   sub->add_flag("--json", f->json, "JSON output");
 
   return {sub, [f]() {
@@ -273,7 +288,13 @@ Command add_analyze(CLI::App& app) {
                 c.seq = m.seq;
                 c = take(validate_ranges(c, m.layers));
                 Analysis a = analyze(m, c, p, gpus);
-                text = f->json ? analysis_json(a).dump(2) + "\n" : analysis_text(a, p);
+                const Throughput best = ceiling(a, p, f->tokens.value());
+                ordered_json j;
+                if (f->json) {
+                  j = analysis_json(a);
+                  j["throughput_ceiling"] = throughput_json(best);
+                }
+                text = f->json ? j.dump(2) + "\n" : analysis_text(a, p, best);
               } else {
                 TrainingConfig c = f->config;
                 c.seq = f->model.seq.value_or(1024);

@@ -52,6 +52,7 @@ struct PlanFlags {
   bool allow_dpu = false;
   long global_batch = 0;  // 0: unconstrained
   WhatIf what_if;
+  TokensFlag tokens;
 };
 
 nlohmann::ordered_json placement_json(const Placement& pl) {
@@ -184,6 +185,7 @@ int run_max_model(const PlanFlags& f) {
 int run_plan(const PlanFlags& f) {
   if (f.objective != "throughput" && f.objective != "max-model")
     throw UsageError("--objective: expected throughput or max-model, got \"" + f.objective + "\"");
+  const double train_tokens = f.tokens.value();
   HardwareProfile p = f.profile.load();
   if (!f.model.given()) throw UsageError("--model: missing (or give --layers, --hidden and --heads)");
   ModelSpec m = f.model.load();
@@ -297,9 +299,15 @@ int run_plan(const PlanFlags& f) {
   const std::string mg_notes_path = f.megatron == "-" ? std::string() : f.megatron + ".notes.txt";
   if (!f.megatron.empty()) mg = take(megatron_export(m, best.candidate, p, ds_options.precision));
 
+  // The throughput of the time that ranked the plan: simulated when it was, else analytic.
+  const double ranked_s = best.simulated_s ? *best.simulated_s : best.time.iteration_s;
+  const Throughput tp = throughput(m, best.candidate.config, p, ranked_s,
+                                   best.time.tflops_per_gpu * 1e12 * best.time.iteration_s, train_tokens);
   std::string out;
   if (f.json) {
     nlohmann::ordered_json j = evaluated_json(best);
+    j["throughput"] = throughput_json(tp);
+    j["throughput"]["from"] = best.ranked_by();
     j["model"] = m.name;
     j["profile"] = p.name;
     j["for"] = target;
@@ -348,6 +356,7 @@ int run_plan(const PlanFlags& f) {
                                        : "the simulation failed or overflowed")
         << "): chosen by the analytic estimate\n";
     o << "  " << global_batch_words(best.candidate.config, f.global_batch > 0, p) << "\n";
+    o << "  " << throughput_words(tp) << " [" << best.ranked_by() << "]\n";
     o << "  memory:";
     for (const LimitCheck& lc : best.fit.checks)
       if (lc.needed_bytes > 0) o << " " << lc.sentence() << ";";
@@ -467,6 +476,7 @@ Command add_plan(CLI::App& app) {
                   "Largest contiguous GPU allocation, e.g. 2 GiB (Sec. 8.5's fragmentation; default: no limit, 2 GiB "
                   "for --reproduce fig7)");
   add_int(*sub, "--runners", f->runners, 0, 100, "Runners-up to show");
+  f->tokens.add(*sub);
   add_int(*sub, "--global-batch", f->global_batch, 1, long(kMaxBsz) * kMaxGradAccum,
                   "Samples per optimizer step, fixed: every candidate trains bsz x grad-accum x dp = N, with the\n"
                   "largest dp (at most every GPU / mp) that divides N / bsz and gradient accumulation for the rest.\n"

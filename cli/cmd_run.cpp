@@ -221,10 +221,8 @@ Command add_run(CLI::App& app) {
             const double med = median(std::vector<double>(iter_s.begin() + long(from), iter_s.end()));
             const OverlapReport mo =
                 median_overlap(std::vector<OverlapReport>(trained->overlap.begin() + long(from), trained->overlap.end()));
-            const int steady_first = first_step + int(from);
-            const std::string statistic = rc.steps == steady_first ? "step " + std::to_string(steady_first)
-                                                                   : "median of steps " + std::to_string(steady_first) +
-                                                                         "-" + std::to_string(rc.steps);
+            const std::string statistic = steady_statistic(first_step, rc.steps);
+            const Throughput tp = run_throughput(*engine, profile, med, f->in.tokens.value());
             nlohmann::ordered_json links = nlohmann::ordered_json::object();
             std::vector<std::vector<std::string>> link_rows = {
                 {"link", "moved", "schedule", "busy", "achieved", "exposed"}};
@@ -278,6 +276,7 @@ Command add_run(CLI::App& app) {
                     << render_table(link_rows) << (engine->backend_caps().name == "cpu" ? kCpuBusyCaveat : "");
               else
                 out << "no transfers (every state on the device)\n";
+              out << throughput_words(tp) << "\n";
               out << render_table(tier_rows);
               if (engine->ranks() > 1) out << "per rank (each against its own schedule):\n" << render_table(rank_rows);
               out << "device memory used " << format_bytes(double(st.device_extent_bytes)) << " of "
@@ -305,6 +304,7 @@ Command add_run(CLI::App& app) {
                                {"backward", mo.phase_s[int(Phase::backward)]},
                                {"optimizer", mo.phase_s[int(Phase::optimizer)]}}},
                   {"hidden_fraction", mo.hidden_fraction},
+                  {"throughput", throughput_json(tp)},
                   {"links", links},
                   {"peak_bytes", peak},
                   {"device_high_water_bytes", st.device_high_water_bytes},

@@ -24,6 +24,7 @@ struct SimulateFlags {
   bool full = false;
   std::string trace;
   bool json = false;
+  TokensFlag tokens;
 };
 
 }  // namespace
@@ -43,9 +44,13 @@ Command add_simulate(CLI::App& app) {
                 "Replay every GPU, not one GPU (one per pipeline stage) with its share of the node (the symmetric\n"
                 "shortcut's ground truth; slow; at most 256 GPUs)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
-  sub->add_flag("--json", f->json, "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes");
+  f->tokens.add(*sub);
+  sub->add_flag("--json", f->json,
+                "JSON output: iteration_s, tflops_per_gpu, efficiency, busy_fraction, peak_bytes and the throughput\n"
+                "(tokens_per_s, mfu, hfu, train_s: results/METRICS.md)");
   return {sub, [f, sub]() {
             check_output_file("--trace", f->trace);
+            const double train_tokens = f->tokens.value();
             HardwareProfile p;
             ModelSpec m;
             Placement pl;
@@ -103,6 +108,9 @@ Command add_simulate(CLI::App& app) {
               o_text << "iteration " << format_sig(r.iteration_s, 4) << " s, " << format_sig(r.tflops_per_gpu, 3)
                      << " TFLOPS per GPU, " << format_sig(100 * r.efficiency, 3) << " % of the achievable "
                      << format_flops_rate(r.peak_flops_per_s) << "\n";
+              const Throughput tp = throughput(m, c, p, r.iteration_s, r.tflops_per_gpu * 1e12 * r.iteration_s, train_tokens);
+              j.update(throughput_json(tp));
+              o_text << throughput_words(tp) << "\n";
               std::vector<std::vector<std::string>> rows = {{"resource", "busy"}};
               for (const auto& [k, v] : r.busy_fraction) rows.push_back({k, format_sig(100 * v, 3) + " %"});
               o_text << render_table(rows);

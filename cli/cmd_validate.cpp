@@ -167,10 +167,13 @@ Command add_validate(CLI::App& app) {
             });
             if (diffs.size() > std::size_t(f->top)) diffs.resize(std::size_t(f->top));
 
+            const std::string statistic = steady_statistic(1, prep.rc.steps);
+            const double train_tokens = f->in.tokens.value();
+            const Throughput tp_measured = run_throughput(*engine, o.profile, measured_s, train_tokens);
+            const Throughput tp_simulated = run_throughput(*engine, o.profile, sr.iteration_s, train_tokens);
             const char* phase_names[4] = {"forward", "recompute", "backward", "optimizer"};
             nlohmann::ordered_json j = {{"type", "summary"},
-                                        {"statistic", "measured: median of steps " + std::to_string(1 + from) + "-" +
-                                                          std::to_string(prep.rc.steps) + "; simulated: one iteration"},
+                                        {"statistic", "measured: " + statistic + "; simulated: one iteration"},
                                         {"strategy", executed.strategy},
                                         {"profile", o.profile.name},
                                         {"dp", c.dp},
@@ -191,6 +194,11 @@ Command add_validate(CLI::App& app) {
             };
             rows.push_back({"iteration", ms(measured_s), ms(sr.iteration_s),
                             pct(error_pct(measured_s, sr.iteration_s))});
+            j["throughput"] = {{"measured", throughput_json(tp_measured)}, {"simulated", throughput_json(tp_simulated)}};
+            rows.push_back({"tokens/s", format_count(tp_measured.tokens_per_s), format_count(tp_simulated.tokens_per_s),
+                            pct(error_pct(tp_measured.tokens_per_s, tp_simulated.tokens_per_s))});
+            rows.push_back({"MFU", format_sig(100 * tp_measured.mfu) + " %", format_sig(100 * tp_simulated.mfu) + " %",
+                            pct(error_pct(tp_measured.mfu, tp_simulated.mfu))});
             nlohmann::ordered_json phases = nlohmann::ordered_json::object();
             for (int p = 0; p < 4; ++p) {
               const double a = mo.phase_s[size_t(p)], b = so_rep.phase_s[size_t(p)];
@@ -236,9 +244,7 @@ Command add_validate(CLI::App& app) {
                       << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
                       << ", dp " << c.dp << " ("
                       << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
-                      << "measured: " << (from + 1 == std::size_t(prep.rc.steps) ? "step " + std::to_string(prep.rc.steps)
-                                          : "median of steps " + std::to_string(1 + from) + "-" + std::to_string(prep.rc.steps))
-                      << "; simulated: one iteration replayed\n"
+                      << "measured: " << statistic << "; simulated: one iteration replayed\n"
                       << render_table(rows);
             if (engine->backend_caps().name == "cpu")
               std::cout << kCpuBusyCaveat;

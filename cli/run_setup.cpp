@@ -4,6 +4,8 @@
 #include <cmath>
 #include <iostream>
 
+#include "exec/gpt/gpt.hpp"
+#include "model/timeline.hpp"
 #include "model/units.hpp"
 #include "planner/plan_file.hpp"
 
@@ -54,10 +56,12 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
     sub.get_option(hidden)->group("");
   sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
   add_int(sub, "--steps", steps, 1, 1000000000, steps_help);
+  tokens.add(sub);
 }
 
 PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
   if (in.config.empty() && in.plan.empty()) throw UsageError("--config: missing (or give --plan)");
+  (void)in.tokens.value();  // a bad --tokens is refused before anything runs
   exec::RunConfig rc;
   if (!in.config.empty()) rc = take(exec::load_run_config(in.config));
   if (in.steps) rc.steps = *in.steps;
@@ -144,6 +148,23 @@ nlohmann::ordered_json step_line(int step, const exec::IterationReport& r, doubl
 const char* const kCpuBusyCaveat =
     "(cpu backend: kernels run on the dispatcher's own thread, so a transfer is seen complete only\n"
     " when the kernel beside it ends; measured busy times are upper bounds, achieved rates lower bounds)\n";
+
+Throughput run_throughput(const exec::Engine& engine, const HardwareProfile& profile, double iteration_s,
+                          double train_tokens) {
+  const Schedule& s = engine.schedule();
+  TrainingConfig c = s.config;
+  c.dp = engine.ranks();
+  c.grad_accum = engine.micro_batches_per_iteration();  // l2l's micro-batches and accumulation alike
+  const exec::GptConfig& g = engine.plan().options.model;
+  c.seq = g.max_seq;
+  return throughput(exec::gpt_model_spec(g), c, profile, iteration_s, s.compute_flops, train_tokens);
+}
+
+std::string steady_statistic(int first_step, int last_step) {
+  const int steady_first = first_step + int(steady_from(std::size_t(last_step - first_step + 1)));
+  return steady_first == last_step ? "step " + std::to_string(last_step)
+                                   : "median of steps " + std::to_string(steady_first) + "-" + std::to_string(last_step);
+}
 
 void print_line(const nlohmann::ordered_json& j) { std::cout << j.dump() << std::endl; }
 

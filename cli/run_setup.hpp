@@ -22,8 +22,9 @@ struct RunInputs {
   StrategyFlags run;
   std::string nvme_dir;
   std::optional<int> steps;  // the run config's when not given
+  TokensFlag tokens;         // --tokens, for the time-to-train figure
   RunInputs();  // strategy data_parallel, profile local-cpu
-  // --config, --plan, --profile, --nodes, --gpus, the strategy flags, --nvme-dir, --steps
+  // --config, --plan, --profile, --nodes, --gpus, the strategy flags, --nvme-dir, --steps, --tokens
   void add(CLI::App& app, const std::string& steps_help);
 };
 
@@ -43,6 +44,14 @@ nlohmann::ordered_json step_line(int step, const exec::IterationReport& r, doubl
 // On the cpu backend a kernel runs on the dispatcher's thread, so a transfer beside it is seen
 // complete only when the kernel ends: the caveat under measured busy times (run and validate).
 extern const char* const kCpuBusyCaveat;
+// The throughput of the engine's run at `iteration_s` per iteration (results/METRICS.md): every
+// rank's micro-batches, the schedule's compute FLOPs per rank.
+Throughput run_throughput(const exec::Engine& engine, const HardwareProfile& profile, double iteration_s,
+                          double train_tokens);
+// Which iterations a run's times are the median of: all after the first when there are more than
+// two (model/timeline.hpp's steady_from). "step 3", or "median of steps 2-8", for steps
+// `first_step` .. `last_step`.
+std::string steady_statistic(int first_step, int last_step);
 // Prints one JSON Lines object and flushes.
 void print_line(const nlohmann::ordered_json& j);
 

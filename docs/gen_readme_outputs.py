@@ -16,8 +16,9 @@ What --check normalises, and nothing else: numbers that depend on how fast this 
 moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): tokens/s, step ms
 and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
 line, the busy ms, achieved GB/s and exposed ms of the link table, the times, tokens/s, hidden
-fraction and threads of `--json`'s step lines, and the host threads line (threads fitted to
-the load other programs put on the machine, and that load); with them the spaces that align table
+fraction and threads of `--json`'s step lines, the throughput line and fields (tokens/s, MFU, HFU,
+time to train: they follow the step time), validate's measured tokens/s and MFU, and the host
+threads line (threads fitted to the load other programs put on the machine, and that load); with them the spaces that align table
 columns (a wider number shifts a column). Losses, bytes, peaks, schedules and every number of
 analyze, schedule and simulate must match exactly.
 """
@@ -179,10 +180,10 @@ def block_plan_batch(build):
     are left out (they depend on the machine)."""
     plan = run(PLAN_GLOBAL, build)
     chosen, runners, check = index_of(plan, r"^chosen:"), index_of(plan, r"^runners-up:"), index_of(plan, r"^schedule check")
-    out = [shown(PLAN_GLOBAL)] + plan[chosen:chosen + 4] + ["..."] + plan[runners:runners + 5] + plan[check:check + 1]
+    out = [shown(PLAN_GLOBAL)] + plan[chosen:chosen + 5] + ["..."] + plan[runners:runners + 5] + plan[check:check + 1]
     three_d = run(PLAN_3D, build)
     chosen, check = index_of(three_d, r"^chosen:"), index_of(three_d, r"^schedule check")
-    return out + [shown(PLAN_3D)] + three_d[chosen:chosen + 4] + ["..."] + three_d[check:check + 1]
+    return out + [shown(PLAN_3D)] + three_d[chosen:chosen + 5] + ["..."] + three_d[check:check + 1]
 
 
 def block_ranks(build):
@@ -220,7 +221,13 @@ BLOCKS = {
 TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks", "validate"}
 # validate's rows: the measured column and the error vary with the machine's speed; simulated is exact
 VALIDATE_ROW = re.compile(r"^(\s+\S.*?)\s+[0-9.]+ ms\s+([0-9.]+ ms)\s+[+-][0-9.]+ %$")
-JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads)":[-0-9.e+]+')
+JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads|tokens_per_s_per_gpu|'
+                       r'model_tflops_per_gpu|hardware_tflops_per_gpu|mfu|hfu|train_s)":[-0-9.e+]+')
+# validate's tokens/s and MFU rows: measured and error vary; simulated is exact
+VALIDATE_RATE = re.compile(r"^(\s+(?:tokens/s|MFU))\s+[0-9.]+(?: [KMBTQ%])?\s+([0-9.]+(?: [KMBTQ%])?)\s+[+-][0-9.]+ %$")
+# run's throughput line (results/METRICS.md): the rates and the time to train follow the step time
+THROUGHPUT_LINE = re.compile(r"[0-9.]+(?: [KMBTQ])? tokens/s \([0-9.]+(?: [KMBTQ])? per GPU\), MFU [0-9.]+ %, "
+                             r"HFU [0-9.]+ % of (.*?); (.*?) in (?:[0-9.]+ \S+|never)$")
 
 STEP_ROW = re.compile(r"^(\s+\d+\s+[0-9.]+)\s+\d+\s+[0-9.]+\s+(-|\d+ %)(.*)$")
 LOSS_LINE = re.compile(r"iteration [0-9.]+ ms, compute [0-9.]+ ms, ([0-9.]+ % of transfer)?")
@@ -239,7 +246,9 @@ def normalise(name, lines):
         line = LINK_ROW.sub(r"\1 <busy> <achieved> <exposed>", line)
         line = THREADS_LINE.sub(r"\1 <n> (fitted: <the load>)", line)
         line = JSON_TIME.sub(r'"\1":<measured>', line)
+        line = THROUGHPUT_LINE.sub(r"<tokens/s> tokens/s (<per GPU>), MFU <%>, HFU <%> of \1; \2 in <time>", line)
         if name == "validate":
+            line = VALIDATE_RATE.sub(r"\1 <measured> \2 <error>", line)
             line = VALIDATE_ROW.sub(r"\1 <measured> \2 <error>", line)
         out.append(re.sub(r" +", " ", line))
     return out

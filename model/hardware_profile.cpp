@@ -69,12 +69,18 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.nodes = int(r.integer_or(root, "", "nodes", 1, kMaxNodes, 1));
 
   YAML::Node gpu = r.section(root, "", "gpu");
-  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16"});
+  r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16",
+                           "datasheet_peak"});
   p.gpu_bf16 = r.boolean_or(gpu, "gpu", "bf16", false);
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
   p.gpu_memory_Bps = r.quantity_or(gpu, "gpu", "memory_bandwidth", Dimension::bandwidth, 0);
+  p.gpu_datasheet_peak_flops_per_s = r.quantity_or(gpu, "gpu", "datasheet_peak", Dimension::flops_rate, 0);
+  if (p.gpu_datasheet_peak_flops_per_s > 0 && p.gpu_datasheet_peak_flops_per_s < p.gpu_peak_flops_per_s)
+    r.fail(gpu["datasheet_peak"], "gpu.datasheet_peak",
+           "expected at least gpu.peak (" + format_flops_rate(p.gpu_peak_flops_per_s) +
+               "): the datasheet peak bounds what the GPU achieves");
   if (YAML::Node table = gpu["peak_by_hidden"]; table.IsDefined() && !table.IsNull()) {
     if (!table.IsSequence() || table.size() == 0 || table.size() > 64)
       r.fail(table, "gpu.peak_by_hidden", "expected a list of 1 to 64 points {hidden: 8K, peak: 62 TFLOPS}");

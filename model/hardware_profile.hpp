@@ -61,6 +61,8 @@ struct HardwareProfile {
   double gpu_memory_bytes = 0;           // per GPU
   bool gpu_bf16 = false;                 // gpu.bf16: computes bf16 (Ampere and later); exports train bf16 then
   double gpu_peak_flops_per_s = 0;       // achievable peak (not the datasheet peak), per GPU
+  double gpu_datasheet_peak_flops_per_s = 0;  // gpu.datasheet_peak: dense 16-bit tensor peak, what MFU
+                                              // divides by (0: not given; MFU then uses gpu.peak)
   std::vector<PeakPoint> peak_by_hidden;  // optional, ascending hidden; interpolated in log2(hidden)
   double gpu_memory_Bps = 0;             // per GPU, HBM (gpu.memory_bandwidth); 0: not given, so the
                                          // simulator costs operators by FLOPs alone

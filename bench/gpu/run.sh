@@ -168,8 +168,9 @@ validate() {
   exit $fails
 }
 
-# MFU (results/METRICS.md): model FLOPs per step, 6 N + 12 L C T per token (no recompute), over
-# the step time and the GPU's dense bf16 peak from its datasheet.
+# MFU (results/METRICS.md, "Throughput and utilisation"): memwall run --json computes the model
+# FLOPs per second of a GPU (throughput.model_tflops_per_gpu); this divides them by the datasheet's
+# dense bf16 peak of the GPU nvidia-smi names (the run's profile, local-cpu, has no GPU datasheet).
 mfu() {
   local f="$work/mfu.yaml"
   printf 'layers: 12\nhidden: 1024\nheads: 16\nseq: 1024\nbsz: 8\nsteps: 8\nlr: 1e-4\nseed: 1\n' > "$f"
@@ -180,18 +181,18 @@ mfu() {
   "$python" - "$work/mfu.json" "$gpu" <<'EOF'
 import json, sys
 r, gpu = json.loads(open(sys.argv[1]).read().splitlines()[-1]), sys.argv[2]
-L, C, T, B = 12, 1024, 1024, 8
-N = r["params"]
-flops = B * T * (6 * N + 12 * L * C * T)
+tp = r["throughput"]
 # dense bf16 tensor-core peaks from NVIDIA's datasheets (no sparsity)
 peaks = {"H100 80GB HBM3": 989.4e12, "H100 SXM": 989.4e12, "H200": 989.4e12, "H100 PCIe": 756.5e12,
          "H100 NVL": 835.5e12, "A100": 312e12, "L40S": 362.05e12}
 peak = next((v for k, v in peaks.items() if k in gpu), None)
 t = r["iteration_s_median"]
-print(f"model {L} layers x {C}, T {T}, B {B}: {N / 1e6:.1f} M parameters, {flops / 1e12:.2f} model TFLOP per step")
-print(f"step {t * 1e3:.1f} ms (median), {flops / t / 1e12:.1f} model TFLOPS on {gpu or 'an unknown GPU'}")
+print(f"{r['params'] / 1e6:.1f} M parameters, {tp['tokens_per_step']:.0f} tokens per step")
+print(f"step {t * 1e3:.1f} ms (median), {tp['model_tflops_per_gpu']:.1f} model TFLOPS, "
+      f"{tp['hardware_tflops_per_gpu']:.1f} hardware TFLOPS on {gpu or 'an unknown GPU'}")
 if peak:
-    print(f"MFU {100 * flops / t / peak:.1f} % of {peak / 1e12:.0f} TFLOPS (dense bf16)")
+    print(f"MFU {100 * tp['model_tflops_per_gpu'] * 1e12 / peak:.1f} %, "
+          f"HFU {100 * tp['hardware_tflops_per_gpu'] * 1e12 / peak:.1f} % of {peak / 1e12:.0f} TFLOPS (dense bf16)")
 else:
     print("MFU: no datasheet peak known for this GPU")
 EOF

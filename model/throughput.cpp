@@ -1,0 +1,67 @@
+#include "model/throughput.hpp"
+
+#include <array>
+#include <cmath>
+
+#include "model/operator_graph.hpp"
+#include "model/units.hpp"
+
+namespace memwall {
+
+double model_params(const ModelSpec& m) { return build_gpt_graph(m, 1, m.seq).param_elems(); }
+
+double model_flops_per_sample(const ModelSpec& m, long seq) {
+  const double T = double(seq);
+  return T * (6.0 * model_params(m) + 12.0 * m.layers * double(m.hidden) * T);
+}
+
+double default_train_tokens(const ModelSpec& m) { return kChinchillaTokensPerParam * model_params(m); }
+
+Throughput throughput(const ModelSpec& m, const TrainingConfig& c, const HardwareProfile& profile,
+                      double iteration_s, double hardware_flops_per_gpu, double train_tokens) {
+  Throughput t;
+  t.iteration_s = iteration_s;
+  t.gpus = std::max(1, c.dp) * c.mp * c.pp;
+  t.samples_per_step = global_batch(c);
+  t.tokens_per_step = t.samples_per_step * double(c.seq);
+  t.datasheet_peak = profile.gpu_datasheet_peak_flops_per_s > 0;
+  t.peak_flops_per_s = t.datasheet_peak ? profile.gpu_datasheet_peak_flops_per_s : profile.gpu_peak_flops_per_s;
+  t.train_tokens_default = train_tokens <= 0;
+  t.train_tokens = t.train_tokens_default ? default_train_tokens(m) : train_tokens;
+  if (iteration_s <= 0) return t;
+  t.tokens_per_s = t.tokens_per_step / iteration_s;
+  t.tokens_per_s_per_gpu = t.tokens_per_s / t.gpus;
+  t.model_flops_per_s_per_gpu = t.samples_per_step * model_flops_per_sample(m, c.seq) / iteration_s / t.gpus;
+  t.hardware_flops_per_s_per_gpu = hardware_flops_per_gpu / iteration_s;
+  if (t.peak_flops_per_s > 0) {
+    t.mfu = t.model_flops_per_s_per_gpu / t.peak_flops_per_s;
+    t.hfu = t.hardware_flops_per_s_per_gpu / t.peak_flops_per_s;
+  }
+  t.train_s = t.tokens_per_s > 0 ? t.train_tokens / t.tokens_per_s : 0;
+  return t;
+}
+
+std::string format_duration(double seconds) {
+  struct Unit {
+    double s;
+    const char* name;
+  };
+  static constexpr std::array<Unit, 5> kUnits{
+      {{365.25 * 86400, "years"}, {86400, "days"}, {3600, "h"}, {60, "min"}, {1, "s"}}};
+  if (!std::isfinite(seconds)) return "never";
+  for (const Unit& u : kUnits)
+    if (seconds >= u.s) return format_sig(seconds / u.s) + " " + u.name;
+  return format_sig(seconds) + " s";
+}
+
+std::string throughput_words(const Throughput& t) {
+  std::string s = format_count(t.tokens_per_s) + " tokens/s (" + format_count(t.tokens_per_s_per_gpu) +
+                  " per GPU), MFU " + format_sig(100 * t.mfu) + " %, HFU " + format_sig(100 * t.hfu) + " % of " +
+                  format_flops_rate(t.peak_flops_per_s) + (t.datasheet_peak ? " (datasheet)" : " (gpu.peak; no datasheet_peak)");
+  s += "; " + format_count(t.train_tokens) + " tokens";
+  if (t.train_tokens_default) s += " (20 per parameter)";
+  s += " in " + (t.train_s > 0 ? format_duration(t.train_s) : std::string("never"));
+  return s;
+}
+
+}  // namespace memwall
