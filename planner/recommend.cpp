@@ -1,5 +1,6 @@
 #include "planner/recommend.hpp"
 
+#include <map>
 #include <set>
 
 #include <algorithm>
@@ -78,10 +79,14 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
                          SearchOptions options, const SizesFn& sizes) {
   Recommendation out;
   std::string last_passed;  // the summary of the last candidate the check accepted
+  // Each candidate's schedule is built once: the search's own check (executor profiles) and
+  // search_checked's, and the searches search_checked repeats with fewer micro-batches, ask again.
+  std::map<std::string, Checked> checked;
   auto check = [&](const Candidate& c) {
-    Checked k = check_candidate(m, p, c, sizes);
-    if (k.why_not.empty()) last_passed = std::move(k.summary);
-    return k.why_not;
+    auto it = checked.find(candidate_key(c));
+    if (it == checked.end()) it = checked.emplace(candidate_key(c), check_candidate(m, p, c, sizes)).first;
+    if (it->second.why_not.empty()) last_passed = it->second.summary;
+    return it->second.why_not;
   };
   // For profiles an executor runs, the schedule is small enough to check every candidate the
   // analytic fit accepts; for paper-sized ones the best few are checked after the search.

@@ -25,6 +25,16 @@ std::string key_of(const Placement& p) {
 
 }  // namespace
 
+std::string candidate_key(const Candidate& c) {
+  const TrainingConfig& k = c.config;
+  return key_of(c.placement) + "|" + format_g(k.bsz) + "/" + std::to_string(k.seq) + "/" + std::to_string(k.ci) + "/" +
+         std::to_string(k.tiling_factor) + "/" + std::to_string(k.dp) + "/" + std::to_string(k.mp) + "/" +
+         std::to_string(k.pp) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
+         std::to_string(k.prefetch_depth) + "/" + std::to_string(k.optimizer_chunks) + "/" +
+         to_string(k.optimizer_overlap) + "/" + std::to_string(k.dpu_warmup) + "/" + format_g(k.what_if.attention_density) +
+         (k.what_if.onebit_adam ? "/1bit" : "");
+}
+
 size_t SearchSpace::size() const {
   size_t n = 0;
   for (const Placement& p : placements) {
@@ -223,6 +233,26 @@ Evaluated evaluate(const ModelSpec& m, const Candidate& c, const HardwareProfile
 
 namespace {
 
+// The throughput ranking's keys that need no memory fit, in order: -1 when `a` ranks first, 1 when
+// `b` does, 0 when they tie on all of them (the fit's keys then decide). `a` and `b` both simulated
+// or both not.
+int compare_by_time(const Evaluated& a, const Evaluated& b) {
+  double sa = a.score(), sb = b.score();
+  if (std::abs(sa - sb) > 1e-9 * std::max(sa, sb)) return sa < sb ? -1 : 1;
+  // Ties (e.g. every transfer hidden behind compute): less traffic per sample (a larger micro-batch
+  // moves the parameters and gradients once for more samples), less tiling and slicing (their cost
+  // is not in the analytic time), then (in better()) less GPU memory, fewer and nearer offloads
+  // (seed 001: offload only when GPU memory is short).
+  const double ta = (a.time.param_grad_s + a.time.act_ckpt_s) / global_batch(a.candidate.config),
+               tb = (b.time.param_grad_s + b.time.act_ckpt_s) / global_batch(b.candidate.config);
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb ? -1 : 1;
+  const auto& ca = a.candidate.config;
+  const auto& cb = b.candidate.config;
+  if (ca.tiling_factor != cb.tiling_factor) return ca.tiling_factor < cb.tiling_factor ? -1 : 1;  // smaller GEMMs cost
+  if (ca.mp != cb.mp) return ca.mp < cb.mp ? -1 : 1;
+  return 0;
+}
+
 bool better(const Evaluated& a, const Evaluated& b, Objective obj) {
   if (obj == Objective::max_model) {
     double ua = a.fit.worst_use(), ub = b.fit.worst_use();
@@ -232,22 +262,12 @@ bool better(const Evaluated& a, const Evaluated& b, Objective obj) {
   // analytic best few, re-ranked) come first, ordered by simulated time; the rest follow in
   // analytic order, as the analytic ranking already put them behind.
   if (a.simulated_s.has_value() != b.simulated_s.has_value()) return a.simulated_s.has_value();
-  double sa = a.score(), sb = b.score();
-  if (std::abs(sa - sb) > 1e-9 * std::max(sa, sb)) return sa < sb;
-  // Ties (e.g. every transfer hidden behind compute): less traffic, less tiling and slicing (their
-  // cost is not in the analytic time), less GPU memory, then fewer and nearer offloads (seed 001:
-  // offload only when GPU memory is short).
+  if (const int c = compare_by_time(a, b); c != 0) return c < 0;
   auto offload = [](const Placement& q) {
     int w = 0;
     for (State s : {State::param16, State::grad16, State::optim32, State::act_ckpt}) w += int(q.of(s).tier);
     return w;
   };
-  const double ta = a.time.param_grad_s + a.time.act_ckpt_s, tb = b.time.param_grad_s + b.time.act_ckpt_s;
-  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
-  const auto& ca = a.candidate.config;
-  const auto& cb = b.candidate.config;
-  if (ca.tiling_factor != cb.tiling_factor) return ca.tiling_factor < cb.tiling_factor;  // smaller GEMMs cost
-  if (ca.mp != cb.mp) return ca.mp < cb.mp;
   const double ga = a.fit.checks.front().needed_bytes, gb = b.fit.checks.front().needed_bytes;  // GPU memory
   if (std::abs(ga - gb) > 1e-9 * std::max(ga, gb)) return ga < gb;
   const int oa = offload(a.candidate.placement), ob = offload(b.candidate.placement);
@@ -374,8 +394,16 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult r;
   r.space_size = space.size();
-  // tier_efficiencies depends on (bsz, ci, mp) only: computed once per combination.
+  // tier_efficiencies depends on (bsz, ci, mp, pp) only: computed once per combination.
   std::map<std::tuple<double, int, int, int>, std::vector<StateTierEfficiency>> eff_cache;
+  auto efficiencies = [&](const TrainingConfig& k) -> const std::vector<StateTierEfficiency>& {
+    auto key = std::make_tuple(k.bsz, k.ci, k.mp, k.pp);
+    auto it = eff_cache.find(key);
+    if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, k, k.dp)).first;
+    return it->second;
+  };
+  // The time alone orders candidates only for throughput (max-model ranks by memory first).
+  const bool prune = o.prune && o.objective == Objective::throughput;
   std::vector<std::optional<Evaluated>> best(space.placements.size());
   const size_t top_n = size_t(std::max(1, o.keep)) * 4;
   auto cmp = [&](const Evaluated& a, const Evaluated& b) { return better(a, b, o.objective); };
@@ -387,35 +415,47 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     for (int mp : space.mp)
       for (int pp : stages)
       if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
-      for (int ci : space.ci)
+      for (int ci : space.ci) {
+        // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
+        std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {
             if (!check_optimizer_overlap(pl, ov)) continue;
             // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
             // Not with a global batch: dp then changes with bsz, and with it each rank's share.
-            std::vector<std::pair<Candidate, FitReport>> row;
-            for (double bsz : space.bsz) {
+            std::vector<Evaluated> row;
+            for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
               std::optional<TrainingConfig> k =
-                  config_for(m, p, bsz, ci, t, mp, pp, space.prefetch_depth, space.what_if, space.global_batch);
+                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
-              Candidate c{pl, *k};
-              c.config.optimizer_overlap = ov;
-              FitReport fit = check_fit(m, c, p, o.fit);
+              if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
+              Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};
+              e.candidate.config.optimizer_overlap = ov;
+              e.time = estimate_time(m, e.candidate, p, *eff_by_bsz[bi]);
+              // Branch and bound: a candidate the time alone ranks behind both its placement's best
+              // so far and the last of a full top list cannot enter either, fit or not; its memory
+              // fit (most of a candidate's cost) is not checked. Larger micro-batches are still
+              // tried: the fit's monotonicity prunes nothing here, the time's comparison does.
+              if (prune && best[pi] && compare_by_time(*best[pi], e) < 0 && r.top.size() >= top_n &&
+                  compare_by_time(r.top.back(), e) < 0) {
+                ++r.pruned;
+                continue;
+              }
+              e.fit = check_fit(m, e.candidate, p, o.fit);
               ++r.evaluated;
-              if (!fit.fits()) {
-                if (!r.closest || closer(fit, r.closest->fit))
-                  r.closest = Evaluated{c, fit, estimate_time(m, c, p), std::nullopt};
+              if (!e.fit.fits()) {
+                if (!r.closest || closer(e.fit, r.closest->fit)) r.closest = e;
                 if (space.global_batch) continue;
                 break;
               }
-              row.emplace_back(std::move(c), std::move(fit));
+              row.push_back(std::move(e));
             }
             // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
             // rows whose best (the largest micro-batch: the least time per sample) would be kept.
             if (o.accept && space.global_batch) {  // not monotone in bsz (dp changes with it): each one
-              std::erase_if(row, [&](const auto& cf) { return !o.accept(cf.first).empty(); });
+              std::erase_if(row, [&](const Evaluated& e) { return !o.accept(e.candidate).empty(); });
             } else if (o.accept && !row.empty()) {
-              Evaluated last{row.back().first, row.back().second, estimate_time(m, row.back().first, p), std::nullopt};
+              const Evaluated& last = row.back();
               const bool kept = r.top.size() < top_n || cmp(last, r.top.back()) || !best[pi] ||
                                 better(last, *best[pi], o.objective);
               if (!kept) row.clear();
@@ -424,18 +464,12 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
               size_t lo = 0, hi = row.size();  // accepted: [0, lo); rejected: [hi, size)
               while (lo < hi) {
                 const size_t mid = (lo + hi) / 2;
-                if (o.accept(row[mid].first).empty()) lo = mid + 1;
+                if (o.accept(row[mid].candidate).empty()) lo = mid + 1;
                 else hi = mid;
               }
               row.resize(lo);
             }
-            for (auto& [c, fit] : row) {
-              const double bsz = c.config.bsz;
-              auto key = std::make_tuple(bsz, ci, mp, c.config.pp);
-              auto it = eff_cache.find(key);
-              if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, c.config, c.config.dp)).first;
-              Evaluated e{std::move(c), std::move(fit), {}, std::nullopt};
-              e.time = estimate_time(m, e.candidate, p, it->second);
+            for (Evaluated& e : row) {
               if (r.top.size() < top_n || cmp(e, r.top.back())) {
                 r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
                 if (r.top.size() > top_n) r.top.pop_back();
@@ -443,18 +477,19 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
               if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
             }
           }
+      }
   }
   for (auto& b : best)
     if (b) r.ranked.push_back(std::move(*b));
+  // Pruning needs a fitting incumbent, so with nothing fitting nothing was pruned and `closest` saw
+  // every candidate it would have seen.
   std::sort(r.ranked.begin(), r.ranked.end(), cmp);
   if (o.refine) {  // simulate the best few of each list once, then re-rank them by simulated time
     std::map<std::string, std::optional<double>> simulated;
     auto refine_list = [&](std::vector<Evaluated>& list) {
       const size_t n = std::min(list.size(), size_t(std::max(0, o.refine_top)));
       for (size_t i = 0; i < n; ++i) {
-        const TrainingConfig& k = list[i].candidate.config;
-        const std::string key = key_of(list[i].candidate.placement) + format_g(k.bsz) + "/" + std::to_string(k.ci) +
-                                "/" + std::to_string(k.tiling_factor) + "/" + std::to_string(k.mp) + "/" + std::to_string(k.pp);
+        const std::string key = candidate_key(list[i].candidate);
         auto it = simulated.find(key);
         if (it == simulated.end()) it = simulated.emplace(key, o.refine(list[i].candidate)).first;
         list[i].simulated_s = it->second;

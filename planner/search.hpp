@@ -80,6 +80,10 @@ Result<SearchSpace> with_global_batch(SearchSpace space, long global);
 // search left it free, that it is unconstrained and what the plan's bsz x dp gives.
 std::string global_batch_words(const TrainingConfig& c, bool fixed, const HardwareProfile& p);
 
+// Everything that makes a candidate's schedule: equal keys, equal schedules (and simulated times,
+// and detailed checks), so a search computes each once.
+std::string candidate_key(const Candidate& c);
+
 // Name of a placement: the Table 2 preset it equals (act_ckpt=cpu appended), else "custom".
 std::string placement_label(const Placement& pl);
 
@@ -108,6 +112,9 @@ struct SearchOptions {
   Refiner refine;          // empty: analytic only
   int refine_top = 5;      // how many of the best the refiner re-ranks
   int keep = 6;            // runners-up kept, one per distinct placement
+  // Skip the memory fit of a candidate whose time ranks it behind both its placement's best and
+  // the whole top list (throughput only): the same result, a fraction of the fits.
+  bool prune = true;
 };
 
 struct Evaluated {
@@ -127,7 +134,9 @@ struct SearchResult {
   std::vector<Evaluated> top;       // the best 4 x keep fitting candidates of any placement, best first
   std::optional<Evaluated> closest; // nothing fits: the least oversubscribed candidate
   size_t space_size = 0;            // candidates in the space
-  size_t evaluated = 0;             // candidates whose fit was checked (the rest pruned by bsz monotonicity)
+  size_t evaluated = 0;             // candidates whose fit was checked
+  size_t pruned = 0;                // candidates whose time ranked them behind the incumbents (not checked)
+                                    // the rest: pruned by bsz monotonicity
   double elapsed_s = 0;
   bool fits() const { return !ranked.empty(); }
 };

@@ -176,6 +176,46 @@ TEST(Search, PruningFindsWhatBruteForceFinds) {
   EXPECT_NEAR(r.ranked.front().score(), best, 1e-12 * best);
 }
 
+// Branch and bound (SearchOptions::prune) skips the memory fit of candidates the time alone ranks
+// behind the incumbents: the ranked list and the top list must be exactly those of the search that
+// checks every candidate, on paper-sized and small models, with and without a global batch.
+TEST(Search, BranchAndBoundKeepsTheRankingOfTheFullSearch) {
+  struct Case {
+    const char* profile;
+    const char* model;
+    long global_batch;
+  };
+  for (const Case& k : {Case{"dgx2", "table1-10B", 0}, Case{"dgx2", "table1-10B", 512}, Case{"dgx2", "table1-1T", 0},
+                        Case{"dgx-a100", "table1-100B", 0}, Case{"workstation", "table4-13B", 0},
+                        Case{"local-cpu", "", 0}}) {
+    SCOPED_TRACE(std::string(k.profile) + " " + k.model + " global batch " + std::to_string(k.global_batch));
+    HardwareProfile p = *load_profile(k.profile);
+    ModelSpec m = *k.model ? *load_model(k.model) : *model_from_shape(8, 512, 8, 64, 256);
+    SearchSpace space = *make_space(m, p, {});
+    if (k.global_batch > 0) space = *with_global_batch(space, k.global_batch);
+    SearchOptions full;
+    full.prune = false;
+    const SearchResult a = search(m, p, space, full);
+    const SearchResult b = search(m, p, space);  // prune on: the default
+    EXPECT_LT(b.evaluated, a.evaluated);
+    EXPECT_GT(b.pruned, 0u);
+    auto same = [](const std::vector<Evaluated>& x, const std::vector<Evaluated>& y) {
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(placement_label(x[i].candidate.placement), placement_label(y[i].candidate.placement)) << i;
+        EXPECT_EQ(x[i].candidate.config.bsz, y[i].candidate.config.bsz) << i;
+        EXPECT_EQ(x[i].candidate.config.ci, y[i].candidate.config.ci) << i;
+        EXPECT_EQ(x[i].candidate.config.tiling_factor, y[i].candidate.config.tiling_factor) << i;
+        EXPECT_EQ(x[i].candidate.config.mp, y[i].candidate.config.mp) << i;
+        EXPECT_EQ(x[i].candidate.config.optimizer_overlap, y[i].candidate.config.optimizer_overlap) << i;
+        EXPECT_EQ(x[i].score(), y[i].score()) << i;
+      }
+    };
+    same(a.ranked, b.ranked);
+    same(a.top, b.top);
+  }
+}
+
 TEST(Search, MaxModelObjectiveKeepsMoreHeadroom) {
   HardwareProfile p = *load_profile("dgx2");
   ModelSpec m = *load_model("table1-1T");
