@@ -266,6 +266,9 @@ Command add_analyze(CLI::App& app) {
             check_output_file("-o", f->output);
             std::string text;
             if (!f->table.empty() && !f->sweep.empty()) throw UsageError("--table and --sweep: give one, not both");
+            if (!f->tokens.tokens.empty() && (!f->table.empty() || !f->sweep.empty() || !f->model.given()))
+              throw UsageError(std::string("--tokens: the time to train is for one model (--model); not used with ") +
+                               (!f->table.empty() ? "--table" : !f->sweep.empty() ? "--sweep" : "the Fig. 2a overview"));
             if (f->table == "fig2a") {
               text = fig2a_text(f->json);
             } else if (f->table == "table3") {

@@ -507,6 +507,9 @@ Command add_plan(CLI::App& app) {
             if (!f->deepspeed.empty() && f->deepspeed != "-") check_output_file("--deepspeed", f->deepspeed + ".notes.txt");
             check_output_file("--megatron", f->megatron);
             if (!f->megatron.empty() && f->megatron != "-") check_output_file("--megatron", f->megatron + ".notes.txt");
+            if (!f->tokens.tokens.empty() && (!f->reproduce.empty() || !f->check.empty() || f->max_model_size))
+              throw UsageError(std::string("--tokens: the time to train is part of a plan; not used with ") +
+                               (!f->reproduce.empty() ? "--reproduce" : !f->check.empty() ? "--check" : "--max-model-size"));
             if (!f->reproduce.empty()) return run_reproduce(*f);
             if (!f->check.empty()) return run_check(*f);
             if (f->max_model_size) return run_max_model(*f);
