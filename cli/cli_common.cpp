@@ -302,7 +302,7 @@ nlohmann::ordered_json throughput_json(const Throughput& t) {
           {"mfu", t.mfu},
           {"hfu", t.hfu},
           {"mfu_peak_flops_per_s", t.peak_flops_per_s},
-          {"mfu_peak", t.datasheet_peak ? "gpu.datasheet_peak" : "gpu.peak"},
+          {"mfu_peak", t.peak_source},
           {"train_tokens", t.train_tokens},
           {"train_s", t.train_s}};
 }

@@ -157,7 +157,10 @@ Throughput run_throughput(const exec::Engine& engine, const HardwareProfile& pro
   c.grad_accum = engine.micro_batches_per_iteration();  // l2l's micro-batches and accumulation alike
   const exec::GptConfig& g = engine.plan().options.model;
   c.seq = g.max_seq;
-  return throughput(exec::gpt_model_spec(g), c, profile, iteration_s, s.compute_flops, train_tokens);
+  // on a GPU, that GPU's datasheet (a cuda run's profile is often local-cpu or a calibrated one)
+  const exec::BackendCaps& caps = engine.backend_caps();
+  return throughput(exec::gpt_model_spec(g), c, profile, iteration_s, s.compute_flops, train_tokens,
+                    caps.name == "cuda" ? std::string_view(caps.device) : std::string_view());
 }
 
 std::string steady_statistic(int first_step, int last_step) {

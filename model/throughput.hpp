@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
@@ -37,7 +38,8 @@ struct Throughput {
   double model_flops_per_s_per_gpu = 0;     // model FLOPs of a step / (iteration_s x gpus)
   double hardware_flops_per_s_per_gpu = 0;  // the FLOPs computed (recompute included) / (iteration_s x gpus)
   double peak_flops_per_s = 0;     // what MFU and HFU divide by
-  bool datasheet_peak = false;     // true: the profile's gpu.datasheet_peak; false: its gpu.peak
+  bool datasheet_peak = false;     // true: a datasheet's (the device's or gpu.datasheet_peak); false: gpu.peak
+  std::string peak_source;         // "gpu.datasheet_peak", "gpu.peak" or "datasheet of <device>"
   double mfu = 0;                  // model_flops_per_s_per_gpu / peak_flops_per_s
   double hfu = 0;                  // hardware_flops_per_s_per_gpu / peak_flops_per_s
   double train_tokens = 0;         // tokens the time below trains
@@ -48,8 +50,15 @@ struct Throughput {
 // `config` with dp resolved (fit_to_profile); `hardware_flops_per_gpu`: the FLOPs one GPU computes
 // in one iteration (all micro-steps), as the caller counted them: Eq. 7-8 in analyze and plan, the
 // schedule's compute steps in simulate, run and validate. `train_tokens` 0: default_train_tokens.
+// `device`: the GPU that ran it as CUDA names it (executed runs on cuda); its datasheet peak, when
+// known, is what MFU and HFU divide by, whatever the profile says.
 Throughput throughput(const ModelSpec& m, const TrainingConfig& config, const HardwareProfile& profile,
-                      double iteration_s, double hardware_flops_per_gpu, double train_tokens = 0);
+                      double iteration_s, double hardware_flops_per_gpu, double train_tokens = 0,
+                      std::string_view device = {});
+
+// The dense 16-bit tensor-core peak of a GPU as CUDA names it ("NVIDIA H100 80GB HBM3", "Tesla
+// V100-SXM2-32GB"), from NVIDIA's datasheets (no sparsity); 0 when the name is not known.
+double gpu_datasheet_peak(std::string_view device_name);
 
 // "3.2 days", "41.0 min", "12.5 s", "2.10 years": three significant digits in the largest unit
 // that keeps the number at least 1 (s, min, h, days, years of 365.25 days).

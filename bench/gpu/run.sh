@@ -168,33 +168,23 @@ validate() {
   exit $fails
 }
 
-# MFU (results/METRICS.md, "Throughput and utilisation"): memwall run --json computes the model
-# FLOPs per second of a GPU (throughput.model_tflops_per_gpu); this divides them by the datasheet's
-# dense bf16 peak of the GPU nvidia-smi names (the run's profile, local-cpu, has no GPU datasheet).
+# MFU (results/METRICS.md, "Throughput and utilisation"): memwall run --json computes MFU and HFU
+# (throughput.mfu, .hfu) against the datasheet peak of the GPU that ran it (throughput.mfu_peak
+# names it: model/throughput.cpp's gpu_datasheet_peak, by CUDA's device name).
 mfu() {
   local f="$work/mfu.yaml"
   printf 'layers: 12\nhidden: 1024\nheads: 16\nseq: 1024\nbsz: 8\nsteps: 8\nlr: 1e-4\nseed: 1\n' > "$f"
   printf 'backend: cuda\ncompute: bf16\nprecision: bf16\ncapacity: 60 GiB\nci: 1\n' >> "$f"
   "$launch" memwall run --config "$f" --strategy data_parallel --json > "$work/mfu.json" || exit 1
-  local gpu
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1)
-  "$python" - "$work/mfu.json" "$gpu" <<'EOF'
+  "$python" - "$work/mfu.json" <<'EOF'
 import json, sys
-r, gpu = json.loads(open(sys.argv[1]).read().splitlines()[-1]), sys.argv[2]
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 tp = r["throughput"]
-# dense bf16 tensor-core peaks from NVIDIA's datasheets (no sparsity)
-peaks = {"H100 80GB HBM3": 989.4e12, "H100 SXM": 989.4e12, "H200": 989.4e12, "H100 PCIe": 756.5e12,
-         "H100 NVL": 835.5e12, "A100": 312e12, "L40S": 362.05e12}
-peak = next((v for k, v in peaks.items() if k in gpu), None)
-t = r["iteration_s_median"]
-print(f"{r['params'] / 1e6:.1f} M parameters, {tp['tokens_per_step']:.0f} tokens per step")
-print(f"step {t * 1e3:.1f} ms (median), {tp['model_tflops_per_gpu']:.1f} model TFLOPS, "
-      f"{tp['hardware_tflops_per_gpu']:.1f} hardware TFLOPS on {gpu or 'an unknown GPU'}")
-if peak:
-    print(f"MFU {100 * tp['model_tflops_per_gpu'] * 1e12 / peak:.1f} %, "
-          f"HFU {100 * tp['hardware_tflops_per_gpu'] * 1e12 / peak:.1f} % of {peak / 1e12:.0f} TFLOPS (dense bf16)")
-else:
-    print("MFU: no datasheet peak known for this GPU")
+print(f"{r['params'] / 1e6:.1f} M parameters, {tp['tokens_per_step']:.0f} tokens per step, "
+      f"step {r['iteration_s_median'] * 1e3:.1f} ms (median)")
+print(f"{tp['model_tflops_per_gpu']:.1f} model TFLOPS, {tp['hardware_tflops_per_gpu']:.1f} hardware TFLOPS: "
+      f"MFU {100 * tp['mfu']:.1f} %, HFU {100 * tp['hfu']:.1f} % of {tp['mfu_peak_flops_per_s'] / 1e12:.1f} TFLOPS "
+      f"({tp['mfu_peak']})")
 EOF
 }
 

@@ -95,6 +95,32 @@ TEST(Throughput, WithoutADatasheetPeakMfuUsesTheAchievablePeakAndSaysSo) {
   EXPECT_NE(throughput_words(t).find("gpu.peak; no datasheet_peak"), std::string::npos);
 }
 
+// A run on a GPU divides by that GPU's datasheet peak, named as CUDA names it, whatever the profile.
+TEST(Throughput, TheDevicesDatasheetPeakWinsOverTheProfile) {
+  EXPECT_EQ(gpu_datasheet_peak("NVIDIA H100 80GB HBM3"), 989.4e12);
+  EXPECT_EQ(gpu_datasheet_peak("NVIDIA H100 PCIe"), 756.5e12);
+  EXPECT_EQ(gpu_datasheet_peak("NVIDIA H100 NVL"), 835.5e12);
+  EXPECT_EQ(gpu_datasheet_peak("NVIDIA H200"), 989.4e12);
+  EXPECT_EQ(gpu_datasheet_peak("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(gpu_datasheet_peak("Tesla V100-SXM2-32GB"), 125e12);
+  EXPECT_EQ(gpu_datasheet_peak("Tesla V100-PCIE-32GB"), 112e12);
+  EXPECT_EQ(gpu_datasheet_peak("host memory (OpenBLAS)"), 0);
+  const HardwareProfile p = *load_profile("local-cpu");
+  const ModelSpec m = *model_from_shape(2, 256, 4, 64);
+  TrainingConfig c;
+  c.seq = 64;
+  c.dp = 1;
+  const Throughput t = throughput(m, c, p, 0.5, 1e9, 0, "NVIDIA H100 80GB HBM3");
+  EXPECT_TRUE(t.datasheet_peak);
+  EXPECT_EQ(t.peak_flops_per_s, 989.4e12);
+  EXPECT_EQ(t.peak_source, "datasheet of NVIDIA H100 80GB HBM3");
+  EXPECT_NE(throughput_words(t).find("(datasheet of NVIDIA H100 80GB HBM3)"), std::string::npos);
+  // an unknown device: the profile's peak, as without one
+  const Throughput u = throughput(m, c, p, 0.5, 1e9, 0, "Some GPU");
+  EXPECT_EQ(u.peak_source, "gpu.peak");
+  EXPECT_EQ(u.peak_flops_per_s, p.gpu_peak_flops_per_s);
+}
+
 TEST(Throughput, NoIterationTimeGivesNoRates) {
   const HardwareProfile p = *load_profile("dgx2");
   const ModelSpec m = *model_from_shape(2, 256, 4, 64);
