@@ -10,10 +10,15 @@ namespace memwall {
 
 double model_params(const ModelSpec& m) { return build_gpt_graph(m, 1, m.seq).param_elems(); }
 
-double model_flops_per_sample(const ModelSpec& m, long seq) {
+namespace {
+// PaLM's count for `params` parameters (model_params, built once per report: it walks the graph)
+double palm_flops_per_sample(const ModelSpec& m, long seq, double params) {
   const double T = double(seq);
-  return T * (6.0 * model_params(m) + 12.0 * m.layers * double(m.hidden) * T);
+  return T * (6.0 * params + 12.0 * m.layers * double(m.hidden) * T);
 }
+}  // namespace
+
+double model_flops_per_sample(const ModelSpec& m, long seq) { return palm_flops_per_sample(m, seq, model_params(m)); }
 
 double default_train_tokens(const ModelSpec& m) { return kChinchillaTokensPerParam * model_params(m); }
 
@@ -58,12 +63,13 @@ Throughput throughput(const ModelSpec& m, const TrainingConfig& c, const Hardwar
     t.peak_flops_per_s = t.datasheet_peak ? profile.gpu_datasheet_peak_flops_per_s : profile.gpu_peak_flops_per_s;
     t.peak_source = t.datasheet_peak ? "gpu.datasheet_peak" : "gpu.peak";
   }
+  const double params = model_params(m);
   t.train_tokens_default = train_tokens <= 0;
-  t.train_tokens = t.train_tokens_default ? default_train_tokens(m) : train_tokens;
+  t.train_tokens = t.train_tokens_default ? kChinchillaTokensPerParam * params : train_tokens;
   if (iteration_s <= 0) return t;
   t.tokens_per_s = t.tokens_per_step / iteration_s;
   t.tokens_per_s_per_gpu = t.tokens_per_s / t.gpus;
-  t.model_flops_per_s_per_gpu = t.samples_per_step * model_flops_per_sample(m, c.seq) / iteration_s / t.gpus;
+  t.model_flops_per_s_per_gpu = t.samples_per_step * palm_flops_per_sample(m, c.seq, params) / iteration_s / t.gpus;
   t.hardware_flops_per_s_per_gpu = hardware_flops_per_gpu / iteration_s;
   if (t.peak_flops_per_s > 0) {
     t.mfu = t.model_flops_per_s_per_gpu / t.peak_flops_per_s;
