@@ -145,6 +145,7 @@ QWidget* MainWindow::build_controls() {
   seq_->setRange(1, 1 << 20);
   seq_->setSingleStep(256);
   ci_ = new QSpinBox;
+  ci_->setObjectName("ci");
   ci_->setRange(1, 1);
   peak_ = new QDoubleSpinBox;
   peak_->setObjectName("peak");

@@ -70,7 +70,7 @@ HardwareProfile read_profile(const YamlReader& r) {
 
   YAML::Node gpu = r.section(root, "", "gpu");
   r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16",
-                           "datasheet_peak"});
+                           "datasheet_peak", "reserve"});
   p.gpu_bf16 = r.boolean_or(gpu, "gpu", "bf16", false);
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
@@ -107,6 +107,23 @@ HardwareProfile read_profile(const YamlReader& r) {
       else kr.bytes_per_s = r.quantity(k, "gpu.kernels", n, Dimension::bandwidth);
       p.kernels.push_back(kr);
     }
+  }
+
+  if (YAML::Node rs = gpu["reserve"]; rs.IsDefined() && !rs.IsNull()) {
+    if (!rs.IsMap())
+      r.fail(rs, "gpu.reserve", "expected a mapping {context: 300 MiB, workspace: 32 MiB, communicator: 128 MiB}");
+    r.only_keys(rs, "gpu.reserve", {"context", "workspace", "communicator"});
+    const auto most = std::uint64_t(p.gpu_memory_bytes);
+    GpuReserve& g = p.gpu_reserve;
+    g.context_bytes = double(r.bytes_or(rs, "gpu.reserve", "context", 0, most, 0));
+    g.workspace_bytes = double(r.bytes_or(rs, "gpu.reserve", "workspace", 0, most, 0));
+    g.communicator_bytes = double(r.bytes_or(rs, "gpu.reserve", "communicator", 0, most, 0));
+    g.given = true;
+    // a job of three groups (data, tensor and pipeline parallel) must still leave memory to train in
+    if (g.context_bytes + g.workspace_bytes + 3 * g.communicator_bytes >= p.gpu_memory_bytes)
+      r.fail(rs, "gpu.reserve",
+             "expected context + workspace + 3 x communicator below gpu.memory (" + format_bytes(p.gpu_memory_bytes) +
+                 "): nothing would be left to train in");
   }
 
   YAML::Node links = r.section(root, "", "links");

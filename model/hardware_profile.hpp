@@ -50,6 +50,18 @@ struct PeakPoint {
   double flops_per_s = 0;
 };
 
+// gpu.reserve: device memory the software stack keeps on each GPU beside the training's states and
+// buffers (issue 28 item 4). The planner, the schedule's capacity and the executor's admission all
+// subtract it, through gpu_reserve_bytes (model/memory.hpp), never a copy of it. Fragmentation is
+// not a field: memwall's executor places every buffer at an offset the schedule's memory plan
+// chose, and the plan's own gaps (arena_bytes) are checked against the capacity left.
+struct GpuReserve {
+  double context_bytes = 0;       // the CUDA context: the driver's state and the loaded kernels
+  double workspace_bytes = 0;     // the GEMM library's workspace (cuBLAS)
+  double communicator_bytes = 0;  // one collective communicator's buffers (NCCL), per group of ranks
+  bool given = false;             // the profile has gpu.reserve (else every part is 0)
+};
+
 struct HardwareProfile {
   std::string name;         // "dgx2"
   std::string description;  // one line for humans
@@ -67,6 +79,7 @@ struct HardwareProfile {
   double gpu_memory_Bps = 0;             // per GPU, HBM (gpu.memory_bandwidth); 0: not given, so the
                                          // simulator costs operators by FLOPs alone
   std::vector<KernelRate> kernels;       // gpu.kernels, optional
+  GpuReserve gpu_reserve;                // gpu.reserve, optional
   const KernelRate* kernel(std::string_view kind) const;
 
   double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node

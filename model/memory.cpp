@@ -107,9 +107,28 @@ int ranks_sharing_node(const TrainingConfig& c, const HardwareProfile& p) {
   return p.ranks_per_node(long(std::max(1, c.dp)) * std::max(1, c.mp) * std::max(1, c.pp));
 }
 
+int communicators_per_rank(const TrainingConfig& c) {
+  return int(c.dp > 1) + int(c.mp > 1) + int(c.pp > 1);
+}
+
+double gpu_reserve_bytes(const TrainingConfig& c, const HardwareProfile& p) {
+  const GpuReserve& g = p.gpu_reserve;
+  return g.context_bytes + g.workspace_bytes + communicators_per_rank(c) * g.communicator_bytes;
+}
+
+std::string describe_gpu_reserve(const TrainingConfig& c, const HardwareProfile& p) {
+  const GpuReserve& g = p.gpu_reserve;
+  if (!g.given) return "";
+  const int n = communicators_per_rank(c);
+  std::string out = "context " + format_bytes(g.context_bytes) + " + workspace " + format_bytes(g.workspace_bytes);
+  if (n > 0 && g.communicator_bytes > 0)
+    out += " + " + std::to_string(n) + " communicator" + (n > 1 ? "s" : "") + " x " + format_bytes(g.communicator_bytes);
+  return out;
+}
+
 std::array<double, kTiers> capacity_per_rank(const TrainingConfig& c, const HardwareProfile& p) {
   const int sharing = ranks_sharing_node(c, p);
-  return {p.gpu_memory_bytes, p.cpu_memory_bytes / sharing, p.nvme_capacity_bytes / sharing};
+  return {p.gpu_memory_bytes - gpu_reserve_bytes(c, p), p.cpu_memory_bytes / sharing, p.nvme_capacity_bytes / sharing};
 }
 
 double pinned_per_rank(const TrainingConfig& c, const HardwareProfile& p) {

@@ -77,7 +77,17 @@ double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl
 // How many ranks share one node's CPU memory, NVMe and pinned budget: the GPUs of a node that the
 // dp x mp x pp ranks use.
 int ranks_sharing_node(const TrainingConfig& c, const HardwareProfile& p);
-// Each tier's capacity for one rank: one GPU's memory; its share of the node's CPU memory and NVMe.
+// The collective groups of more than one rank that a rank is in (data, tensor and pipeline
+// parallel): each holds a communicator with its own device buffers (gpu.reserve.communicator).
+int communicators_per_rank(const TrainingConfig& c);
+// What the software stack keeps on each GPU of this job (gpu.reserve): context + workspace +
+// communicators_per_rank x communicator. The one formula planner, schedule and executor use.
+double gpu_reserve_bytes(const TrainingConfig& c, const HardwareProfile& p);
+// gpu_reserve_bytes's parts, for a reader: "context 636 MiB + workspace 4 MiB + 2 communicators x
+// 128 MiB" (empty when the profile has no gpu.reserve).
+std::string describe_gpu_reserve(const TrainingConfig& c, const HardwareProfile& p);
+// Each tier's capacity for one rank: one GPU's memory less gpu_reserve_bytes; its share of the
+// node's CPU memory and NVMe.
 std::array<double, kTiers> capacity_per_rank(const TrainingConfig& c, const HardwareProfile& p);
 // A rank's share of the node's pinned budget (cpu.pinned_budget): what its CPU buffers may take.
 double pinned_per_rank(const TrainingConfig& c, const HardwareProfile& p);

@@ -112,6 +112,12 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   // ---- one GPU ----
   const TierMemory& g = mm.of(Tier::gpu);
   LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), g.moment + stage_words};
+  // what the software stack keeps beside memwall's bytes (gpu.reserve): counted as needed, so the
+  // sentence compares with the whole GPU the profile names
+  if (const double reserve = gpu_reserve_bytes(k, p); reserve > 0) {
+    gpu.needed_bytes += reserve;
+    gpu.parts.push_back({"framework reserve (gpu.reserve: " + describe_gpu_reserve(k, p) + ")", reserve});
+  }
   r.checks.push_back(std::move(gpu));
 
   if (o.max_alloc_bytes > 0) {

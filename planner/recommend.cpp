@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "model/memory.hpp"
 #include "model/units.hpp"
 #include "planner/explain.hpp"
 
@@ -40,10 +41,12 @@ Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Cand
   const Result<MemorySizes> z = sizes_of(sizes, c);
   if (!z) return {"schedule check: " + z.error(), "schedule check: " + z.error()};
   // an executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
-  if (z->workspace_bytes > p.gpu_memory_bytes) {
+  if (const double usable = capacity_per_rank(c.config, p)[size_t(Tier::gpu)]; z->workspace_bytes > usable) {
+    const std::string reserve = describe_gpu_reserve(c.config, p);
     const std::string why = placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) +
                             ": the executor's activation workspace (" + format_bytes(z->workspace_bytes) +
-                            ") alone exceeds GPU memory (" + format_bytes(p.gpu_memory_bytes) + ")";
+                            ") alone exceeds GPU memory (" + format_bytes(usable) +
+                            (reserve.empty() ? "" : " of " + format_bytes(p.gpu_memory_bytes) + " less " + reserve) + ")";
     return {why, "schedule check: " + why};
   }
   if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)

@@ -42,6 +42,11 @@ struct BackendCaps {
   bool fp16_compute;           // GEMM can compute in fp16 / bf16 with fp32 accumulation
   bool bf16_compute;
   ComputeType compute;         // what this instance's GEMMs compute in
+  // cuda: the whole device, what was free once the context and cuBLAS were made, and the margin
+  // left free beside capacity for NCCL and the driver (calibrate writes them as gpu.reserve); 0 on cpu
+  std::size_t device_total_bytes = 0;
+  std::size_t device_free_bytes = 0;
+  std::size_t kept_free_bytes = 0;
 };
 
 struct BackendOptions {

@@ -691,7 +691,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
                                                 : CUBLAS_COMPUTE_32F;
   cudaDeviceProp prop{};
   if ((e = cudaGetDeviceProperties(&prop, o.device)) != cudaSuccess) return failed("cudaGetDeviceProperties", e);
-  BackendCaps caps{"cuda", prop.name, c->capacity_bytes, c->used, true, true, true, o.compute};
+  BackendCaps caps{"cuda", prop.name, c->capacity_bytes, c->used, true, true, true, o.compute, total_b, free_b, reserve};
   return std::make_unique<Backend>(&kCudaOps, c, std::move(caps));
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -353,12 +354,33 @@ Result<bool> measure_copies(const CalibrateOptions& o, Backend& b, Calibration& 
   return true;
 }
 
+// gpu.memory and gpu.reserve on cuda (issue 28 item 4): the device's memory less the margin memwall
+// run leaves free for NCCL and the driver; the context as what was in use once memwall's context
+// and cuBLAS handle were made (other processes' memory included: calibrate an idle GPU); the
+// cuBLAS workspace memwall gives. Their difference is exactly what memwall run's memory plan may
+// fill. The communicator part is measured by measure_collectives where there are ranks.
+void measure_reserve(const BackendCaps& caps, Calibration& c) {
+  const double total = double(caps.device_total_bytes), margin = double(caps.kept_free_bytes);
+  c.fields.push_back({"gpu.memory", total - margin,
+                      "measured: the device's " + format_bytes(total) + " (cudaMemGetInfo) less the " +
+                          format_bytes(margin) + " memwall run leaves free for NCCL and the driver"});
+  c.fields.push_back({"gpu.reserve.context", total - double(caps.device_free_bytes),
+                      "measured: in use once the CUDA context and cuBLAS were made (cudaMemGetInfo)"});
+  c.fields.push_back({"gpu.reserve.workspace", double(caps.reserved_bytes), "chosen: memwall's cuBLAS workspace"});
+}
+
 // An all-reduce between the job's ranks (mpirun): links.gpu_gpu. Through what memwall run uses
 // between those devices: MPI on the cpu backend, NCCL on cuda (device memory never goes to MPI:
 // Debian's OpenMPI is not CUDA-aware).
 Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibration& c, const Say& say) {
   MpiWorld& world = MpiWorld::get();
   if (world.size() > 1) {
+    // the buffer first: what the device loses between the communicator's making and the end of the
+    // all-reduce is then NCCL's alone (gpu.reserve.communicator)
+    const std::size_t count = std::size_t(4) << 20;  // 16 MiB of fp32
+    DeviceBuffers mem(b);
+    Result<char*> buf = mem.get(count * 4);
+    if (!buf) return make_error(buf.error());
     Result<std::unique_ptr<Collectives>> mpi = make_mpi_collectives();
     if (!mpi) return make_error(mpi.error());
     Result<std::unique_ptr<Collectives>> coll = b.caps().name == "cuda"
@@ -367,10 +389,6 @@ Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibratio
     if (!coll) return make_error(coll.error());
     const std::string via = (*coll)->name() == "nccl" ? "NCCL" : "MPI";
     say(via + " all-reduce between " + std::to_string(world.size()) + " ranks ...");
-    const std::size_t count = std::size_t(4) << 20;  // 16 MiB of fp32
-    DeviceBuffers mem(b);
-    Result<char*> buf = mem.get(count * 4);
-    if (!buf) return make_error(buf.error());
     std::string failed;
     const double s = time_it([&] {
       if (!failed.empty()) return;
@@ -383,12 +401,18 @@ Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibratio
       }
     });
     if (!failed.empty()) return make_error("calibrate: all-reduce: " + failed);
+    if (b.caps().name == "cuda")
+      c.fields.push_back({"gpu.reserve.communicator", double((*coll)->device_bytes()),
+                          "measured: device memory NCCL took for a communicator of " + std::to_string(world.size()) +
+                              " ranks and its first all-reduces (cudaMemGetInfo)"});
     const double n = world.size();
     c.fields.push_back({"links.gpu_gpu", 4.0 * double(count) * 2 * (n - 1) / n / s,
                         "measured: " + via + " all-reduce of 16 MiB fp32 between " + std::to_string(world.size()) +
                             " ranks, bus bandwidth (2(n-1)/n x bytes / time)"});
   } else {
     c.fields.push_back({"links.gpu_gpu", 0, "not measured: one process (run under mpirun -np 2 to measure it)"});
+    if (b.caps().name == "cuda")
+      c.fields.push_back({"gpu.reserve.communicator", 0, "not measured: one process (run under mpirun -np 2)"});
   }
 
   return true;
@@ -517,7 +541,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     c.fields.push_back({"gpu.memory", o.device_memory_bytes,
                         "chosen, not measured: the cpu backend's device capacity (memwall run's `capacity`)"});
   else
-    c.fields.push_back({"gpu.memory", double(b.caps().capacity_bytes), "measured: free device memory at start"});
+    measure_reserve(b.caps(), c);
   for (auto* measure : {measure_gemm, measure_memory_bandwidth, measure_copies, measure_collectives, measure_cpu,
                         measure_nvme})
     if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
@@ -534,6 +558,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
 Dimension calibration_dimension(const std::string& field) {
   if (field == "gpu.peak") return Dimension::flops_rate;
   if (field == "cpu.adam_throughput") return Dimension::param_rate;
+  if (field.rfind("gpu.reserve.", 0) == 0) return Dimension::bytes;
   if (field == "gpu.memory" || field == "cpu.memory" || field == "cpu.pinned_budget" || field == "nvme.capacity")
     return Dimension::bytes;
   return Dimension::bandwidth;  // gpu.memory_bandwidth, links.*, cpu.memory_bandwidth, nvme.read, nvme.write
@@ -567,6 +592,19 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
   field("gpu.memory", "memory", 2);
   field("gpu.memory_bandwidth", "memory_bandwidth", 2);
   field("gpu.peak", "peak", 2);
+  if (c.find("gpu.reserve.context")) {
+    // whole MiB, rounded up: the profile takes whole bytes, and a reserve errs on the safe side
+    y << "  reserve:                        # what CUDA, cuBLAS and NCCL keep beside the training\n";
+    for (const char* part : {"context", "workspace", "communicator"}) {
+      const Measurement* m = c.find(std::string("gpu.reserve.") + part);
+      if (!m) continue;
+      if (m->value <= 0 && m->how.rfind("not measured", 0) == 0) {
+        y << "    # " << part << ": " << m->how << "\n";
+        continue;
+      }
+      line(part, std::to_string(long(std::ceil(m->value / double(1 << 20)))) + " MiB", m->how, 4);
+    }
+  }
   y << "  peak_by_hidden:                 # measured: linear layers of one block (see gpu.peak)\n";
   for (const PeakPoint& p : c.peak_by_hidden)
     y << "    - {hidden: " << p.hidden << ", peak: " << format_flops_rate(p.flops_per_s) << "}\n";

@@ -39,6 +39,10 @@ class Collectives {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "mpi", "nccl"
+  // Device memory the library took for this communicator so far (nccl: free device memory before
+  // ncclCommInitRank less free memory now, so call it with nothing else allocated in between); 0
+  // for host-side collectives.
+  virtual std::size_t device_bytes() const { return 0; }
 
   // Rank q's `count` elements go to base + q * stride (elements); afterwards every rank has every
   // rank's. This rank's come from `send` (nullptr: they are in place already). stride == count is

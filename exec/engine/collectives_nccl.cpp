@@ -78,8 +78,10 @@ class NcclOp : public CollectiveOp {
 
 class NcclCollectives : public Collectives {
  public:
-  NcclCollectives(Collectives& boot, ncclComm_t comm, cudaStream_t compute, cudaStream_t comm_stream)
-      : boot_(boot), comm_(std::make_shared<Comm>(Comm{comm})), compute_(compute), stream_(comm_stream) {}
+  NcclCollectives(Collectives& boot, ncclComm_t comm, cudaStream_t compute, cudaStream_t comm_stream,
+                  std::size_t free_before)
+      : boot_(boot), comm_(std::make_shared<Comm>(Comm{comm})), compute_(compute), stream_(comm_stream),
+        free_before_(free_before) {}
   ~NcclCollectives() override {
     if (comm_->aborted) return;
     cudaStreamSynchronize(stream_);
@@ -88,6 +90,11 @@ class NcclCollectives : public Collectives {
   int rank() const override { return boot_.rank(); }
   int size() const override { return boot_.size(); }
   std::string name() const override { return "nccl"; }
+  std::size_t device_bytes() const override {
+    std::size_t free_now = 0, total = 0;
+    if (free_before_ == 0 || cudaMemGetInfo(&free_now, &total) != cudaSuccess) return 0;
+    return free_before_ > free_now ? free_before_ - free_now : 0;
+  }
 
   Result<std::unique_ptr<CollectiveOp>> all_gather(void* base, std::size_t count, std::size_t stride,
                                                    adam::DType t, const void* send) override {
@@ -176,6 +183,7 @@ class NcclCollectives : public Collectives {
   Collectives& boot_;
   std::shared_ptr<Comm> comm_;
   cudaStream_t compute_, stream_;
+  std::size_t free_before_ = 0;  // free device memory before ncclCommInitRank
 };
 
 }  // namespace
@@ -197,9 +205,11 @@ Result<std::unique_ptr<Collectives>> make_nccl_collectives(Backend& backend, Col
     if (!all) return make_error(all.error());
     std::memcpy(reinterpret_cast<char*>(&id) + at, &(*all)[0], 8);
   }
+  std::size_t free_before = 0, total = 0;
+  if (cudaMemGetInfo(&free_before, &total) != cudaSuccess) free_before = 0;  // device_bytes() then says 0
   ncclComm_t comm;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  return std::unique_ptr<Collectives>(new NcclCollectives(bootstrap, comm, compute, comm_stream));
+  return std::unique_ptr<Collectives>(new NcclCollectives(bootstrap, comm, compute, comm_stream, free_before));
 }
 
 }  // namespace memwall::exec

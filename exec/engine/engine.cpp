@@ -12,6 +12,7 @@
 #include "exec/engine/checkpoint.hpp"
 #include "exec/engine/context.hpp"
 #include "exec/engine/dispatcher.hpp"
+#include "model/memory.hpp"
 #include "model/memory_plan.hpp"
 #include "model/units.hpp"
 
@@ -62,10 +63,14 @@ namespace {
 
 // What the executor runs, checked before a schedule is built: the job's ranks, one device each.
 Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
-  // capacity_bytes: what the backend may allocate in all; the profile's GPU memory: what the
-  // memory plan may fill, the backend's own workspaces (cuBLAS's) left out
-  if (o.capacity_bytes == 0) o.capacity_bytes = std::size_t(o.profile.gpu_memory_bytes);
-  o.profile.gpu_memory_bytes = double(o.capacity_bytes - backend_reserved_bytes(o.backend, o.capacity_bytes));
+  // capacity_bytes: what the backend may allocate in all. The memory plan fills it less what this
+  // backend keeps (its workspaces: cuBLAS's), as gpu.reserve: the schedule's capacity is then
+  // capacity_per_rank's, the one formula the planner uses. The profile's context and communicator
+  // parts are not this process's to count: the backend's capacity is device memory left free with
+  // its context made, less a margin for NCCL (exec/backend).
+  if (o.capacity_bytes == 0) o.capacity_bytes = std::size_t(capacity_per_rank(o.config, o.profile)[size_t(Tier::gpu)]);
+  o.profile.gpu_memory_bytes = double(o.capacity_bytes);
+  o.profile.gpu_reserve = GpuReserve{0, double(backend_reserved_bytes(o.backend, o.capacity_bytes)), 0, true};
   o.config.seq = o.model.max_seq;
   o.config.mp = std::max(1, o.config.mp);
   if (o.config.mp != 1) return make_error("--mp: the executor runs no tensor slicing (mp 1), got " + std::to_string(o.config.mp));

@@ -327,6 +327,15 @@ class MainWindowTest : public QObject {
   }
 
   void memory_view_shows_the_schedule_bytes_and_what_does_not_fit() {
+    // the window's default (fig2a-1T, bsz 2, a checkpoint every block) misses one V100 by less than
+    // what CUDA and cuBLAS keep there (gpu.reserve); a checkpoint every 2 blocks fits
+    w_->wait_for_memory();
+    check_memory("zero_inf_nvme", true);
+    QVERIFY2(w_->memory_view()->status_text().startsWith("does not fit: out of memory on gpu"),
+             qPrintable(w_->memory_view()->status_text()));
+    auto* ci = w_->findChild<QSpinBox*>("ci");
+    QVERIFY(ci);
+    ci->setValue(2);
     w_->wait_for_memory();
     check_memory("zero_inf_nvme", false);
     QVERIFY(w_->memory_view()->status_text().startsWith("fits"));
@@ -404,7 +413,8 @@ class MainWindowTest : public QObject {
       pv->wait();
       QVERIFY(pv->outcome().has_value() && pv->outcome()->recommendation.fits());
       const planner::Evaluated& gui = *pv->outcome()->recommendation.chosen;
-      QVERIFY(pv->outcome()->recommendation.checked.rejected.empty());
+      // (the analytic choice may be rejected by the detailed schedule's memory plan: the CLI then
+      // chooses as the tab does, which the comparisons below check)
       QProcess cli;
       QStringList args = {"plan", "--profile", "dgx2", "--model", QString::fromStdString(name), "--json"};
       if (global > 0) args << "--global-batch" << QString::number(global);

@@ -219,5 +219,45 @@ TEST(MemoryModel, ZeroInfinityNvmeByHand) {
   EXPECT_DOUBLE_EQ(s.peak_bytes[int(Tier::gpu)], mm.of(Tier::gpu).peak_bytes);
 }
 
+// gpu.reserve (issue 28 item 4): a GPU's capacity is its memory less the context, the workspace and
+// a communicator's buffers per group of more than one rank; the schedule's capacity and its
+// overflow use exactly that, so a schedule that fits the bare GPU to the byte overflows with it.
+TEST(MemoryModel, FrameworkReserveLeavesTheGpuLessToTrainIn) {
+  HardwareProfile p = *load_profile("dgx2");
+  const GpuReserve r = p.gpu_reserve;
+  ASSERT_TRUE(r.given);
+  TrainingConfig c;
+  c.dp = 1;
+  EXPECT_EQ(communicators_per_rank(c), 0);
+  EXPECT_DOUBLE_EQ(capacity_per_rank(c, p)[size_t(Tier::gpu)], p.gpu_memory_bytes - r.context_bytes - r.workspace_bytes);
+  c.dp = 4;
+  c.mp = 2;
+  EXPECT_EQ(communicators_per_rank(c), 2);
+  c.pp = 2;
+  EXPECT_EQ(communicators_per_rank(c), 3);
+  EXPECT_DOUBLE_EQ(gpu_reserve_bytes(c, p), r.context_bytes + r.workspace_bytes + 3 * r.communicator_bytes);
+  EXPECT_NE(describe_gpu_reserve(c, p).find("3 communicators x 128 MiB"), std::string::npos) << describe_gpu_reserve(c, p);
+
+  // a model whose schedule fills a GPU: fits the bare GPU, overflows once the reserve is counted
+  const ModelSpec m = *model_from_shape(4, 1024, 16, 1024, 1000);
+  TrainingConfig k;
+  k.bsz = 4;
+  k.dp = 2;
+  HardwareProfile bare = p;
+  bare.gpu_reserve = GpuReserve{};
+  const Schedule probe = *build_schedule(m, *preset("zero3"), k, bare);
+  const double need = probe.peak_bytes[size_t(Tier::gpu)];
+  bare.gpu_memory_bytes = need + 1;  // to the byte, and one more
+  p.gpu_memory_bytes = need + 1;
+  const Schedule fits = *build_schedule(m, *preset("zero3"), k, bare);
+  EXPECT_FALSE(fits.overflow.has_value()) << fits.overflow->message;
+  const Schedule over = *build_schedule(m, *preset("zero3"), k, p);
+  ASSERT_TRUE(over.overflow.has_value());
+  EXPECT_EQ(over.overflow->tier, Tier::gpu);
+  EXPECT_DOUBLE_EQ(over.capacity_bytes[size_t(Tier::gpu)], need + 1 - r.context_bytes - r.workspace_bytes - r.communicator_bytes);
+  EXPECT_DOUBLE_EQ(memory_model(m, *preset("zero3"), k, p).of(Tier::gpu).capacity_bytes,
+                   over.capacity_bytes[size_t(Tier::gpu)]);
+}
+
 }  // namespace
 }  // namespace memwall

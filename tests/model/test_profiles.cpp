@@ -123,6 +123,16 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels: 3\n"), "gpu.kernels: expected a mapping"},
       {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 0 GB/s\n"),
        "gpu.kernels.gelu: expected a positive value"},
+      // gpu.reserve: whole bytes with a unit, known parts only, and room left to train in
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    context: 300\n"),
+       "t.yaml:8: gpu.reserve.context: expected"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    fragmentation: 5 %\n"),
+       "t.yaml:8: gpu.reserve.fragmentation: unknown field (expected one of: context, workspace, communicator"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve: 1 GiB\n"), "t.yaml:7: gpu.reserve: expected a mapping"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    context: 15 GiB\n    communicator: 400 MiB\n"),
+       "t.yaml:8: gpu.reserve: expected context + workspace + 3 x communicator below gpu.memory (16.0 GiB)"},
+      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    workspace: 17 GiB\n"),
+       "gpu.reserve.workspace: expected"},
   };
   for (const auto& c : cases) {
     Result<HardwareProfile> r = parse_profile(c.yaml, "t.yaml");
@@ -130,6 +140,34 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
     EXPECT_NE(r.error().find(c.expect), std::string::npos) << "got: " << r.error() << "\nwanted: " << c.expect;
     EXPECT_EQ(r.error().find('\n'), std::string::npos) << "not one line: " << r.error();
   }
+}
+
+// gpu.reserve (issue 28 item 4): every GPU profile shipped names what CUDA, cuBLAS and NCCL keep, each
+// part with its source in the YAML; local-cpu's device is host memory and keeps none.
+TEST(Profiles, GpuProfilesReserveWhatTheSoftwareStackKeeps) {
+  for (const char* name : {"dgx2", "dgx2-superpod", "dgx-a100", "dgx-h100", "gh200", "workstation"}) {
+    const HardwareProfile p = *load_profile(name);
+    EXPECT_TRUE(p.gpu_reserve.given) << name;
+    EXPECT_GT(p.gpu_reserve.context_bytes, 100.0 * (1 << 20)) << name;
+    EXPECT_GE(p.gpu_reserve.workspace_bytes, 4.0 * (1 << 20)) << name;
+    EXPECT_GT(p.gpu_reserve.communicator_bytes, 0) << name;
+  }
+  // cuBLAS recommends 32 MiB on Hopper, 4 MiB before; eager module loading (the paper's V100 runs)
+  // costs more context than lazy loading
+  EXPECT_DOUBLE_EQ(load_profile("dgx-h100")->gpu_reserve.workspace_bytes, 32.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(load_profile("dgx-a100")->gpu_reserve.workspace_bytes, 4.0 * (1 << 20));
+  EXPECT_GT(load_profile("dgx2")->gpu_reserve.context_bytes, load_profile("dgx-h100")->gpu_reserve.context_bytes);
+  const HardwareProfile cpu = *load_profile("local-cpu");
+  EXPECT_FALSE(cpu.gpu_reserve.given);
+  EXPECT_EQ(cpu.gpu_reserve.context_bytes + cpu.gpu_reserve.workspace_bytes + cpu.gpu_reserve.communicator_bytes, 0);
+  Result<HardwareProfile> r = parse_profile(
+      replace(kGood, "  peak: 10 TFLOPS\n",
+              "  peak: 10 TFLOPS\n  reserve:\n    context: 300 MiB\n    workspace: 0 B\n    communicator: 64 MiB\n"),
+      "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_DOUBLE_EQ(r->gpu_reserve.context_bytes, 300.0 * (1 << 20));
+  EXPECT_EQ(r->gpu_reserve.workspace_bytes, 0);
+  EXPECT_DOUBLE_EQ(r->gpu_reserve.communicator_bytes, 64.0 * (1 << 20));
 }
 
 TEST(Profiles, KernelRatesKeepTheirDimension) {

@@ -106,6 +106,29 @@ TEST(Fit, LargestAllocationIsTheFc1WeightTile) {
   for (const LimitCheck& c : none.checks) EXPECT_NE(c.resource, Resource::gpu_largest_alloc);
 }
 
+// gpu.reserve (issue 28 item 4): the GPU check needs the reserve beside the training's bytes, as a
+// named part, with a communicator for the data-parallel group only when there is one.
+TEST(Fit, FrameworkReserveIsNeededBesideTheTraining) {
+  testing::ProfileSpec s;
+  s.gpus_per_node = 4;
+  const HardwareProfile bare = make_profile(s);
+  HardwareProfile p = bare;
+  p.gpu_reserve = GpuReserve{600.0 * (1 << 20), 32.0 * (1 << 20), 128.0 * (1 << 20), true};
+  const ModelSpec m = make_model(2, 1024, 16, 1000);
+  for (int dp : {1, 4}) {
+    const Candidate c = make_candidate("zero3", 2, 1, 1, dp);
+    const LimitCheck without = check_of(check_fit(m, c, bare), Resource::gpu_memory);
+    const LimitCheck with = check_of(check_fit(m, c, p), Resource::gpu_memory);
+    const double reserve = (600.0 + 32 + (dp > 1 ? 128 : 0)) * (1 << 20);
+    EXPECT_DOUBLE_EQ(with.needed_bytes, without.needed_bytes + reserve) << "dp " << dp;
+    EXPECT_DOUBLE_EQ(with.capacity_bytes, without.capacity_bytes);
+    ASSERT_FALSE(with.parts.empty());
+    EXPECT_DOUBLE_EQ(with.parts.back().bytes, reserve);
+    EXPECT_NE(with.parts.back().what.find("framework reserve (gpu.reserve: context 600 MiB"), std::string::npos)
+        << with.parts.back().what;
+  }
+}
+
 TEST(Time, EverythingOnOneGpuIsComputeAtPeak) {
   HardwareProfile p = make_profile({});
   ModelSpec m = make_model(2, 1024, 16, 1000);
