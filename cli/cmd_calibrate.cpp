@@ -17,6 +17,14 @@
 namespace memwall::cli {
 namespace {
 
+// Rank 0, once the profile is written: the other ranks wait for it in a barrier (see below).
+void release_other_ranks() {
+  if (exec::MpiWorld::get().size() <= 1) return;
+  if (Result<std::unique_ptr<exec::Collectives>> mpi = exec::make_mpi_collectives(); mpi)
+    if (Result<bool> done = (*mpi)->barrier(); !done)
+      throw std::runtime_error("calibrate: releasing the other ranks: " + done.error());
+}
+
 struct CalibrateFlags {
   std::string backend = "cpu";
   std::string nvme_dir;
@@ -24,6 +32,7 @@ struct CalibrateFlags {
   std::string name = "calibrated";
   std::string precision = "bf16";
   std::vector<int> hiddens = {128, 256, 512, 1024};
+  std::vector<int> gemm_tilings = {2, 4};
   int kernel_hidden = 256;
   int bsz = 8, seq = 64, head_size = 64;
   std::string device_memory = "64 MiB";
@@ -54,6 +63,10 @@ Command add_calibrate(CLI::App& app) {
   sub->add_option("--name", f->name, "The profile's name (default: calibrated)");
   sub->add_option("--precision", f->precision, "Parameter precision of the runs it describes: bf16 (default), fp16, fp32");
   sub->add_option("--hidden", f->hiddens, "Hidden sizes of the GEMM sweep (default 128 256 512 1024)")->delimiter(',');
+  sub->add_option("--gemm-tiling", f->gemm_tilings,
+                  "Tiling factors at which the sweep also times the linear layers, split as memory-centric tiling\n"
+                  "splits them, for gpu.gemm (default 2 4; 1: none)")
+      ->delimiter(',');
   add_int(*sub, "--kernel-hidden", f->kernel_hidden, 1, 65536,
           "Hidden size at which the other kernels are measured (default 256)");
   add_int(*sub, "--bsz", f->bsz, 1, 4096, "Micro-batch of the measured blocks (default 8)");
@@ -81,6 +94,9 @@ Command add_calibrate(CLI::App& app) {
             for (int h : f->hiddens)
               if (h < 1 || h > 65536) throw UsageError("--hidden: expected sizes from 1 to 65536, got " + std::to_string(h));
             o.hiddens = f->hiddens;
+            for (int t : f->gemm_tilings)
+              if (t < 1 || t > 64) throw UsageError("--gemm-tiling: expected factors from 1 to 64, got " + std::to_string(t));
+            o.gemm_tilings = f->gemm_tilings;
             o.kernel_hidden = f->kernel_hidden;
             o.bsz = f->bsz;
             o.seq = f->seq;
@@ -100,13 +116,21 @@ Command add_calibrate(CLI::App& app) {
             exec::Calibration c = take(exec::calibrate(o));
             if (lead)
               for (const std::string& w : c.warnings) std::cerr << "memwall calibrate: warning: " << w << "\n";
+            // rank 0 writes the profile (on the cpu backend it alone measures the device's rates);
+            // the others wait for it, so that the job's ranks leave MPI together
+            if (!lead) {
+              if (Result<std::unique_ptr<exec::Collectives>> mpi = exec::make_mpi_collectives(); mpi)
+                if (Result<bool> done = (*mpi)->barrier(); !done)
+                  throw std::runtime_error("calibrate: waiting for rank 0 to write the profile: " + done.error());
+              return 0;
+            }
             const std::string yaml = exec::calibration_yaml(c, f->name);
             // what we write must load as a profile: the same reader as every other command
             Result<HardwareProfile> check = parse_profile(yaml, f->output.empty() ? "<calibrate>" : f->output);
             if (!check) throw std::runtime_error("calibrate wrote a profile that does not load: " + check.error());
-            if (!lead) return 0;
             if (f->output.empty()) {
               write_output("", yaml);
+              release_other_ranks();
               return 0;
             }
             write_output(f->output, yaml);
@@ -122,7 +146,8 @@ Command add_calibrate(CLI::App& app) {
               rows.push_back({m.field, m.value > 0 ? format_quantity(m.value, exec::calibration_dimension(m.field)) : "-",
                               m.how});
             std::cout << "memwall calibrate: " << c.backend << " (" << c.device << ") in " << format_sig(c.seconds, 3)
-                      << " s; wrote " << f->output << "\n" << render_table(rows);
+                      << " s; wrote " << f->output << "\n" << render_table(rows) << std::flush;
+            release_other_ranks();
             return 0;
           }};
 }

@@ -43,6 +43,16 @@ double HardwareProfile::peak_flops_per_s(long hidden) const {
   return gpu_peak_flops_per_s;
 }
 
+double HardwareProfile::gemm_rate(long m, long n, long k) const {
+  double best = -1, rate = 0;
+  for (const GemmPoint& g : gemm) {
+    auto d = [](long a, long b) { return std::log(double(std::max(1L, a)) / double(std::max(1L, b))); };
+    const double dist = d(m, g.m) * d(m, g.m) + d(n, g.n) * d(n, g.n) + d(k, g.k) * d(k, g.k);
+    if (best < 0 || dist < best) best = dist, rate = g.flops_per_s;
+  }
+  return rate;
+}
+
 double HardwareProfile::cpu_Bps_per_gpu(int active) const {
   const double n = std::clamp(active, 1, std::max(1, gpus_per_node));
   return std::min({pcie_single_gpu_Bps, pcie_aggregate_Bps / n, cpu_memory_Bps / n});
@@ -70,13 +80,14 @@ HardwareProfile read_profile(const YamlReader& r) {
 
   YAML::Node gpu = r.section(root, "", "gpu");
   r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16",
-                           "datasheet_peak", "reserve"});
+                           "datasheet_peak", "reserve", "shared_peak", "gemm"});
   p.gpu_bf16 = r.boolean_or(gpu, "gpu", "bf16", false);
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
   p.gpu_peak_flops_per_s = r.quantity(gpu, "gpu", "peak", Dimension::flops_rate);
   p.gpu_memory_Bps = r.quantity_or(gpu, "gpu", "memory_bandwidth", Dimension::bandwidth, 0);
   p.gpu_datasheet_peak_flops_per_s = r.quantity_or(gpu, "gpu", "datasheet_peak", Dimension::flops_rate, 0);
+  p.gpu_shared_peak_flops_per_s = r.quantity_or(gpu, "gpu", "shared_peak", Dimension::flops_rate, 0);
   if (p.gpu_datasheet_peak_flops_per_s > 0 && p.gpu_datasheet_peak_flops_per_s < p.gpu_peak_flops_per_s)
     r.fail(gpu["datasheet_peak"], "gpu.datasheet_peak",
            "expected at least gpu.peak (" + format_flops_rate(p.gpu_peak_flops_per_s) +
@@ -92,6 +103,20 @@ HardwareProfile read_profile(const YamlReader& r) {
       if (!p.peak_by_hidden.empty() && pt.hidden <= p.peak_by_hidden.back().hidden)
         r.fail(table[i], path + ".hidden", "expected hidden sizes in ascending order");
       p.peak_by_hidden.push_back(pt);
+    }
+  }
+
+  if (YAML::Node table = gpu["gemm"]; table.IsDefined() && !table.IsNull()) {
+    const char* form = "{m: 512, n: 768, k: 256, rate: 150 GFLOPS}";
+    if (!table.IsSequence() || table.size() == 0 || table.size() > 4096)
+      r.fail(table, "gpu.gemm", std::string("expected a list of 1 to 4096 measured shapes ") + form);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const std::string path = "gpu.gemm[" + std::to_string(i) + "]";
+      if (!table[i].IsMap()) r.fail(table[i], path, std::string("expected ") + form);
+      r.only_keys(table[i], path, {"m", "n", "k", "rate"});
+      p.gemm.push_back({r.integer(table[i], path, "m", 1, 1L << 31), r.integer(table[i], path, "n", 1, 1L << 31),
+                        r.integer(table[i], path, "k", 1, 1L << 31),
+                        r.quantity(table[i], path, "rate", Dimension::flops_rate)});
     }
   }
 

@@ -45,6 +45,13 @@ struct KernelRate {
 bool kernel_kind_is_flop_rated(std::string_view kind);
 const std::vector<std::string>& kernel_kinds();
 
+// gpu.gemm: a measured GEMM rate at one shape (model/operator_graph.hpp's GemmShape), FLOP/s of
+// forward and backward together (memwall calibrate times a block's linear layers, tiled and not).
+struct GemmPoint {
+  long m = 0, n = 0, k = 0;
+  double flops_per_s = 0;
+};
+
 struct PeakPoint {
   long hidden = 0;
   double flops_per_s = 0;
@@ -80,6 +87,14 @@ struct HardwareProfile {
                                          // simulator costs operators by FLOPs alone
   std::vector<KernelRate> kernels;       // gpu.kernels, optional
   GpuReserve gpu_reserve;                // gpu.reserve, optional
+  std::vector<GemmPoint> gemm;           // gpu.gemm, optional
+  // The rate of a GEMM of this shape: the measured point nearest in log(m), log(n), log(k) (the
+  // same shape measured: its own rate); 0 when gpu.gemm is empty.
+  double gemm_rate(long m, long n, long k) const;
+  // gpu.shared_peak (0: not given): the node's GPUs are one compute resource (the cpu backend's
+  // devices are the host's cores and memory): all ranks of a node computing at once get this rate
+  // together, split evenly; a rank alone computes at gpu.peak at most
+  double gpu_shared_peak_flops_per_s = 0;
   const KernelRate* kernel(std::string_view kind) const;
 
   double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node

@@ -184,3 +184,20 @@ OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq, doub
 }
 
 }  // namespace memwall
+
+namespace memwall {
+
+GemmShape linear_gemm_shape(OpRole role, long hidden, long tokens, int mp, int tiles) {
+  const long C = hidden;
+  mp = std::max(1, mp);
+  tiles = std::max(1, tiles);
+  switch (role) {
+    case OpRole::qkv: return {tokens, 3 * C / mp / tiles, C};
+    case OpRole::fc1: return {tokens, 4 * C / mp / tiles, C};
+    case OpRole::proj: return {tokens, C / tiles, C / mp};
+    case OpRole::fc2: return {tokens, C / tiles, 4 * C / mp};
+    default: return {};
+  }
+}
+
+}  // namespace memwall

@@ -68,4 +68,14 @@ inline constexpr double kGraphActBytes = 2.0;
 // other operator is the dense one.
 OperatorGraph build_gpt_graph(const ModelSpec& model, double bsz, long seq, double attention_density = 1);
 
+// The GEMM of a linear operator's forward, (M, K) x (K, N): M tokens (micro-batch x sequence), K
+// its input features, N its outputs, on one tensor slice (column-parallel qkv and fc1 split N by
+// mp, row-parallel proj and fc2 split K) and one tile (tiling splits N). Backward's two GEMMs have
+// the same three sizes in other orders. What calibrate measures a rate for and the simulator looks
+// it up by (HardwareProfile::gemm_rate). {0, 0, 0} for an operator that is not a linear layer.
+struct GemmShape {
+  long m = 0, n = 0, k = 0;
+};
+GemmShape linear_gemm_shape(OpRole role, long hidden, long tokens, int mp = 1, int tiles = 1);
+
 }  // namespace memwall

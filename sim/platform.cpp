@@ -94,6 +94,9 @@ Platform build_platform(sg4::Engine& engine, const HardwareProfile& p, const Pla
     pf.dram.push_back(zone->create_host("dram-" + N, 1));
     pf.nvme.push_back(zone->create_host("nvme-" + N, 1));
     pf.adam.push_back(zone->create_host("adam-" + N, 1));
+    // in the replay's units (peak = this model's achievable peak, the speed of a GPU alone)
+    if (p.gpu_shared_peak_flops_per_s > 0)
+      pf.cores.push_back(zone->create_host("cores-" + N, peak * p.gpu_shared_peak_flops_per_s / p.gpu_peak_flops_per_s));
     root.push_back(duplex("pcieroot-" + N, p.pcie_aggregate_Bps / share));
     nic.push_back(duplex("nic-" + N, nic_Bps / share));
     dram.push_back(link("dram-" + N, p.cpu_memory_Bps / share));

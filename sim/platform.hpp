@@ -42,6 +42,10 @@ struct Platform {
   std::vector<sg4::Host*> dram;  // dram[node]: the node's CPU memory, where every host transfer ends
   std::vector<sg4::Host*> nvme;  // nvme[node]: the node's NVMe (a flow from it is a read)
   std::vector<sg4::Host*> adam;  // adam[node]: CPU Adam is a flow dram -> adam over the CPU cores and DRAM
+  // cores[node] (gpu.shared_peak only): the one compute resource all the node's GPUs run on, speed =
+  // the node's shared rate; executions on it at once share it fairly, each bounded by the peak of a
+  // GPU alone (the cpu backend's devices are the host's cores and memory)
+  std::vector<sg4::Host*> cores;
   sg4::Host* peer = nullptr;     // stand-in: the node's other GPUs, over NVSwitch
   sg4::Host* fabric = nullptr;   // stand-in: the other nodes, through this node's NICs
   sg4::Host* clock = nullptr;    // delays and joins: as many cores as needed, never a bottleneck

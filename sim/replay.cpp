@@ -29,6 +29,7 @@ struct Proto {
   sg4::Host* from = nullptr;  // exec: the host
   sg4::Host* to = nullptr;    // comm: the receiver; nullptr for an exec
   double amount = 0;          // flops, bytes
+  double bound = 0;           // exec: at most this many flop/s (0: the host's speed)
 };
 
 class Dag {
@@ -82,6 +83,7 @@ class Dag {
     if (p.to == nullptr) {
       sg4::ExecPtr e = sg4::Exec::init();
       e->set_host(p.from)->set_flops_amount(std::max(0.0, p.amount));
+      if (p.bound > 0) e->set_bound(p.bound);
       a = e;
     } else {
       sg4::CommPtr c = sg4::Comm::sendto_init(p.from, p.to);
@@ -121,6 +123,7 @@ struct Gpu {
   int index = 0;  // among all dp x mp x pp GPUs: (s * dp + d) * mp + m
   int s = 0, d = 0, m = 0, node = 0;
   sg4::Host* host = nullptr;
+  sg4::Host* compute = nullptr;  // where its operators run: host, or the node's shared cores (gpu.shared_peak)
   std::string name;  // "gpu3"
 };
 
@@ -383,6 +386,14 @@ class Replayer {
     // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
     const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
     const double bytes = (bwd ? 2 : 1) * c.act_bytes * share;
+    // a linear layer at the rate measured for its GEMM's shape (gpu.gemm): tiles and tensor slices
+    // are thinner GEMMs than the whole layer, at their own rate
+    if (c.kind == OpKind::linear && !p_.gemm.empty()) {
+      const TrainingConfig& k = sched_->config;
+      const GemmShape g = linear_gemm_shape(c.role, sched_->model.hidden, long(k.bsz) * k.seq, k.mp,
+                                            st.tile >= 0 ? k.tiling_factor : 1);
+      if (const double rate = p_.gemm_rate(g.m, g.n, g.k); rate > 0) return st.flops / rate * peak_;
+    }
     if (const KernelRate* k = p_.kernel(to_string(c.kind)))
       return (k->flops_per_s > 0 ? st.flops / k->flops_per_s : bytes / k->bytes_per_s) * peak_;
     if (p_.gpu_memory_Bps <= 0) return st.flops;
@@ -399,7 +410,12 @@ class Replayer {
 
   void nothing(const Step&, const Gpu&, StepActs&) {}
 
-  void compute(const Step& st, const Gpu& g, StepActs& a) { own(a, exec(g.host, compute_amount(st))); }
+  // On the node's shared cores (gpu.shared_peak) a GPU's operator still runs no faster than a GPU alone.
+  void compute(const Step& st, const Gpu& g, StepActs& a) {
+    Proto p = exec(g.compute, compute_amount(st));
+    if (g.compute != g.host) p.bound = peak_;
+    own(a, p);
+  }
 
   void optimizer(const Step& st, const Gpu& g, StepActs& a) {
     if (st.src == Tier::cpu) {  // CPU Adam: 30 B per parameter through DRAM, at the cores' rate at most
@@ -600,7 +616,10 @@ ReplayShape replay_shape(const Schedule& s0, const Layout& lay, const HardwarePr
   const int pp = s0.pp, gpus = s0.dp * s0.config.mp * pp, busy = lay.busy_per_node;
   r.per_stage = s0.dp * s0.config.mp;
   const bool stages_tile = r.per_stage % busy == 0 || busy % r.per_stage == 0;
-  r.symmetric = !options.full && !s0.broadcast && (pp == 1 || stages_tile);
+  // GPUs that share one compute resource (gpu.shared_peak) run at their own peak when alone and
+  // split the node's rate when together: that depends on when each computes, so every GPU is replayed
+  const bool shared = profile.gpu_shared_peak_flops_per_s > 0 && busy > 1;
+  r.symmetric = !options.full && !shared && !s0.broadcast && (pp == 1 || stages_tile);
   r.stages_per_node = r.per_stage >= busy ? 1 : busy / r.per_stage;
   if (r.symmetric) {
     r.platform.nodes = (pp + r.stages_per_node - 1) / r.stages_per_node;
@@ -631,6 +650,7 @@ Result<bool> replay(const std::vector<const Schedule*>& schedules, const Hardwar
     g.m = g.index % lay.mp;
     g.node = shape.symmetric ? r / shape.stages_per_node : r / profile.gpus_per_node;
     g.host = pf.gpu_at(g.node, shape.symmetric ? r % shape.stages_per_node : r % profile.gpus_per_node);
+    g.compute = pf.cores.empty() ? g.host : pf.cores[size_t(g.node)];
     g.name = "gpu" + std::to_string(g.index);
     rp.add_gpu(*schedules[std::min(size_t(lay.pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
   }
@@ -691,8 +711,9 @@ Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const 
   const Layout lay = job_layout(s0, profile);
   const ReplayShape shape = replay_shape(s0, lay, profile, options);
   if (!shape.symmetric && rep.gpus > kMaxFullReplayGpus) {
-    const std::string why = options.full ? "--full"
-                            : broadcast  ? "the broadcast variant"
+    const std::string why = options.full         ? "--full"
+                            : broadcast            ? "the broadcast variant"
+                            : profile.gpu_shared_peak_flops_per_s > 0 ? "gpu.shared_peak (a node's GPUs share one compute resource)"
                                          : "--pp " + std::to_string(pp) + " with stages of " + std::to_string(shape.per_stage) +
                                              " GPUs (dp x mp) that do not tile nodes of " + std::to_string(lay.busy_per_node) +
                                              " (each stage whole nodes, or whole stages to a node)";

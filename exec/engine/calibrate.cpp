@@ -113,7 +113,7 @@ struct BlockRig {
 };
 
 // The rig's parameters (initialised, rounded to 16 bits), inputs and operator calls.
-Result<bool> set_up(BlockRig& r, DeviceBuffers& mem, const GptConfig& cfg, int B, int T) {
+Result<bool> set_up(BlockRig& r, DeviceBuffers& mem, const GptConfig& cfg, int B, int T, int tiles) {
   const std::vector<float> init = gpt_init_params(cfg, 1);
   const std::size_t n = init.size();
   Result<char*> p32 = mem.get(n * 4), p16 = mem.get(n * r.psz), g32 = mem.get(n * 4), g16 = mem.get(n * r.psz);
@@ -135,10 +135,17 @@ Result<bool> set_up(BlockRig& r, DeviceBuffers& mem, const GptConfig& cfg, int B
     OpCall c;
     c.op = OpRef{gop.role, gop.block};
     const int gi = param_group_of(cfg, gop.role, gop.block);
-    r.calls.push_back(c);
-    r.names.push_back(gop.name);
-    r.elems.push_back(gi >= 0 ? groups[size_t(gi)].elems : 0);
-    r.offsets.push_back(gi >= 0 ? groups[size_t(gi)].offset : 0);
+    // a tiled linear layer runs as the engine runs it: one call per tile, each with its tile's
+    // share of the group's parameters (the tile's weights' values do not change its time)
+    const int n = gop.kind == memwall::OpKind::linear && tiles > 1 ? tiles : 1;
+    for (int t = 0; t < n; ++t) {
+      c.tile = n > 1 ? t : -1;
+      c.tiles = n;
+      r.calls.push_back(c);
+      r.names.push_back(gop.name);
+      r.elems.push_back(gi >= 0 ? groups[size_t(gi)].elems / std::size_t(n) : 0);
+      r.offsets.push_back(gi >= 0 ? groups[size_t(gi)].offset : 0);
+    }
   }
   return true;
 }
@@ -163,12 +170,13 @@ void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, 
 // backward), every call synchronised, so it meets the caches and the thread pools (OpenBLAS's,
 // OpenMP's) the operator before it left behind, not a loop of itself. The best over the iterations
 // (time_it says why); forward calls and recomputes together.
-Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision) {
+Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision,
+                                       int tiles = 1) {
   DeviceBuffers mem(b);
-  const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, 1);
+  const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, tiles);
   Result<char*> ws = mem.get(ws_bytes);
   if (!ws) return make_error(ws.error());
-  Result<std::unique_ptr<GptOps>> made = GptOps::create(b, cfg, B, T, 1, 1, 1, *ws, ws_bytes);
+  Result<std::unique_ptr<GptOps>> made = GptOps::create(b, cfg, B, T, 1, 1, tiles, *ws, ws_bytes);
   if (!made) return make_error(made.error());
   BlockRig r;
   r.k = &b.ops();
@@ -176,7 +184,7 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   r.gpt = made->get();
   r.precision = precision;
   r.psz = adam::dtype_bytes(precision);
-  if (Result<bool> ok = set_up(r, mem, cfg, B, T); !ok) return make_error(ok.error());
+  if (Result<bool> ok = set_up(r, mem, cfg, B, T, tiles); !ok) return make_error(ok.error());
   std::vector<std::vector<double>> fwd(r.calls.size()), bwd(r.calls.size());
   // one untimed iteration first: from then on every buffer holds what it would in training
   r.gpt->set_segment_input(0, r.gpt->block_input(0, 0));
@@ -233,6 +241,22 @@ std::vector<KernelRate> kernel_rates(const std::map<memwall::OpKind, KindTotals>
   return out;
 }
 
+// gpu.gemm: each linear layer's GEMM shape (its tiles' when tiled) and the rate of its forward and
+// backward together, its tiles' times summed.
+std::vector<GemmPoint> gemm_points(const std::vector<OpTime>& times, const GptConfig& cfg, int B, int T, int tiles) {
+  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
+  std::map<std::string, double> seconds;
+  for (const OpTime& t : times) seconds[t.name] += t.fwd_s + t.bwd_s;
+  std::vector<GemmPoint> out;
+  for (size_t v : graph.order) {
+    const Operator& op = graph.op(v);
+    if (op.kind != memwall::OpKind::linear || seconds[op.name] <= 0) continue;
+    const GemmShape g = linear_gemm_shape(op.role, cfg.hidden, long(B) * T, 1, tiles);
+    out.push_back({g.m, g.n, g.k, (op.fwd_flops + op.bwd_flops) / seconds[op.name]});
+  }
+  return out;
+}
+
 }  // namespace
 
 const Measurement* Calibration::find(const std::string& field) const {
@@ -258,6 +282,17 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
     const KindTotals& lin = kinds.at(memwall::OpKind::linear);
     c.peak_by_hidden.push_back({h, lin.flops / lin.seconds});
     if (h == o.kernel_hidden) c.kernels = kernel_rates(kinds);  // the other kinds, at this shape
+    const std::vector<GemmPoint> whole = gemm_points(*t, cfg, o.bsz, o.seq, 1);
+    c.gemm.insert(c.gemm.end(), whole.begin(), whole.end());
+    // the thinner GEMMs of memory-centric tiling (Sec. 5.1.3): the same layers, their outputs split
+    for (int tiles : o.gemm_tilings) {
+      if (tiles < 2 || h % tiles != 0) continue;
+      say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", tiling " + std::to_string(tiles) + " ...");
+      Result<std::vector<OpTime>> tt = time_block(b, cfg, o.bsz, o.seq, o.precision, tiles);
+      if (!tt) return make_error(tt.error());
+      const std::vector<GemmPoint> tiled = gemm_points(*tt, cfg, o.bsz, o.seq, tiles);
+      c.gemm.insert(c.gemm.end(), tiled.begin(), tiled.end());
+    }
   }
   if (std::find(o.hiddens.begin(), o.hiddens.end(), o.kernel_hidden) == o.hiddens.end()) {
     say("kernels at hidden " + std::to_string(o.kernel_hidden) + " ...");
@@ -273,6 +308,25 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
                       "backward, " + prec + " weights widened as the engine does; B " + std::to_string(o.bsz) +
                           ", T " + std::to_string(o.seq) + ")"});
 
+  return true;
+}
+
+// gpu.shared_peak: the linear layers of a block at the largest hidden size timed by every rank at
+// once (after a barrier), their rates summed: the node's rate when all its ranks compute.
+Result<bool> measure_shared_peak(const CalibrateOptions& o, Backend& b, Collectives& mpi, Calibration& c,
+                                 const Say& say) {
+  const int h = *std::max_element(o.hiddens.begin(), o.hiddens.end());
+  say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", every rank at once ...");
+  const double act_bytes = executor_sizes(GptConfig{}, TrainingConfig{}, o.precision, 1).act_bytes;
+  const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
+  Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+  if (!t) return make_error(t.error());
+  const KindTotals& lin = by_kind(*t, cfg, o.bsz, o.seq, act_bytes).at(memwall::OpKind::linear);
+  Result<double> sum = mpi.all_reduce_sum(lin.flops / lin.seconds);
+  if (!sum) return make_error("calibrate: " + sum.error());
+  c.fields.push_back({"gpu.shared_peak", *sum,
+                      "measured: the linear layers of a block at hidden " + std::to_string(h) + " on all " +
+                          std::to_string(mpi.size()) + " ranks at once, their rates summed (gpu.peak: one rank alone)"});
   return true;
 }
 
@@ -542,9 +596,28 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
                         "chosen, not measured: the cpu backend's device capacity (memwall run's `capacity`)"});
   else
     measure_reserve(b.caps(), c);
+  // The cpu backend's devices are this machine's cores and memory, which every rank shares: under
+  // mpirun the device's own rates are measured by rank 0 alone while the others wait (sleeping in a
+  // barrier), what a rank computes at when the others do not (gpu.peak), and then by every rank at
+  // once (gpu.shared_peak, measure_shared_peak): the simulator splits that among the ranks computing
+  // together.
+  MpiWorld& world = MpiWorld::get();
+  const bool one_measures = o.backend == "cpu" && world.size() > 1;
   for (auto* measure : {measure_gemm, measure_memory_bandwidth, measure_copies, measure_collectives, measure_cpu,
-                        measure_nvme})
+                        measure_nvme}) {
+    const bool device_rate = measure == measure_gemm || measure == measure_memory_bandwidth;
+    if (one_measures && device_rate) {
+      if (world.rank() == 0)
+        if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
+      Result<std::unique_ptr<Collectives>> mpi = make_mpi_collectives();
+      if (!mpi) return make_error(mpi.error());
+      if (Result<bool> r = (*mpi)->barrier(); !r) return make_error("calibrate: " + r.error());
+      if (measure == measure_gemm)
+        if (Result<bool> r = measure_shared_peak(o, b, **mpi, c, say); !r) return make_error(r.error());
+      continue;
+    }
     if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
+  }
   Result<adam::CpuLoad> load = adam::end_load_window(*during, 0);
   if (!load) return make_error("calibrate: " + load.error());
   c.load_during = *load;
@@ -556,7 +629,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
 }
 
 Dimension calibration_dimension(const std::string& field) {
-  if (field == "gpu.peak") return Dimension::flops_rate;
+  if (field == "gpu.peak" || field == "gpu.shared_peak") return Dimension::flops_rate;
   if (field == "cpu.adam_throughput") return Dimension::param_rate;
   if (field.rfind("gpu.reserve.", 0) == 0) return Dimension::bytes;
   if (field == "gpu.memory" || field == "cpu.memory" || field == "cpu.pinned_budget" || field == "nvme.capacity")
@@ -592,6 +665,7 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
   field("gpu.memory", "memory", 2);
   field("gpu.memory_bandwidth", "memory_bandwidth", 2);
   field("gpu.peak", "peak", 2);
+  field("gpu.shared_peak", "shared_peak", 2);
   if (c.find("gpu.reserve.context")) {
     // whole MiB, rounded up: the profile takes whole bytes, and a reserve errs on the safe side
     y << "  reserve:                        # what CUDA, cuBLAS and NCCL keep beside the training\n";
@@ -608,6 +682,12 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
   y << "  peak_by_hidden:                 # measured: linear layers of one block (see gpu.peak)\n";
   for (const PeakPoint& p : c.peak_by_hidden)
     y << "    - {hidden: " << p.hidden << ", peak: " << format_flops_rate(p.flops_per_s) << "}\n";
+  if (!c.gemm.empty()) {
+    y << "  gemm:                           # measured: each linear layer's GEMM (M tokens, K in, N out; a tile's when\n"
+      << "                                  # tiled), forward + backward FLOPs / time; the simulator takes the nearest shape\n";
+    for (const GemmPoint& g : c.gemm)
+      y << "    - {m: " << g.m << ", n: " << g.n << ", k: " << g.k << ", rate: " << format_flops_rate(g.flops_per_s) << "}\n";
+  }
   if (!c.kernels.empty()) {
     y << "  kernels:                        # measured: the block's other operators, forward + backward, per kind\n";
     for (const KernelRate& kr : c.kernels)

@@ -34,6 +34,7 @@ struct CalibrateOptions {
   std::string nvme_dir;                        // empty: NVMe not measured
   std::vector<int> hiddens = {128, 256, 512, 1024};  // GEMM sweep (multiples of head_size)
   int kernel_hidden = 256;                     // the shape the other kernels are measured at
+  std::vector<int> gemm_tilings = {2, 4};      // tiling factors the sweep also times the linear layers at
   int bsz = 8, seq = 64, head_size = 64;       // B, T and C / NH of every measured block
   adam::DType precision = adam::DType::bf16;   // parameters as the engine stores them
   double device_memory_bytes = 64.0 * (1 << 20);  // cpu: the "device" capacity to write (chosen)
@@ -63,6 +64,7 @@ struct Calibration {
   int ranks = 1;
   adam::DType precision = adam::DType::bf16;
   std::vector<PeakPoint> peak_by_hidden;
+  std::vector<GemmPoint> gemm;  // gpu.gemm: every linear layer's GEMM at each hidden, untiled and tiled
   std::vector<KernelRate> kernels;
   std::vector<Measurement> fields;  // in profile order
   double seconds = 0;               // the calibration's own wall time

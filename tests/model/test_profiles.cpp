@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "model/hardware_profile.hpp"
+#include "model/operator_graph.hpp"
 
 namespace memwall {
 namespace {
@@ -92,6 +93,9 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s.replace(at, from.size(), to);
 }
 
+// kGood with `lines` added to its gpu section, after gpu.peak.
+std::string with_gpu(const std::string& lines) { return replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n" + lines); }
+
 struct BadCase {
   std::string yaml;
   std::string expect;  // substring of the one-line error
@@ -114,25 +118,32 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       {"- just\n- a list\n", "t.yaml:1: expected a YAML mapping"},
       // gpu.kernels (memwall calibrate): FLOP rates for the attention products and the LM head,
       // byte rates for the memory-bound kinds, nothing else
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 5 TFLOPS\n"),
+      {with_gpu("  kernels:\n    gelu: 5 TFLOPS\n"),
        "t.yaml:8: gpu.kernels.gelu: expected a bandwidth"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    attention_scores: 5 GB/s\n"),
+      {with_gpu("  kernels:\n    attention_scores: 5 GB/s\n"),
        "gpu.kernels.attention_scores: expected a compute rate"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    linear: 5 TFLOPS\n"),
+      {with_gpu("  kernels:\n    linear: 5 TFLOPS\n"),
        "gpu.kernels.linear: unknown field (expected one of: embedding, layernorm"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels: 3\n"), "gpu.kernels: expected a mapping"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  kernels:\n    gelu: 0 GB/s\n"),
+      {with_gpu("  kernels: 3\n"), "gpu.kernels: expected a mapping"},
+      {with_gpu("  kernels:\n    gelu: 0 GB/s\n"),
        "gpu.kernels.gelu: expected a positive value"},
       // gpu.reserve: whole bytes with a unit, known parts only, and room left to train in
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    context: 300\n"),
+      {with_gpu("  reserve:\n    context: 300\n"),
        "t.yaml:8: gpu.reserve.context: expected"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    fragmentation: 5 %\n"),
+      {with_gpu("  reserve:\n    fragmentation: 5 %\n"),
        "t.yaml:8: gpu.reserve.fragmentation: unknown field (expected one of: context, workspace, communicator"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve: 1 GiB\n"), "t.yaml:7: gpu.reserve: expected a mapping"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    context: 15 GiB\n    communicator: 400 MiB\n"),
+      {with_gpu("  reserve: 1 GiB\n"), "t.yaml:7: gpu.reserve: expected a mapping"},
+      {with_gpu("  reserve:\n    context: 15 GiB\n    communicator: 400 MiB\n"),
        "t.yaml:8: gpu.reserve: expected context + workspace + 3 x communicator below gpu.memory (16.0 GiB)"},
-      {replace(kGood, "  peak: 10 TFLOPS\n", "  peak: 10 TFLOPS\n  reserve:\n    workspace: 17 GiB\n"),
+      {with_gpu("  reserve:\n    workspace: 17 GiB\n"),
        "gpu.reserve.workspace: expected"},
+      {with_gpu("  shared_peak: 5 GB/s\n"),
+       "t.yaml:7: gpu.shared_peak: expected a compute rate"},
+      {with_gpu("  gemm:\n    - {m: 512, n: 64, k: 256}\n"),
+       "t.yaml:8: gpu.gemm[0].rate: missing field"},
+      {with_gpu("  gemm:\n    - {m: 0, n: 64, k: 256, rate: 1 TFLOPS}\n"),
+       "gpu.gemm[0].m: expected an integer from 1"},
+      {with_gpu("  gemm: 5\n"), "t.yaml:7: gpu.gemm: expected a list"},
   };
   for (const auto& c : cases) {
     Result<HardwareProfile> r = parse_profile(c.yaml, "t.yaml");
@@ -161,18 +172,47 @@ TEST(Profiles, GpuProfilesReserveWhatTheSoftwareStackKeeps) {
   EXPECT_FALSE(cpu.gpu_reserve.given);
   EXPECT_EQ(cpu.gpu_reserve.context_bytes + cpu.gpu_reserve.workspace_bytes + cpu.gpu_reserve.communicator_bytes, 0);
   Result<HardwareProfile> r = parse_profile(
-      replace(kGood, "  peak: 10 TFLOPS\n",
-              "  peak: 10 TFLOPS\n  reserve:\n    context: 300 MiB\n    workspace: 0 B\n    communicator: 64 MiB\n"),
+      with_gpu("  reserve:\n    context: 300 MiB\n    workspace: 0 B\n    communicator: 64 MiB\n"),
       "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_DOUBLE_EQ(r->gpu_reserve.context_bytes, 300.0 * (1 << 20));
   EXPECT_EQ(r->gpu_reserve.workspace_bytes, 0);
   EXPECT_DOUBLE_EQ(r->gpu_reserve.communicator_bytes, 64.0 * (1 << 20));
+  Result<HardwareProfile> shared = parse_profile(with_gpu("  shared_peak: 15 TFLOPS\n"), "t.yaml");
+  ASSERT_TRUE(shared.ok()) << shared.error();
+  EXPECT_DOUBLE_EQ(shared->gpu_shared_peak_flops_per_s, 15e12);
+  EXPECT_EQ(load_profile("dgx2")->gpu_shared_peak_flops_per_s, 0);
+}
+
+// gpu.gemm (issue 28 item 2): measured rates by GEMM shape; a shape is costed at the measured
+// point nearest in log(m), log(n), log(k), its own where it was measured.
+TEST(Profiles, GemmRateIsTheNearestMeasuredShape) {
+  Result<HardwareProfile> r = parse_profile(
+      with_gpu("  gemm:\n    - {m: 512, n: 1024, k: 256, rate: 8 TFLOPS}\n"
+              "    - {m: 512, n: 256, k: 256, rate: 6 TFLOPS}\n    - {m: 512, n: 64, k: 256, rate: 3 TFLOPS}\n"),
+      "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->gemm.size(), 3u);
+  EXPECT_DOUBLE_EQ(r->gemm_rate(512, 256, 256), 6e12);
+  EXPECT_DOUBLE_EQ(r->gemm_rate(512, 64, 256), 3e12);
+  EXPECT_DOUBLE_EQ(r->gemm_rate(512, 900, 256), 8e12);  // nearest in log space
+  EXPECT_DOUBLE_EQ(r->gemm_rate(512, 100, 256), 3e12);  // log(100/64) < log(256/100)
+  EXPECT_EQ(load_profile("dgx2")->gemm_rate(512, 256, 256), 0);  // none measured
+  // the shapes: tiling splits a layer's outputs, tensor slicing the columns of qkv and fc1 and the
+  // rows of proj and fc2
+  const GemmShape fc1 = linear_gemm_shape(OpRole::fc1, 1024, 2048, 2, 4);
+  EXPECT_EQ(fc1.m, 2048);
+  EXPECT_EQ(fc1.n, 4 * 1024 / 2 / 4);
+  EXPECT_EQ(fc1.k, 1024);
+  const GemmShape fc2 = linear_gemm_shape(OpRole::fc2, 1024, 2048, 2, 4);
+  EXPECT_EQ(fc2.n, 1024 / 4);
+  EXPECT_EQ(fc2.k, 4 * 1024 / 2);
+  EXPECT_EQ(linear_gemm_shape(OpRole::qkv, 1024, 8).n, 3 * 1024);
+  EXPECT_EQ(linear_gemm_shape(OpRole::gelu, 1024, 8).m, 0);
 }
 
 TEST(Profiles, KernelRatesKeepTheirDimension) {
-  const std::string yaml = replace(kGood, "  peak: 10 TFLOPS\n",
-                                   "  peak: 10 TFLOPS\n  kernels:\n    gelu: 2 GB/s\n    lm_head: 3 TFLOPS\n");
+  const std::string yaml = with_gpu("  kernels:\n    gelu: 2 GB/s\n    lm_head: 3 TFLOPS\n");
   Result<HardwareProfile> r = parse_profile(yaml, "t.yaml");
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_NE(r->kernel("gelu"), nullptr);

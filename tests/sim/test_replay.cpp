@@ -182,5 +182,96 @@ TEST(Replay, ScheduleThatDoesNotFitIsNotSimulated) {
   EXPECT_EQ(r->iteration_s, 0);
 }
 
+// gpu.shared_peak (issue 28 item 8): GPUs that are one compute resource (the cpu backend's devices,
+// this machine's cores) run at gpu.peak alone and split the node's shared rate when they compute
+// together. Two data-parallel ranks compute in step, so with a shared rate of one GPU's peak each
+// computes at half its peak: the compute doubles; with twice the peak (no contention) nothing
+// changes; and every GPU is replayed, as the split depends on when each computes.
+// Two blocks of hidden 1024 where only compute costs time (every link and rate unlimited, one
+// peak for every hidden size), replayed without overlap: the compute-rate tests below.
+struct ComputeOnly {
+  ModelSpec m = *model_from_shape(2, 1024, 16, 256, 1000);
+  HardwareProfile p = unlimited_but("none");
+  TrainingConfig c;
+  SimOptions o;
+  explicit ComputeOnly(int dp) {
+    p.gpu_gpu_Bps = kHuge;
+    p.peak_by_hidden.clear();
+    c.dp = dp;
+    c.seq = m.seq;
+    c.bsz = 4;
+    o.overlap = false;
+  }
+};
+
+TEST(Replay, GpusSharingTheirComputeSplitItWhenTheyComputeTogether) {
+  ComputeOnly x(2);
+  const ModelSpec& m = x.m;
+  const HardwareProfile& p = x.p;
+  TrainingConfig& c = x.c;
+  const SimOptions& o = x.o;
+  Result<SimReport> alone = simulate_isolated(m, *preset("data_parallel"), c, p, o);
+  ASSERT_TRUE(alone.ok()) << alone.error();
+  ASSERT_FALSE(alone->full);
+  const double compute = alone->phase_end_s.at("bwd");  // forward + backward, nothing exposed
+  for (double share : {1.0, 2.0}) {
+    HardwareProfile q = p;
+    q.gpu_shared_peak_flops_per_s = share * p.gpu_peak_flops_per_s;
+    Result<SimReport> r = simulate_isolated(m, *preset("data_parallel"), c, q, o);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_TRUE(r->full) << "every GPU replayed";
+    EXPECT_EQ(r->ranks_simulated, 2);
+    // (within 3 %: the gradients' all-reduce latencies in backward, under 1 % of it, do not double)
+    EXPECT_NEAR(r->phase_end_s.at("bwd") / compute, 2.0 / share, 0.03) << "shared peak " << share << " x gpu.peak";
+  }
+  // one rank alone on the node computes at gpu.peak, whatever the shared rate
+  HardwareProfile q = p;
+  q.gpu_shared_peak_flops_per_s = p.gpu_peak_flops_per_s;
+  c.dp = 1;
+  Result<SimReport> one = simulate_isolated(m, *preset("data_parallel"), c, q, o);
+  Result<SimReport> one_plain = simulate_isolated(m, *preset("data_parallel"), c, p, o);
+  ASSERT_TRUE(one.ok() && one_plain.ok());
+  EXPECT_NEAR(one->iteration_s / one_plain->iteration_s, 1.0, 1e-6);
+}
+
+// gpu.gemm (issue 28 item 2): a linear layer is costed at the rate measured for its GEMM's shape, so
+// tiling, whose tiles are thinner GEMMs, costs what their rate says: with the tiles' shapes measured
+// at half the whole layers' rate, the linear layers' compute doubles; with no gpu.gemm tiling
+// costs nothing.
+TEST(Replay, TiledLinearLayersRunAtTheirTilesRate) {
+  const ComputeOnly x(1);
+  const ModelSpec& m = x.m;
+  const HardwareProfile& p = x.p;
+  const TrainingConfig& c = x.c;
+  const SimOptions& o = x.o;
+  auto iteration = [&](const HardwareProfile& q, int tiling) {
+    TrainingConfig k = c;
+    k.tiling_factor = tiling;
+    Result<SimReport> r = simulate_isolated(m, *preset("data_parallel"), k, q, o);
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? r->iteration_s : 0.0;
+  };
+  const double untiled = iteration(p, 1);
+  EXPECT_NEAR(iteration(p, 2) / untiled, 1.0, 1e-9);
+  HardwareProfile q = p;
+  const long tokens = 4 * 256;
+  for (OpRole role : {OpRole::qkv, OpRole::proj, OpRole::fc1, OpRole::fc2})
+    for (int tiles : {1, 2}) {  // (at tiling 4 an fc1 tile is proj's shape)
+      const GemmShape g = linear_gemm_shape(role, 1024, tokens, 1, tiles);
+      q.gemm.push_back({g.m, g.n, g.k, tiles == 1 ? p.gpu_peak_flops_per_s : p.gpu_peak_flops_per_s / 2});
+    }
+  EXPECT_NEAR(iteration(q, 1) / untiled, 1.0, 1e-6);  // whole layers measured at the peak
+  // the tiles' FLOPs (forward, recompute, backward) take twice as long; the rest is unchanged
+  TrainingConfig tiled = c;
+  tiled.tiling_factor = 2;
+  Result<Schedule> s = build_schedule(m, *preset("data_parallel"), tiled, p);
+  ASSERT_TRUE(s.ok());
+  double linear = 0;
+  for (const Step& st : s->steps)
+    if (st.kind == StepKind::compute && st.tile >= 0) linear += st.flops;
+  const double linear_s = linear / p.gpu_peak_flops_per_s;
+  EXPECT_NEAR(iteration(q, 2) - untiled, linear_s, 0.02 * linear_s);
+}
+
 }  // namespace
 }  // namespace memwall::sim

@@ -17,6 +17,11 @@ grep -Eq '^    gelu: [0-9.]+ [kMG]B/s +# ' "$tmp/p.yaml" || fail "no measured ge
 grep -Eq '^    attention_scores: [0-9.]+ [GTM]FLOPS' "$tmp/p.yaml" || fail "no measured attention rate"
 grep -Eq '^  read: [0-9.]+ [kMG]B/s +# measured: io_uring' "$tmp/p.yaml" || fail "no measured nvme.read"
 grep -q '^  # gpu_gpu: not measured: one process' "$tmp/p.yaml" || fail "gpu_gpu should be left out, with the reason"
+grep -q 'shared_peak' "$tmp/p.yaml" && fail "one process cannot measure gpu.shared_peak"
+# gpu.gemm: every linear layer's GEMM at each hidden size, whole and as tiles (--quick: 128 and 256;
+# fc1 at hidden 256 is (512 x 256) x (256 x 1024), its tiles at tiling 4 256 columns wide)
+grep -Eq '^    - \{m: 512, n: 1024, k: 256, rate: [0-9.]+ [GTM]FLOPS\}' "$tmp/p.yaml" || fail "no measured fc1 GEMM at hidden 256"
+grep -Eq '^    - \{m: 512, n: 64, k: 1024, rate: [0-9.]+ [GTM]FLOPS\}' "$tmp/p.yaml" || fail "no measured fc2 tile at tiling 4"
 grep -q 'calibrate: NVMe' "$tmp/cal.err" || fail "no progress on stderr"
 ls "$tmp" | grep -qv -e '^p.yaml$' -e '^cal' && fail "calibrate left files behind: $(ls "$tmp")"
 
@@ -47,6 +52,24 @@ for t in j["traces"]:
 PY
 done
 if [ -n "$(ls "$tmp" | grep memwall-)" ]; then fail "swap or temporary files left: $(ls "$tmp")"; fi
+
+# two ranks of the cpu backend share this machine's cores (issue 28 item 8): gpu.peak is one rank's
+# rate alone, gpu.shared_peak all ranks' at once; validate of dp 2 replays both ranks on the shared
+# cores (sim/replay.cpp) and runs
+mpi=(timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2)
+"${mpi[@]}" "$mw" calibrate --quick --allow-busy --nvme-dir "$tmp" --device-memory 256MiB -o "$tmp/p2.yaml" \
+  > "$tmp/cal2.txt" 2>&1 || { cat "$tmp/cal2.txt"; fail "mpirun -np 2 calibrate"; }
+grep -Eq '^  shared_peak: [0-9.]+ [GT]FLOPS +# measured: the linear layers of a block at hidden [0-9]+ on all 2 ranks at once' \
+  "$tmp/p2.yaml" || { cat "$tmp/p2.yaml"; fail "no measured gpu.shared_peak under mpirun -np 2"; }
+grep -Eq '^  peak: [0-9.]+ [GT]FLOPS +# measured' "$tmp/p2.yaml" || fail "no measured gpu.peak under mpirun -np 2"
+"${mpi[@]}" "$mw" validate --profile "$tmp/p2.yaml" --config "$cfg" --strategy zero3 --steps 3 --json > "$tmp/v2.json" \
+  2> "$tmp/v2.err" || { cat "$tmp/v2.err"; fail "validate under mpirun -np 2 with gpu.shared_peak"; }
+/usr/bin/python3 - "$tmp/v2.json" <<'PY' || fail "validate dp 2: report"
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert j["iteration_s"]["measured"] > 0 and j["iteration_s"]["simulated"] > 0, j["iteration_s"]
+PY
+rm -f "$tmp/p2.yaml" "$tmp"/cal2.txt "$tmp"/v2.*
 
 # bad input: one line, exit 2
 out=$("$mw" validate --profile "$tmp/p.yaml" --config "$cfg" --steps 1 2>&1 >/dev/null) && fail "--steps 1 accepted"
