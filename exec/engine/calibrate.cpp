@@ -321,7 +321,8 @@ Result<bool> measure_shared_peak(const CalibrateOptions& o, Backend& b, Collecti
   const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
   Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
   if (!t) return make_error(t.error());
-  const KindTotals& lin = by_kind(*t, cfg, o.bsz, o.seq, act_bytes).at(memwall::OpKind::linear);
+  const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
+  const KindTotals& lin = kinds.at(memwall::OpKind::linear);
   Result<double> sum = mpi.all_reduce_sum(lin.flops / lin.seconds);
   if (!sum) return make_error("calibrate: " + sum.error());
   c.fields.push_back({"gpu.shared_peak", *sum,
