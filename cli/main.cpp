@@ -5,6 +5,7 @@
 #include <iostream>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/cli_common.hpp"
@@ -52,7 +53,13 @@ std::string unexpected(CLI::App& app, const CLI::ExtrasError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  memwall::exec::wait_passively_in_openmp(argv);  // may start this program again, with it set
+  // Only the commands that compute on the cpu backend load OpenMP's threads into work: the others
+  // (plan, analyze, simulate, ...) start once, not twice (issue 28 item 7: a whole `plan` process).
+  if (argc > 1) {
+    const std::string_view command = argv[1];
+    if (command == "run" || command == "validate" || command == "calibrate")
+      memwall::exec::wait_passively_in_openmp(argv);  // may start this program again, with it set
+  }
   using namespace memwall::cli;
   using memwall::one_line;
   CLI::App app{

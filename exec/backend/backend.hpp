@@ -230,7 +230,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
 // taking the core that another process, or this one's next serial piece, needs. Passive waiting
 // must be in the environment before the program starts, so this sets OMP_WAIT_POLICY=passive and
 // executes the program again (its path from /proc/self/exe, same arguments, same process) when it is unset; a
-// user's own setting is kept. Call it first in main, before any thread or MPI exists. Returns when
+// user's own setting is kept. Call it first in main, before any thread or MPI exists (memwall does
+// for run, validate and calibrate, the commands that compute on the cpu backend). Returns when
 // there was nothing to do, or when the exec failed (the program then runs with OpenMP's default).
 void wait_passively_in_openmp(char** argv);
 
