@@ -119,7 +119,11 @@ HardwareProfile ProfileFlags::load() const {
 }
 
 void ModelFlags::add(CLI::App& app) {
-  app.add_option("--model", model, "Model: a catalogue name (memwall models lists them) or a model YAML file");
+  app.add_option("--model", model,
+                 "Model: a catalogue name (memwall models lists them), a model YAML file, or a config.json");
+  app.add_option("--model-config", model_config,
+                 "A Hugging Face config.json (model_type llama, mistral, mixtral, qwen2, gpt2, gpt_neox); a field\n"
+                 "that changes memory or time in a way memwall does not model is refused by name");
   add_int(app, "--layers", layers, 1, kMaxLayers, "Transformer layers (with --hidden and --heads, instead of --model)");
   app.add_option("--hidden", hidden, "Hidden size, e.g. 8192 or 8K (K = 1024)");
   add_int(app, "--heads", heads, 1, kMaxHeads, "Attention heads");
@@ -131,7 +135,13 @@ ModelSpec ModelFlags::load() const {
   ModelSpec m;
   bool shape = layers || !hidden.empty() || heads;
   if (!model.empty() && shape) throw UsageError("--model: give either --model or --layers/--hidden/--heads, not both");
-  if (!model.empty()) {
+  if (!model_config.empty() && (shape || !model.empty()))
+    throw UsageError("--model-config: give one of --model-config, --model or --layers/--hidden/--heads");
+  if (!model_config.empty()) {
+    if (!model_config.ends_with(".json"))
+      throw UsageError("--model-config: expected a Hugging Face config.json file, got \"" + model_config + "\"");
+    m = take(load_model(model_config));
+  } else if (!model.empty()) {
     m = take(load_model(model));
   } else {
     if (!layers) throw UsageError("--layers: missing (expected an integer >= 1 with --hidden and --heads)");

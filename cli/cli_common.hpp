@@ -63,13 +63,14 @@ struct ProfileFlags {
 // --model or --layers/--hidden/--heads, plus --seq and --vocab
 struct ModelFlags {
   std::string model;
+  std::string model_config;  // a Hugging Face config.json
   std::optional<int> layers;
   std::string hidden;
   std::optional<int> heads;
   std::optional<long> seq;  // unset: the model's
   std::optional<long> vocab;
   void add(CLI::App& app);
-  bool given() const { return !model.empty() || layers || !hidden.empty() || heads; }
+  bool given() const { return !model.empty() || !model_config.empty() || layers || !hidden.empty() || heads; }
   ModelSpec load() const;
 };
 

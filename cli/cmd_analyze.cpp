@@ -43,8 +43,10 @@ std::string fixed2(double v) {
 std::string pct(double efficiency) { return format_sig(100.0 * efficiency, 3) + " %"; }
 
 ordered_json model_json(const ModelSpec& m) {
-  return {{"name", m.name}, {"source", m.source}, {"layers", m.layers}, {"hidden", m.hidden},
-          {"heads", m.heads}, {"seq", m.seq},     {"vocab", m.vocab}};
+  ordered_json j = {{"name", m.name}, {"source", m.source}, {"layers", m.layers}, {"hidden", m.hidden},
+                    {"heads", m.heads}, {"seq", m.seq},     {"vocab", m.vocab}};
+  if (!m.paper_gpt()) j["kind"] = m.kind_words();
+  return j;
 }
 
 ordered_json analysis_json(const Analysis& a) {
@@ -54,6 +56,7 @@ ordered_json analysis_json(const Analysis& a) {
   j["config"] = {{"bsz", a.config.bsz}, {"seq", a.config.seq}, {"ci", a.config.ci}, {"gpus", a.gpus}};
   j["peak_flops_per_s"] = a.peak_flops_per_s;
   j["params"] = a.params;
+  j["active_params"] = a.active_params;
   j["computation_flops"] = a.computation_flops;
   j["memory_bytes"] = {{"model_states", a.model_state_bytes},
                        {"act_ckpt", a.act_ckpt_bytes_per_gpu},
@@ -93,25 +96,34 @@ std::string analysis_text(const Analysis& a, const HardwareProfile& p, const Thr
   o << "training bsz " << format_g(a.config.bsz) << " per GPU, ci " << a.config.ci << ", achievable peak "
     << format_flops_rate(a.peak_flops_per_s) << " at hidden " << m.hidden << "\n\n";
 
+  // The paper's GPT gets its equations; any other kind the same quantities from its operators.
+  const bool gpt = m.paper_gpt();
+  auto eq = [&](const char* paper, const char* other) { return std::string(gpt ? paper : other); };
+  if (!gpt) o << "kind     " << m.kind_words() << ": the paper's quantities from the operator graph\n\n";
+  std::string params = format_count_words(a.params);
+  if (a.active_params < a.params) params += " (" + format_count_words(a.active_params) + " active)";
   o << "memory (paper Sec. 3)\n";
   o << render_table({
       {"quantity", "value", "equation"},
-      {"parameters", format_count_words(a.params), "Eq. 1   12*nl*hd^2"},
-      {"model states", format_bytes(a.model_state_bytes), "Eq. 2   240*nl*hd^2"},
+      {"parameters", params, eq("Eq. 1   12*nl*hd^2", "graph   every parameter (active: a token's experts)")},
+      {"model states", format_bytes(a.model_state_bytes), eq("Eq. 2   240*nl*hd^2", "Eq. 2   20 B x params")},
       {"activation checkpoints, one GPU", format_bytes(a.act_ckpt_bytes_per_gpu), "Eq. 3   2*bsz*seq*hd*nl/ci"},
       {"activation checkpoints, " + std::to_string(a.gpus) + " GPUs", format_bytes(a.act_ckpt_bytes_total),
        "Eq. 3   at bsz x GPUs"},
-      {"model state working memory (MSWM)", format_bytes(a.mswm_bytes), "Eq. 4   4*hd*4hd"},
-      {"activation working memory (AWM)", format_bytes(a.awm_bytes), "Eq. 5   bsz*seq*ci*(16*hd+2*heads*seq)"},
+      {"model state working memory (MSWM)", format_bytes(a.mswm_bytes),
+       eq("Eq. 4   4*hd*4hd", "Eq. 4   4 B x largest linear layer (one expert)")},
+      {"activation working memory (AWM)", format_bytes(a.awm_bytes),
+       eq("Eq. 5   bsz*seq*ci*(16*hd+2*heads*seq)", "Eq. 5   bsz*seq*ci*(2 B x fc1+act outputs + 2*heads*seq)")},
       {"computation per GPU per iteration", format_sig(a.computation_flops / 1e15) + " PFLOP",
-       "Eq. 7-8 2*4*bsz*seq*params"},
+       eq("Eq. 7-8 2*4*bsz*seq*params", "Eq. 7-8 2*4*bsz*seq*active params")},
   });
   o << "\narithmetic intensity, flop per byte (paper Sec. 4.1)\n";
   o << render_table({
       {"state", "AIT", "equation"},
-      {"parameters and gradients", format_g(a.ait_param_grad), "Eq. 9   seq*bsz"},
-      {"optimizer states", format_g(a.ait_optimizer), "Eq. 10  seq*bsz/4"},
-      {"activation checkpoints", format_g(a.ait_act_ckpt), "Eq. 11  24*hd*ci"},
+      {"parameters and gradients", format_g(a.ait_param_grad), eq("Eq. 9   seq*bsz", "Eq. 9   seq*bsz x active/all weights")},
+      {"optimizer states", format_g(a.ait_optimizer), eq("Eq. 10  seq*bsz/4", "Eq. 10  seq*bsz/4 x active/all weights")},
+      {"activation checkpoints", format_g(a.ait_act_ckpt),
+       eq("Eq. 11  24*hd*ci", "Eq. 11  2*ci x a block's active linear weights / hd")},
   });
   o << "\nefficiency if only this state moves, without overlap (Eq. 6: ait*bw / (ait*bw + peak))\n";
   std::vector<std::vector<std::string>> rows = {{"state", "tier", "bandwidth", "efficiency", "bandwidth basis"}};

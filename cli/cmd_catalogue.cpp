@@ -13,18 +13,33 @@ namespace memwall::cli {
 
 Command add_models(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* sub = app.add_subcommand("models", "List the built-in model catalogue (every model the paper names)");
+  CLI::App* sub = app.add_subcommand("models", "List the built-in model catalogue: every model the paper names and today's published ones\n(params: every parameter, embeddings included; Eq. 1: 12 x layers x hidden^2, the paper's count)");
   sub->add_flag("--json", *json, "JSON output");
   return {sub, [json]() {
             nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-            std::vector<std::vector<std::string>> t = {{"name", "params", "layers", "hidden", "heads", "source"}};
+            std::vector<std::vector<std::string>> t = {
+                {"name", "params", "Eq. 1", "published", "layers", "hidden", "heads", "seq", "kind", "source"}};
             for (const auto& e : model_catalogue()) {
               const ModelSpec& m = e.spec;
-              double params = params_eq1(m.layers, m.hidden);
-              t.push_back({m.name, format_count(params), std::to_string(m.layers), std::to_string(m.hidden),
-                           std::to_string(m.heads), m.source});
-              rows.push_back({{"name", m.name}, {"params", params}, {"layers", m.layers}, {"hidden", m.hidden},
-                              {"heads", m.heads}, {"seq", m.seq}, {"source", m.source}, {"note", m.note}});
+              const double params = model_param_count(m), active = active_param_count(m);
+              std::string count = format_count(params), published = "";
+              if (m.is_moe()) count += " (" + format_count(active) + " active)";
+              if (e.published_params > 0) {
+                published = format_count(e.published_params);
+                if (e.published_active_params > 0) published += " (" + format_count(e.published_active_params) + ")";
+              }
+              const std::string kind = m.paper_gpt() ? "GPT" : m.kind_words();
+              const std::string eq1 = m.paper_gpt() ? format_count(params_eq1(m.layers, m.hidden)) : "";
+              t.push_back({m.name, count, eq1, published, std::to_string(m.layers), std::to_string(m.hidden),
+                           std::to_string(m.heads), std::to_string(m.seq), kind, m.source});
+              nlohmann::ordered_json row = {{"name", m.name},     {"params", params},   {"active_params", active},
+                                            {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads},
+                                            {"kv_heads", m.kv()}, {"seq", m.seq},       {"vocab", m.vocab},
+                                            {"kind", kind},       {"source", m.source}, {"note", m.note}};
+              if (m.paper_gpt()) row["params_eq1"] = params_eq1(m.layers, m.hidden);
+              if (e.published_params > 0) row["published_params"] = e.published_params;
+              if (e.published_active_params > 0) row["published_active_params"] = e.published_active_params;
+              rows.push_back(std::move(row));
             }
             write_output("", *json ? rows.dump(2) + "\n" : render_table(t, 0));
             return 0;

@@ -255,7 +255,7 @@ int run_plan(const PlanFlags& f) {
   const Recommendation rec = recommend(m, p, space, fixes, so, sizes);
   const SearchResult& r = rec.result();
   const std::string head = m.name + " (" + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) +
-                           ", " + format_count(params_eq1(m.layers, m.hidden)) + " params) on " + p.name + " (" +
+                           ", " + format_count(model_param_count(m)) + " params) on " + p.name + " (" +
                            std::to_string(p.total_gpus()) + " GPUs, " + std::to_string(p.nodes) + " node(s))" +
                            (target == "deepspeed"  ? ", for DeepSpeed (only what it runs as planned)"
                             : target == "megatron" ? ", for Megatron-LM (only what it runs)"

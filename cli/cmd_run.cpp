@@ -67,6 +67,9 @@ Command add_run(CLI::App& app) {
       "time hidden behind compute and peak bytes per tier.\n"
       "Planned and simulated but not executed, so refused with the reason: tensor slicing (--mp > 1),\n"
       "pipeline stages (--pp > 1), 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
+      "The executor trains the paper's GPT block (multi-head attention, GeLU, LayerNorm, learned positions, tied\n"
+      "embeddings): a plan of another kind (grouped-query attention, SwiGLU, RMSNorm, rotary, untied, mixture of\n"
+      "experts) is refused with what it has, though plan and simulate handle it.\n"
       "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
       "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
       "  memwall run --plan p.yaml --nvme-dir /tmp/swap");

@@ -77,6 +77,11 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     if (sub.count("--gpus") == 0 && peek->gpus > 0) pf.gpus = peek->gpus / std::max(1, peek->nodes);
     profile = pf.load();
     planner::Plan plan = take(planner::load_plan(in.plan, &profile));
+    if (!plan.model.paper_gpt())
+      throw UsageError(in.plan + ": model: the executor trains the paper's GPT block (multi-head attention, GeLU "
+                       "feed-forward of 4 x hidden, LayerNorm, learned positions, tied embeddings, biases); this "
+                       "model has " + plan.model.kind_words() + ", which memwall plans and simulates but does not "
+                       "train yet");
     if (plan.model.vocab < 256)
       throw UsageError(in.plan + ": model.vocab: the executor trains a byte-level GPT, which needs 256 tokens, "
                        "got " + std::to_string(plan.model.vocab));

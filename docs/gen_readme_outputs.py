@@ -186,6 +186,33 @@ def block_plan_batch(build):
     return out + [shown(PLAN_3D)] + three_d[chosen:chosen + 5] + ["..."] + three_d[check:check + 1]
 
 
+MODELS_TODAY = ["./build/memwall", "models"]
+PLAN_LLAMA = ["./build/memwall", "plan", "--profile", "dgx-h100", "--model", "llama3-70B", "--seq", "4096",
+              "--global-batch", "64", "--tokens", "1B"]
+PLAN_LLAMA_WS = ["./build/memwall", "plan", "--profile", "workstation", "--model", "llama3-70B", "--seq", "4096",
+                 "--global-batch", "64", "--tokens", "1B"]
+PLAN_MIXTRAL = ["./build/memwall", "plan", "--profile", "dgx-h100", "--model", "mixtral-8x7B", "--global-batch", "256",
+                "--tokens", "1B"]
+
+
+def block_models_today(build):
+    """The catalogue's models published after the paper, beside their published counts."""
+    out = run(MODELS_TODAY, build)
+    first = index_of(out, r"^gpt2-124M")
+    return [shown(MODELS_TODAY)] + out[:1] + ["..."] + out[first:]
+
+
+def block_plan_llama(build):
+    """A Llama-3 70B fine-tune on one DGX-H100 node and on a workstation, and Mixtral 8x7B: the plan
+    and its explanation (the search's milliseconds left out)."""
+    out = []
+    for cmd in (PLAN_LLAMA, PLAN_LLAMA_WS, PLAN_MIXTRAL):
+        plan = run(cmd, build)
+        end = index_of(plan, r"^runners-up:")
+        out += [shown(cmd)] + plan[:end]
+    return out
+
+
 def block_ranks(build):
     with tempfile.TemporaryDirectory(prefix="memwall-readme-") as swap:
         out = run([swap if a == "SWAP" else a for a in RANKS], build, env_extra=MPI_ENV)
@@ -216,6 +243,8 @@ BLOCKS = {
     "plan_run": block_plan_run,
     "plan_batch": block_plan_batch,
     "ranks": block_ranks,
+    "models_today": block_models_today,
+    "plan_llama": block_plan_llama,
     "bad_profile": block_bad_profile,
 }
 TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks", "validate"}

@@ -300,8 +300,8 @@ void MainWindow::refresh() {
   const Session& s = session_;
   model_label_->setStyleSheet("");
   model_label_->setText(QString("%1: %2 parameters (Eq. 1), model states %3 (Eq. 2)")
-                            .arg(q(s.model.name), q(format_count(params_eq1(s.model.layers, s.model.hidden))),
-                                 q(format_bytes(model_state_bytes_eq2(s.model.layers, s.model.hidden)))));
+                            .arg(q(s.model.name), q(format_count(model_param_count(s.model))),
+                                 q(format_bytes(20.0 * model_param_count(s.model)))));
   for (EfficiencyChart* c : charts_) c->set_data(panel_data(s, c->panel()));
   fill_table();
   statusBar()->showMessage(QString("profile %1 (%2), %3 GPUs; model %4; bsz %5, seq %6, ci %7, peak %8")

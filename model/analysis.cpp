@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/operator_graph.hpp"
 #include "model/units.hpp"
 
 namespace memwall {
@@ -15,6 +16,46 @@ double act_ckpt_bytes_eq3(double bsz, long seq, long hd, int nl, int ci) {
 double mswm_bytes_eq4(long hd) { return 4.0 * double(hd) * 4.0 * double(hd); }
 double awm_bytes_eq5(double bsz, long seq, int ci, long hd, int heads, double attention_density) {
   return bsz * double(seq) * ci * (16.0 * double(hd) + 2.0 * heads * double(seq) * attention_density);
+}
+namespace {
+// The graph's param_elems (or active_param_elems) in closed form, without building the graph: the
+// planner asks for it once per candidate (a test holds the two equal).
+double graph_params(const ModelSpec& m, bool active) {
+  double block = 0;
+  for (const BlockParamOp& op : block_param_ops(m))
+    block += active && op.copies > 1 ? op.elems / op.copies * op.active : op.elems;
+  return m.layers * block + embed_param_elems(m, m.seq) + norm_param_elems(m) + head_param_elems(m);
+}
+}  // namespace
+double model_param_count(const ModelSpec& m) { return graph_params(m, false); }
+double active_param_count(const ModelSpec& m) { return graph_params(m, true); }
+double analysis_param_count(const ModelSpec& m, bool active) {
+  return m.paper_gpt() ? params_eq1(m.layers, m.hidden) : graph_params(m, active);
+}
+double mswm_bytes(const ModelSpec& m) {
+  double largest = 0;
+  for (const BlockParamOp& op : block_param_ops(m))
+    if (op.linear) largest = std::max(largest, double(op.in) * double(op.out));
+  return 4.0 * largest;
+}
+double awm_bytes(const ModelSpec& m, double bsz, long seq, int ci, double attention_density) {
+  double ffn = 0;  // fp16 elements per token: fc1's outputs and the activation's
+  for (const BlockParamOp& op : block_param_ops(m))
+    if (op.role == OpRole::fc1) ffn = op.active * (double(op.out) + double(op.out / (m.gated() ? 2 : 1)));
+  return bsz * double(seq) * ci *
+         (2.0 * ffn + 2.0 * m.heads * double(seq) * attention_share(m, seq, attention_density));
+}
+double active_weight_share(const ModelSpec& m) {
+  double all = 0, active = 0;
+  for (const BlockParamOp& op : block_param_ops(m))
+    if (op.linear) {
+      all += op.copies * double(op.in) * double(op.out);
+      active += op.active * double(op.in) * double(op.out);
+    }
+  return all > 0 ? active / all : 1.0;
+}
+double ait_act_ckpt(const ModelSpec& m, int ci) {
+  return 8.0 * active_block_weight_elems(m) * ci / (4.0 * double(m.hidden));
 }
 double onebit_bytes(double bytes, double elem_bytes, double pieces) { return bytes / (8.0 * elem_bytes) + 4.0 * pieces; }
 double onebit_end_to_end(double plain, double compressed, double warmup) {
@@ -68,9 +109,10 @@ std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, con
                                       std::to_string(p.gpus_per_node) + " GPUs active";
   const std::string dps = std::to_string(dp);
 
-  const double ait_pg = ait_param_grad_eq9(c.bsz, c.seq);
-  const double ait_os = ait_optimizer_eq10(c.bsz, c.seq);
-  const double ait_ac = ait_act_ckpt_eq11(m.hidden, c.ci);
+  const double routed = active_weight_share(m);  // 1 for a dense model: Eq. 9-10 as written
+  const double ait_pg = ait_param_grad_eq9(c.bsz, c.seq) * routed;
+  const double ait_os = ait_optimizer_eq10(c.bsz, c.seq) * routed;
+  const double ait_ac = ait_act_ckpt(m, c.ci);
 
   std::vector<StateTierEfficiency> out;
   auto add = [&](AitState s, std::string tier, std::string basis, double bw, double ait) {
@@ -110,16 +152,18 @@ Analysis analyze(const ModelSpec& m, const TrainingConfig& c, const HardwareProf
   a.gpus = gpus > 0 ? gpus : p.total_gpus();
   const int dp = c.dp > 0 ? c.dp : std::max(1, a.gpus / c.mp);
   a.peak_flops_per_s = p.peak_flops_per_s(m.hidden);
-  a.params = params_eq1(m.layers, m.hidden);
-  a.model_state_bytes = model_state_bytes_eq2(m.layers, m.hidden);
+  a.params = analysis_param_count(m);
+  a.active_params = analysis_param_count(m, true);
+  a.model_state_bytes = m.paper_gpt() ? model_state_bytes_eq2(m.layers, m.hidden) : 20.0 * a.params;
   a.act_ckpt_bytes_per_gpu = act_ckpt_bytes_eq3(c.bsz, c.seq, m.hidden, m.layers, c.ci);
   a.act_ckpt_bytes_total = act_ckpt_bytes_eq3(c.bsz * dp, c.seq, m.hidden, m.layers, c.ci);
-  a.mswm_bytes = mswm_bytes_eq4(m.hidden);
-  a.awm_bytes = awm_bytes_eq5(c.bsz, c.seq, c.ci, m.hidden, m.heads);
-  a.computation_flops = computation_flops_eq7(c.bsz, c.seq, a.params);
-  a.ait_param_grad = ait_param_grad_eq9(c.bsz, c.seq);
-  a.ait_optimizer = ait_optimizer_eq10(c.bsz, c.seq);
-  a.ait_act_ckpt = ait_act_ckpt_eq11(m.hidden, c.ci);
+  a.mswm_bytes = mswm_bytes(m);
+  a.awm_bytes = awm_bytes(m, c.bsz, c.seq, c.ci);
+  a.computation_flops = computation_flops_eq7(c.bsz, c.seq, a.active_params);
+  const double share = active_weight_share(m);
+  a.ait_param_grad = ait_param_grad_eq9(c.bsz, c.seq) * share;
+  a.ait_optimizer = ait_optimizer_eq10(c.bsz, c.seq) * share;
+  a.ait_act_ckpt = ait_act_ckpt(m, c.ci);
   a.efficiencies = tier_efficiencies(p, m, c, dp);
 
   const int nodes_used = std::max(1, (a.gpus + p.gpus_per_node - 1) / p.gpus_per_node);

@@ -30,6 +30,28 @@ double efficiency_eq6(double ait, double bw_Bps, double peak_flops_per_s);     /
 // Eq. 6 solved for bandwidth: what `bw` gives `efficiency` (0 < efficiency < 1).
 double bandwidth_for_efficiency(double ait, double efficiency, double peak_flops_per_s);
 
+// ---- The same quantities for any ModelSpec, from its operators (model/operator_graph.hpp) ----
+// Each equals its equation above for the paper's GPT (ModelSpec::paper_gpt) and is tested so.
+// Every parameter (embeddings, norms and biases included: the graph's param_elems in closed form,
+// and what model authors publish); active: those a token passes through (a mixture of experts
+// routes each token to some experts only). Analysis::params is Eq. 1 for the paper's GPT and this
+// count for any other kind (today's models keep a large share in untied embeddings).
+double model_param_count(const ModelSpec& m);
+double active_param_count(const ModelSpec& m);
+// What the closed-form analysis (Analysis::params, the planner's estimate_time) counts: Eq. 1 for
+// the paper's GPT, model_param_count (active_param_count) for any other kind.
+double analysis_param_count(const ModelSpec& m, bool active = false);
+// Eq. 4 generalised: fp32 gradients of the largest linear layer (one expert's), 4 B x in x out.
+double mswm_bytes(const ModelSpec& m);
+// Eq. 5 generalised: per token and block, the feed-forward's fp16 intermediates (fc1's outputs and
+// the activation's, for each active expert) plus the fp16 score rows of every query head.
+double awm_bytes(const ModelSpec& m, double bsz, long seq, int ci, double attention_density = 1);
+// Eq. 9-11 generalised: compute counts the weights a token passes through (active experts), the
+// bytes every weight; for a dense model the share is 1 and Eq. 9-10 are unchanged. Eq. 11:
+// 8 x a block's active linear weights per token over 4·hd checkpoint bytes (written, read) per ci.
+double active_weight_share(const ModelSpec& m);
+double ait_act_ckpt(const ModelSpec& m, int ci);
+
 // ---- 1-bit Adam (seed 004) ----
 // Error feedback: one fp32 per parameter of a rank's optimizer shard, kept beside optim32.
 inline constexpr double kOnebitErrorBytes = 4;
@@ -80,8 +102,9 @@ struct Analysis {
   std::string profile_name;
   int gpus = 0;                  // GPUs the analysis assumes (data-parallel degree x mp)
   double peak_flops_per_s = 0;   // achievable peak for this hidden size
-  double params = 0;             // Eq. 1
-  double model_state_bytes = 0;  // Eq. 2
+  double params = 0;             // Eq. 1 (model_param_count: every parameter beyond the paper's GPT)
+  double active_params = 0;      // per token (a mixture of experts' routed share); = params when dense
+  double model_state_bytes = 0;  // Eq. 2: 20 B per parameter
   double act_ckpt_bytes_per_gpu = 0;  // Eq. 3 at the micro-batch of one GPU
   double act_ckpt_bytes_total = 0;    // Eq. 3 over every data-parallel GPU's micro-batch
   double mswm_bytes = 0;         // Eq. 4

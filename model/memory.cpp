@@ -26,23 +26,6 @@ struct Group {
   int whole = 0;          // partitioned checkpoints all-gathered whole for this segment's recompute
 };
 
-// The operators of a transformer block that own parameters, in forward order, with their elements
-// (weights and biases) before tensor slicing; LayerNorms are replicated, the rest sliced by mp.
-struct BlockOp {
-  const char* name;
-  OpRole role;
-  double elems;
-  bool linear;
-};
-std::array<BlockOp, 6> block_ops(double C) {
-  return {{{"ln1", OpRole::ln1, 2 * C, false},
-           {"qkv", OpRole::qkv, C * 3 * C + 3 * C, true},
-           {"proj", OpRole::proj, C * C + C, true},
-           {"ln2", OpRole::ln2, 2 * C, false},
-           {"fc1", OpRole::fc1, C * 4 * C + 4 * C, true},
-           {"fc2", OpRole::fc2, 4 * C * C + C, true}}};
-}
-
 std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
   std::string out = to_string(s);
   if (!sp.partitioned) return out + " (whole copy)";
@@ -58,18 +41,21 @@ template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
-  const double C = double(m.hidden), mp = std::max(1, c.mp);
+  const double mp = std::max(1, c.mp);
   const int t = std::max(1, c.tiling_factor);
-  // the token and position embeddings (the LM head's weight is the token embedding's: tied)
-  if (stage == 0 || stage == pp - 1) f(OpRole::embed, -1, -1, (double(m.vocab) + double(c.seq)) * C / mp);
+  // the token (and learned position) embeddings; a tied LM head's weight is the token embedding's,
+  // on the last stage too
+  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings)) f(OpRole::embed, -1, -1, embed_param_elems(m, c.seq) / mp);
+  const std::vector<BlockParamOp> ops = block_param_ops(m);
   for (int b = sb.first; b < sb.last; ++b)
-    for (const BlockOp& op : block_ops(C)) {
+    for (const BlockParamOp& op : ops) {
       if (!op.linear) f(op.role, b, -1, op.elems);
       else if (t == 1) f(op.role, b, -1, op.elems / mp);
       else
         for (int k = 0; k < t; ++k) f(op.role, b, k, op.elems / mp / t);
     }
-  if (stage == pp - 1) f(OpRole::ln_f, -1, -1, 2 * C);
+  if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m));
+  if (stage == pp - 1 && !m.tied_embeddings) f(OpRole::lm_head, -1, -1, head_param_elems(m) / mp);
 }
 // The broadcast variant's owner of the unit [at, at + elems) of `total` elements.
 int unit_owner(double at, double elems, double total, int dp) {
@@ -150,7 +136,7 @@ double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl
 
 namespace {
 // kept_param_elems without naming the units unless the broadcast variant needs them: the sum of
-// param_units' elements in closed form (a block: two LayerNorms whole, 12hd^2 + 9hd sliced by mp).
+// param_units' elements in closed form (a block: its norms whole, its linear layers sliced by mp).
 double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const Placement& pl,
                   const StatePlacement& sp, int rank) {
   const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
@@ -164,10 +150,12 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
     return mine;
   }
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
-  const double C = double(m.hidden), mp = std::max(1, c.mp);
-  double n = (sb.last - sb.first) * (4 * C + (12 * C * C + 9 * C) / mp);
-  if (stage == 0 || stage == pp - 1) n += (double(m.vocab) + double(c.seq)) * C / mp;
-  if (stage == pp - 1) n += 2 * C;
+  const double mp = std::max(1, c.mp);
+  double block = 0;
+  for (const BlockParamOp& op : block_param_ops(m)) block += op.linear ? op.elems / mp : op.elems;
+  double n = (sb.last - sb.first) * block;
+  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings)) n += embed_param_elems(m, c.seq) / mp;
+  if (stage == pp - 1) n += norm_param_elems(m) + head_param_elems(m) / mp;
   return sp.partitioned && dp > 1 ? n / dp : n;
 }
 }  // namespace
@@ -295,7 +283,7 @@ struct Derived {
   bool first = true, last = true, broadcast = false;
   double C = 0, whole_ckpt = 0, ckpt = 0;  // Eq. 3 per checkpoint; kept (1/mp when partitioned)
   bool gathered = false, workspace = false, ckpt_gpu = true;
-  double awm_block = 0, embed = 0;
+  double awm_block = 0, embed = 0, head = 0, norm = 0;  // 16-bit bytes: embedding, LM head (the embedding when tied), a norm
   int in_flight = 1, other_ckpts = 0;  // micro-steps a 1F1B stage holds checkpoints of; the others'
   Tier pt = Tier::gpu;
   bool resident = false, fetched = false, grad_buffer = false, tied_pending = false;
@@ -327,8 +315,10 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.gathered = pl.act_ckpt.partitioned && d.mp > 1;
   d.ckpt = d.gathered ? d.whole_ckpt / d.mp : d.whole_ckpt;
   d.workspace = z.workspace_bytes >= 0;
-  d.awm_block = d.workspace ? 0 : awm_bytes_eq5(c.bsz, c.seq, 1, m.hidden, m.heads, c.what_if.attention_density) / d.mp;
-  d.embed = z.param_bytes * (double(m.vocab) + double(c.seq)) * d.C / d.mp;
+  d.awm_block = d.workspace ? 0 : awm_bytes(m, c.bsz, c.seq, 1, c.what_if.attention_density) / d.mp;
+  d.embed = z.param_bytes * embed_param_elems(m, c.seq) / d.mp;
+  d.head = m.tied_embeddings ? d.embed : z.param_bytes * head_param_elems(m) / d.mp;
+  d.norm = z.param_bytes * norm_param_elems(m);
   d.ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
   d.in_flight = d.pp > 1 ? std::min(d.pp - stage, d.ga) : 1;
   d.other_ckpts = (d.in_flight - 1) * d.segments * d.mb;
@@ -339,13 +329,15 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   // the GPU) by its all-gather, `depth - 2` ahead.
   d.lookahead = d.pt != Tier::gpu ? std::max(c.prefetch_depth - 1, 0) : std::max(c.prefetch_depth - 2, 0);
   d.grad_buffer = pl.grad16.tier != Tier::gpu || (pl.grad16.partitioned && d.dp > 1);
-  d.tied_pending = d.grad_buffer && d.first && d.last;  // the embedding's gradient collects over backward
-  for (const BlockOp& op : block_ops(d.C)) {
+  // the tied embedding's gradient collects over backward
+  d.tied_pending = d.grad_buffer && d.first && d.last && m.tied_embeddings;
+  d.groups_per_block = 0;
+  for (const BlockParamOp& op : block_param_ops(m)) {
     const double bytes = z.param_bytes * (op.linear ? op.elems / d.mp : op.elems);
     const int tiles = op.linear ? d.t : 1;
-    d.block_fwd.push_back({bytes / tiles, op.name, 0, tiles});
+    d.block_fwd.push_back({bytes / tiles, to_string(op.role), 0, tiles});
+    d.groups_per_block += tiles;
   }
-  d.groups_per_block = 2 + 4 * d.t;
   // Identical blocks repeat: beyond `keep` blocks from either end of a run of them, more only add
   // moments with fewer checkpoints (or the same) and the same windows, so they are left out
   // (windows still see `keep` blocks of groups ahead, more than the lookahead).
@@ -388,8 +380,8 @@ void forward_list(const Derived& d, std::vector<Group>& list) {
   }
   if (d.last) {
     const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
-    list.push_back({d.z.param_bytes * 2 * d.C, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
-    list.push_back({d.embed, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
+    list.push_back({d.norm, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
+    list.push_back({d.head, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
   }
 }
 
@@ -398,8 +390,8 @@ void forward_list(const Derived& d, std::vector<Group>& list) {
 void backward_list(const Derived& d, std::vector<Group>& list) {
   if (d.last) {
     const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
-    list.push_back({d.embed, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
-    list.push_back({d.z.param_bytes * 2 * d.C, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
+    list.push_back({d.head, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
+    list.push_back({d.norm, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
   }
   auto add_blocks = [&](int b0, int b1, bool reverse, bool backward, int ckpts, double act, bool eval, int whole) {
     for (int i = 0; i < b1 - b0; ++i) {

@@ -26,7 +26,7 @@ std::string checkpoint_name(const Builder& b, int block, int u) { return ckpt_na
 // checkpoint segment: Eq. 5 per block), per micro-batch. Zero with a preallocated workspace.
 double block_activation_bytes(const Shape& sh) {
   if (sh.workspace()) return 0;
-  return awm_bytes_eq5(sh.c.bsz, sh.c.seq, 1, sh.m.hidden, sh.m.heads, sh.c.what_if.attention_density) / sh.c.mp;
+  return awm_bytes(sh.m, sh.c.bsz, sh.c.seq, 1, sh.c.what_if.attention_density) / sh.c.mp;
 }
 
 namespace {

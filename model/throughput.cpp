@@ -3,12 +3,12 @@
 #include <array>
 #include <cmath>
 
+#include "model/analysis.hpp"
 #include "model/operator_graph.hpp"
 #include "model/units.hpp"
 
 namespace memwall {
 
-double model_params(const ModelSpec& m) { return build_gpt_graph(m, 1, m.seq).param_elems(); }
 
 namespace {
 // PaLM's count for `params` parameters (model_params, built once per report: it walks the graph)
@@ -18,9 +18,16 @@ double palm_flops_per_sample(const ModelSpec& m, long seq, double params) {
 }
 }  // namespace
 
-double model_flops_per_sample(const ModelSpec& m, long seq) { return palm_flops_per_sample(m, seq, model_params(m)); }
+namespace {
+// PaLM's N: the parameters a token passes through (a mixture of experts' routed share)
+double flops_params(const ModelSpec& m) {
+  return m.is_moe() ? active_param_count(m) : model_param_count(m);
+}
+}  // namespace
 
-double default_train_tokens(const ModelSpec& m) { return kChinchillaTokensPerParam * model_params(m); }
+double model_flops_per_sample(const ModelSpec& m, long seq) { return palm_flops_per_sample(m, seq, flops_params(m)); }
+
+double default_train_tokens(const ModelSpec& m) { return kChinchillaTokensPerParam * model_param_count(m); }
 
 double gpu_datasheet_peak(std::string_view name) {
   struct Gpu {
@@ -63,13 +70,13 @@ Throughput throughput(const ModelSpec& m, const TrainingConfig& c, const Hardwar
     t.peak_flops_per_s = t.datasheet_peak ? profile.gpu_datasheet_peak_flops_per_s : profile.gpu_peak_flops_per_s;
     t.peak_source = t.datasheet_peak ? "gpu.datasheet_peak" : "gpu.peak";
   }
-  const double params = model_params(m);
+  const double params = model_param_count(m);
   t.train_tokens_default = train_tokens <= 0;
   t.train_tokens = t.train_tokens_default ? kChinchillaTokensPerParam * params : train_tokens;
   if (iteration_s <= 0) return t;
   t.tokens_per_s = t.tokens_per_step / iteration_s;
   t.tokens_per_s_per_gpu = t.tokens_per_s / t.gpus;
-  t.model_flops_per_s_per_gpu = t.samples_per_step * palm_flops_per_sample(m, c.seq, params) / iteration_s / t.gpus;
+  t.model_flops_per_s_per_gpu = t.samples_per_step * palm_flops_per_sample(m, c.seq, m.is_moe() ? flops_params(m) : params) / iteration_s / t.gpus;
   t.hardware_flops_per_s_per_gpu = hardware_flops_per_gpu / iteration_s;
   if (t.peak_flops_per_s > 0) {
     t.mfu = t.model_flops_per_s_per_gpu / t.peak_flops_per_s;

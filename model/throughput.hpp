@@ -14,12 +14,9 @@
 
 namespace memwall {
 
-// Parameters of the model as the operator graph counts them: every weight and bias, the tied
-// embedding once, learned positions included (Eq. 1's 12·nl·hd² plus the embeddings and norms).
-double model_params(const ModelSpec& m);
-
 // Model FLOPs of one sample of `seq` tokens, forward and backward, no recompute (PaLM, Chowdhery et
-// al. 2022, appendix B): seq · (6·N + 12·L·C·seq), N = model_params(m). 12·L·C·seq: the two
+// al. 2022, appendix B): seq · (6·N + 12·L·C·seq), N = model_param_count(m) (model/analysis.hpp:
+// every parameter, the tied embedding once), active_param_count for a mixture of experts. 12·L·C·seq: the two
 // attention products (scores and context), forward and backward, over the full square.
 double model_flops_per_sample(const ModelSpec& m, long seq);
 

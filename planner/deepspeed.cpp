@@ -103,7 +103,7 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
   const double mi = 1 << 20;
   const auto largest = (long long)(std::ceil(std::max(largest_partition_elems(m, c, State::param16),
                                                       largest_partition_elems(m, c, State::optim32)) / mi) * mi);
-  const auto op_elems = (long long)std::ceil(mswm_bytes_eq4(m.hidden) / 4.0 / k.mp / k.tiling_factor);  // fc1 (tile), Eq. 4's operator
+  const auto op_elems = (long long)std::ceil(mswm_bytes(m) / 4.0 / k.mp / k.tiling_factor);  // fc1 (tile), Eq. 4's operator
   nlohmann::ordered_json zero = {{"stage", out.stage}, {"overlap_comm", true}, {"contiguous_gradients", true},
                                  {"reduce_bucket_size", op_elems}};
   if (out.stage == 3) {

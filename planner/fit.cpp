@@ -66,11 +66,11 @@ const LimitCheck& FitReport::binding() const {
   return checks[best];
 }
 
-double embedding_params(const ModelSpec& m) { return double(m.vocab + m.seq) * double(m.hidden); }
+double embedding_params(const ModelSpec& m) { return embed_param_elems(m, m.seq); }
 
 double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s) {
   const TrainingConfig& k = c.config;
-  const double fc1 = mswm_bytes_eq4(m.hidden) / 4.0 / k.mp / k.tiling_factor;  // Eq. 4 is 4 B x (hd x 4hd)
+  const double fc1 = mswm_bytes(m) / 4.0 / k.mp / k.tiling_factor;  // Eq. 4 is 4 B x (hd x 4hd)
   const double embed = double(m.vocab) * double(m.hidden) / k.mp;
   const double whole = std::max(fc1, embed);
   return std::ceil(c.placement.of(s).partitioned ? whole / k.dp : whole);
@@ -124,12 +124,15 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
     // Only the transformer blocks' tensors: memory-centric tiling splits their linear weights
     // (Sec. 5.1.3); the embedding is outside the paper's one-layer experiment (Table 5 counts
     // 12 hd^2 parameters only).
-    const double mswm = mswm_bytes_eq4(m.hidden) / mp / t;
+    const double mswm = mswm_bytes(m) / mp / t;
     LimitCheck big{Resource::gpu_largest_alloc, "per GPU", 0, o.max_alloc_bytes, {}, ""};
     big.parts.push_back({"fc1 weight tile, fp16 (Eq. 4 / 2 / tiling)", mswm / 2});
-    big.parts.push_back({"fc1 output activation, fp16", 2.0 * k.bsz * double(k.seq) * 4.0 * double(m.hidden) / mp});
-    big.parts.push_back({"attention scores, fp16",
-                         2.0 * k.bsz * (m.heads / mp) * double(k.seq) * double(k.seq) * k.what_if.attention_density});
+    double fc1_out = 0;  // fc1's outputs per token (4hd for the paper's GPT; every active expert's)
+    for (const BlockParamOp& op : block_param_ops(m))
+      if (op.role == OpRole::fc1) fc1_out = op.active * double(op.out);
+    big.parts.push_back({"fc1 output activation, fp16", 2.0 * k.bsz * double(k.seq) * fc1_out / mp});
+    big.parts.push_back({"attention scores, fp16", 2.0 * k.bsz * (m.heads / mp) * double(k.seq) * double(k.seq) *
+                                                       attention_share(m, k.seq, k.what_if.attention_density)});
     for (const Part& part : big.parts) big.needed_bytes = std::max(big.needed_bytes, part.bytes);
     r.checks.push_back(std::move(big));
   }
@@ -156,13 +159,15 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum), pp = std::max(1, k.pp);
   const double peak = p.peak_flops_per_s(m.hidden);
   // one micro-step of one GPU without slicing, then of one tensor slice of one pipeline stage
-  const double flops_model = computation_flops_eq7(k.bsz, k.seq, params_eq1(m.layers, m.hidden)) / pp;
+  const double flops_model = computation_flops_eq7(k.bsz, k.seq, analysis_param_count(m, true)) / pp;
   const double flops_gpu = flops_model / mp;
   TimeBreakdown tb;
   tb.compute_s = flops_gpu / peak;
 
-  // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once.
-  const double pg_bytes = flops_gpu / ait_param_grad_eq9(k.bsz, k.seq);
+  // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
+  // of experts moves every expert's for the routed share's FLOPs
+  const double routed = active_weight_share(m);
+  const double pg_bytes = flops_gpu / (ait_param_grad_eq9(k.bsz, k.seq) * routed);
   const bool bcast = pl.fetch == ParamFetch::broadcast && k.dp > 1;
   const char* host_path = bcast ? "cpu-broadcast" : "cpu";
   const double gg = bw_of(eff, AitState::param_grad, "gpu");
@@ -194,16 +199,16 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // Partitioned checkpoints (partition_activations): each slice moves 1/mp of them
   const bool ckpt_sliced = pl.act_ckpt.partitioned && k.mp > 1;
   if (pl.act_ckpt.tier != Tier::gpu)
-    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt_eq11(m.hidden, k.ci) / (ckpt_sliced ? mp : 1),
+    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt(m, k.ci) / (ckpt_sliced ? mp : 1),
                                bw_of(eff, AitState::act_ckpt, to_string(pl.act_ckpt.tier)));
   const double overlapped = tb.param_grad_s + tb.act_ckpt_s;
   const double exposed_fb = k.prefetch_depth > 0 ? std::max(0.0, overlapped - tb.compute_s) : overlapped;
 
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once.
   if (pl.optim32.tier != Tier::gpu) {
-    const double opt_bytes = flops_model / ait_optimizer_eq10(k.bsz, k.seq);
+    const double opt_bytes = flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
     const double traffic = transfer_s(opt_bytes, bw_of(eff, AitState::optimizer, to_string(pl.optim32.tier)));
-    const double adam = params_eq1(m.layers, m.hidden) / (nodes_used(c, p) * p.cpu_adam_params_per_s);
+    const double adam = analysis_param_count(m) / (nodes_used(c, p) * p.cpu_adam_params_per_s);
     tb.optimizer_s = std::max(traffic, adam);
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, host_path));

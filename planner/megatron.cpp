@@ -85,10 +85,28 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   auto num = [](long v) { return std::to_string(v); };
   flag("--num-layers", num(m.layers));
   flag("--hidden-size", num(m.hidden));
-  flag("--ffn-hidden-size", num(4 * m.hidden));  // the paper's GPT: a 4 x hidden GeLU feed-forward
+  flag("--ffn-hidden-size", num(m.ffn_size()));  // the paper's GPT: a 4 x hidden GeLU feed-forward
   flag("--num-attention-heads", num(m.heads));
   flag("--seq-length", num(m.seq));
   flag("--max-position-embeddings", num(m.seq));
+  // the model's kind, as Megatron-LM's arguments name it
+  if (m.kv() != m.heads) {
+    flag("--group-query-attention");
+    flag("--num-query-groups", num(m.kv()));
+  }
+  if (m.ffn == FfnKind::swiglu) flag("--swiglu");
+  if (m.norm == NormKind::rmsnorm) flag("--normalization", "RMSNorm");
+  if (m.positions == PositionKind::rotary) flag("--position-embedding-type", "rope");
+  if (!m.tied_embeddings) flag("--untie-embeddings-and-output-weights");
+  if (m.bias == BiasKind::none || m.bias == BiasKind::qkv) flag("--disable-bias-linear");
+  if (m.bias == BiasKind::qkv) flag("--add-qkv-bias");
+  if (m.is_moe()) {
+    flag("--num-experts", num(m.moe.experts));
+    flag("--moe-router-topk", num(m.moe.experts_per_token));
+    flag("--moe-ffn-hidden-size", num(m.moe.expert_intermediate));
+    if (m.moe.shared_experts > 0)
+      flag("--moe-shared-expert-intermediate-size", num(long(m.moe.shared_experts) * m.moe.expert_intermediate));
+  }
   flag("--tensor-model-parallel-size", num(k.mp));
   flag("--pipeline-model-parallel-size", num(k.pp));
   flag("--micro-batch-size", num(micro));
@@ -123,11 +141,26 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   if (k.mp > 1) out.env.push_back("CUDA_DEVICE_MAX_CONNECTIONS=1");
 
   // What Megatron-LM does differently from the plan.
+  if (m.ffn == FfnKind::geglu)
+    out.differences.push_back("feed-forward: the model's GeGLU has no Megatron-LM argument (--swiglu is SiLU-gated): "
+                              "the command trains an ungated GeLU feed-forward of the same size (a third fewer "
+                              "feed-forward parameters than planned); set gated_linear_unit with a GeLU in your model code");
+  if (m.bias == BiasKind::attention)
+    out.differences.push_back("biases: the model has them in attention only; Megatron-LM's --disable-bias-linear "
+                              "removes all or none, so the command keeps them everywhere (the MLP's too)");
+  if (m.attention_window > 0)
+    out.differences.push_back("attention: the plan's sliding window of " + num(m.attention_window) +
+                              " keys is not exported; Megatron-LM attends over the whole sequence (more attention FLOPs "
+                              "and score memory than planned)");
+  if (m.is_moe())
+    out.differences.push_back("experts: the plan partitions every expert's parameters over the data-parallel ranks "
+                              "like the rest; Megatron-LM keeps them whole per rank unless --expert-model-parallel-size "
+                              "splits the experts (memwall does not plan expert parallelism yet)");
   if (pl.grad16.partitioned)
     out.differences.push_back("gradients: the plan partitions them over the " + std::to_string(k.dp) +
                               " data-parallel ranks; Megatron-LM keeps a whole gradient buffer per rank (its "
                               "distributed optimizer reduce-scatters it), so each GPU holds " +
-                              format_bytes(2.0 * params_eq1(m.layers, m.hidden) / k.mp / k.pp * (1 - 1.0 / k.dp)) +
+                              format_bytes(2.0 * model_param_count(m) / k.mp / k.pp * (1 - 1.0 / k.dp)) +
                               " more than planned");
   if (pl.grad16.tier == Tier::cpu)
     out.differences.push_back("gradients: the plan keeps them in CPU memory; Megatron-LM's gradient buffer stays on "

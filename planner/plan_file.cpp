@@ -29,16 +29,10 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
     r.fail(root["objective"], "objective", "expected throughput or max-model, got \"" + plan.objective + "\"");
 
   YAML::Node mn = r.section(root, "", "model");
-  r.only_keys(mn, "model", {"name", "layers", "hidden", "heads", "seq", "vocab"});
   ModelSpec& m = plan.model;
   m.name = r.text_or(mn, "model", "name", "custom");
   m.source = r.source();
-  m.layers = int(r.integer(mn, "model", "layers", 1, kMaxLayers));
-  m.hidden = r.hidden(mn, "model", "hidden");
-  m.heads = int(r.integer(mn, "model", "heads", 1, kMaxHeads));
-  m.seq = r.integer_or(mn, "model", "seq", 1, kMaxSeq, 1024);
-  m.vocab = r.integer_or(mn, "model", "vocab", 1, kMaxVocab, 50257);
-  if (m.hidden % m.heads != 0) r.fail(mn["heads"], "model.heads", "expected a divisor of hidden " + std::to_string(m.hidden));
+  read_model_fields(r, mn, "model", m);
 
   YAML::Node pn = r.section(root, "", "placement");
   r.only_keys(pn, "placement", {"name", "fetch", "param16", "grad16", "optim32", "act_ckpt"});
@@ -166,12 +160,7 @@ std::string plan_yaml(const Plan& plan) {
     << "gpus: " << plan.gpus << "              # dp x mp x pp\n"
     << "objective: " << plan.objective << "\n"
     << "model:\n"
-    << "  name: " << m.name << "\n"
-    << "  layers: " << m.layers << "\n"
-    << "  hidden: " << m.hidden << "\n"
-    << "  heads: " << m.heads << "\n"
-    << "  seq: " << m.seq << "\n"
-    << "  vocab: " << m.vocab << "\n"
+    << model_yaml(m, "  ")
     << "placement:\n"
     << "  name: " << pl.name << "\n"
     << "  fetch: " << (pl.fetch == ParamFetch::broadcast ? "broadcast" : "allgather") << "\n";

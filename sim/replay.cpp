@@ -390,9 +390,10 @@ class Replayer {
     // are thinner GEMMs than the whole layer, at their own rate
     if (c.kind == OpKind::linear && !p_.gemm.empty()) {
       const TrainingConfig& k = sched_->config;
-      const GemmShape g = linear_gemm_shape(c.role, sched_->model.hidden, long(k.bsz) * k.seq, k.mp,
+      const GemmShape g = linear_gemm_shape(sched_->model, c.role, long(k.bsz) * k.seq, k.mp,
                                             st.tile >= 0 ? k.tiling_factor : 1);
-      if (const double rate = p_.gemm_rate(g.m, g.n, g.k); rate > 0) return st.flops / rate * peak_;
+      if (const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p_.gemm_rate(g.m, g.n, g.k) : 0; rate > 0)
+        return st.flops / rate * peak_;
     }
     if (const KernelRate* k = p_.kernel(to_string(c.kind)))
       return (k->flops_per_s > 0 ? st.flops / k->flops_per_s : bytes / k->bytes_per_s) * peak_;

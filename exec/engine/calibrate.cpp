@@ -244,14 +244,15 @@ std::vector<KernelRate> kernel_rates(const std::map<memwall::OpKind, KindTotals>
 // gpu.gemm: each linear layer's GEMM shape (its tiles' when tiled) and the rate of its forward and
 // backward together, its tiles' times summed.
 std::vector<GemmPoint> gemm_points(const std::vector<OpTime>& times, const GptConfig& cfg, int B, int T, int tiles) {
-  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(cfg), B, T);
+  const ModelSpec spec = gpt_model_spec(cfg);
+  const OperatorGraph graph = build_gpt_graph(spec, B, T);
   std::map<std::string, double> seconds;
   for (const OpTime& t : times) seconds[t.name] += t.fwd_s + t.bwd_s;
   std::vector<GemmPoint> out;
   for (size_t v : graph.order) {
     const Operator& op = graph.op(v);
     if (op.kind != memwall::OpKind::linear || seconds[op.name] <= 0) continue;
-    const GemmShape g = linear_gemm_shape(op.role, cfg.hidden, long(B) * T, 1, tiles);
+    const GemmShape g = linear_gemm_shape(spec, op.role, long(B) * T, 1, tiles);
     out.push_back({g.m, g.n, g.k, (op.fwd_flops + op.bwd_flops) / seconds[op.name]});
   }
   return out;

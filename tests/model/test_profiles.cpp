@@ -200,15 +200,16 @@ TEST(Profiles, GemmRateIsTheNearestMeasuredShape) {
   EXPECT_EQ(load_profile("dgx2")->gemm_rate(512, 256, 256), 0);  // none measured
   // the shapes: tiling splits a layer's outputs, tensor slicing the columns of qkv and fc1 and the
   // rows of proj and fc2
-  const GemmShape fc1 = linear_gemm_shape(OpRole::fc1, 1024, 2048, 2, 4);
+  const ModelSpec gpt_shape = *model_from_shape(2, 1024, 16);
+  const GemmShape fc1 = linear_gemm_shape(gpt_shape, OpRole::fc1, 2048, 2, 4);
   EXPECT_EQ(fc1.m, 2048);
   EXPECT_EQ(fc1.n, 4 * 1024 / 2 / 4);
   EXPECT_EQ(fc1.k, 1024);
-  const GemmShape fc2 = linear_gemm_shape(OpRole::fc2, 1024, 2048, 2, 4);
+  const GemmShape fc2 = linear_gemm_shape(gpt_shape, OpRole::fc2, 2048, 2, 4);
   EXPECT_EQ(fc2.n, 1024 / 4);
   EXPECT_EQ(fc2.k, 4 * 1024 / 2);
-  EXPECT_EQ(linear_gemm_shape(OpRole::qkv, 1024, 8).n, 3 * 1024);
-  EXPECT_EQ(linear_gemm_shape(OpRole::gelu, 1024, 8).m, 0);
+  EXPECT_EQ(linear_gemm_shape(gpt_shape, OpRole::qkv, 8).n, 3 * 1024);
+  EXPECT_EQ(linear_gemm_shape(gpt_shape, OpRole::gelu, 8).m, 0);
 }
 
 TEST(Profiles, KernelRatesKeepTheirDimension) {

@@ -18,7 +18,7 @@ namespace {
 // tokens, tied embedding: 124,439,808 parameters (Hugging Face's GPT2LMHeadModel.num_parameters()).
 TEST(Throughput, ParamsOfGpt2SmallArePublished) {
   const ModelSpec m = *model_from_shape(12, 768, 12, 1024, 50257);
-  EXPECT_DOUBLE_EQ(model_params(m), 124439808.0);
+  EXPECT_DOUBLE_EQ(model_param_count(m), 124439808.0);
 }
 
 // PaLM's 6N + 12 L C T per token, and the operator graph's own forward and backward FLOPs of the
@@ -26,7 +26,7 @@ TEST(Throughput, ParamsOfGpt2SmallArePublished) {
 // parameters without a product (biases, norms, positions), which 6N counts and the graph does not.
 TEST(Throughput, ModelFlopsAreThePalmCountAndTheGraphsProducts) {
   const ModelSpec m = *model_from_shape(24, 2048, 16, 2048, 50257);
-  const double N = model_params(m), T = 2048, L = 24, C = 2048;
+  const double N = model_param_count(m), T = 2048, L = 24, C = 2048;
   EXPECT_DOUBLE_EQ(model_flops_per_sample(m, 2048), T * (6 * N + 12 * L * C * T));
   const OperatorGraph g = build_gpt_graph(m, 1, 2048);
   double products = 0;
@@ -79,7 +79,7 @@ TEST(Throughput, MetricsOfAStepFollowTheirDefinitions) {
   // no tokens named: 20 per parameter
   const Throughput d = throughput(m, c, p, 12.5, hw);
   EXPECT_TRUE(d.train_tokens_default);
-  EXPECT_DOUBLE_EQ(d.train_tokens, 20 * model_params(m));
+  EXPECT_DOUBLE_EQ(d.train_tokens, 20 * model_param_count(m));
 }
 
 TEST(Throughput, WithoutADatasheetPeakMfuUsesTheAchievablePeakAndSaysSo) {

@@ -65,6 +65,20 @@ const std::map<std::string, ArgSpec> kFlags = {
     {"--clip-grad", {ArgKind::number}},                      // args:2615
     {"--log-interval", {ArgKind::integer}},                  // TRC:247
     {"--eval-iters", {ArgKind::integer}},                    // TRC:115
+    // the model's kind (issue 27)
+    {"--group-query-attention", {ArgKind::flag}},            // args:2382
+    {"--num-query-groups", {ArgKind::integer}},              // TC:175
+    {"--swiglu", {ArgKind::flag}},                           // args:2450
+    {"--normalization", {ArgKind::choice, {"LayerNorm", "RMSNorm"}}},  // TC:256
+    {"--position-embedding-type",
+     {ArgKind::choice, {"learned_absolute", "rope", "yarn", "mrope", "relative", "none"}}},  // args:2397
+    {"--untie-embeddings-and-output-weights", {ArgKind::flag}},  // args:2460
+    {"--disable-bias-linear", {ArgKind::flag}},              // TC:212
+    {"--add-qkv-bias", {ArgKind::flag}},                     // TC:218
+    {"--num-experts", {ArgKind::integer}},                   // args:3518
+    {"--moe-router-topk", {ArgKind::integer}},               // TC:760
+    {"--moe-ffn-hidden-size", {ArgKind::integer}},           // TC:740
+    {"--moe-shared-expert-intermediate-size", {ArgKind::integer}},  // TC:701
 };
 
 // The flags as argparse would read them: name -> value ("" for store_true), or the problems.
@@ -121,6 +135,26 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
   if (n("--num-attention-heads") % tp != 0) bad.push_back("heads not divisible by tp (TC:1446-1450)");
   if (n("--hidden-size") % n("--num-attention-heads") != 0) bad.push_back("hidden not divisible by heads (args:1331)");
   if (n("--max-position-embeddings") < n("--seq-length")) bad.push_back("max positions below seq (args:1353-1356)");
+  // the model Megatron-LM builds is the planned one
+  if (n("--ffn-hidden-size") != m.ffn_size()) bad.push_back("ffn-hidden-size is not the model's");
+  const long groups = has("--group-query-attention") ? n("--num-query-groups") : n("--num-attention-heads");
+  if (groups != m.kv()) bad.push_back("query groups are not the model's KV heads");
+  if (groups % tp != 0 && tp % groups != 0) bad.push_back("query groups neither a multiple nor a divisor of tp (TC:1460-1466)");
+  if (has("--swiglu") != (m.ffn == FfnKind::swiglu)) bad.push_back("--swiglu is not the model's feed-forward");
+  if ((a.count("--normalization") && a.at("--normalization") == "RMSNorm") != (m.norm == NormKind::rmsnorm))
+    bad.push_back("normalization is not the model's");
+  if ((a.count("--position-embedding-type") && a.at("--position-embedding-type") == "rope") !=
+      (m.positions == PositionKind::rotary))
+    bad.push_back("position embedding is not the model's");
+  if (has("--untie-embeddings-and-output-weights") == m.tied_embeddings) bad.push_back("embedding tying is not the model's");
+  // add_bias_linear keeps every bias, add_qkv_bias with it set (args:1608-1610)
+  const bool all_bias = !has("--disable-bias-linear"), qkv_bias = all_bias || has("--add-qkv-bias");
+  if (all_bias != (m.bias == BiasKind::all || m.bias == BiasKind::attention) || qkv_bias != (m.bias != BiasKind::none))
+    bad.push_back("biases are not the model's");
+  if (has("--num-experts") != m.is_moe()) bad.push_back("experts are not the model's");
+  if (m.is_moe() && (n("--num-experts") != m.moe.experts || n("--moe-router-topk") != m.moe.experts_per_token ||
+                     n("--moe-ffn-hidden-size") != m.moe.expert_intermediate))
+    bad.push_back("experts, top-k or expert size are not the model's");
   if (has("--bf16") == has("--fp16")) bad.push_back("exactly one of --bf16 and --fp16 (args:1195-1205)");
   if (has("--recompute-granularity") && a.at("--recompute-granularity") == "full") {  // TC:1908-1925
     if (!has("--recompute-method")) bad.push_back("full recompute without a method");
@@ -148,7 +182,7 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
 TEST(Megatron, EveryExportedFlagIsOneMegatronParses) {
   const HardwareProfile p = *load_profile("dgx2");
   int exported = 0, refused = 0;
-  for (const char* model : {"table1-10B", "table4-13B", "table1-50B"}) {
+  for (const char* model : {"table1-10B", "table4-13B", "table1-50B", "llama3-8B", "qwen2-72B", "mixtral-8x7B"}) {
     const ModelSpec m = *load_model(model);
     for (const std::string& name : preset_names()) {
       const Placement pl = *preset(name);

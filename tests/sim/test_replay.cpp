@@ -257,7 +257,7 @@ TEST(Replay, TiledLinearLayersRunAtTheirTilesRate) {
   const long tokens = 4 * 256;
   for (OpRole role : {OpRole::qkv, OpRole::proj, OpRole::fc1, OpRole::fc2})
     for (int tiles : {1, 2}) {  // (at tiling 4 an fc1 tile is proj's shape)
-      const GemmShape g = linear_gemm_shape(role, 1024, tokens, 1, tiles);
+      const GemmShape g = linear_gemm_shape(m, role, tokens, 1, tiles);
       q.gemm.push_back({g.m, g.n, g.k, tiles == 1 ? p.gpu_peak_flops_per_s : p.gpu_peak_flops_per_s / 2});
     }
   EXPECT_NEAR(iteration(q, 1) / untiled, 1.0, 1e-6);  // whole layers measured at the peak

@@ -1,0 +1,281 @@
+// Today's model kinds (grouped-query attention, gated feed-forward, RMSNorm, rotary positions,
+// untied embeddings, mixture of experts) against their references: the parameter counts model
+// authors publish, the closed forms of each kind, the paper's Eq. 1-11 as the special case of the
+// paper's GPT, and Hugging Face config.json files written from the published ones.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "model/analysis.hpp"
+#include "model/memory.hpp"
+#include "model/model_spec.hpp"
+#include "model/operator_graph.hpp"
+#include "model/schedule.hpp"
+#include "model/throughput.hpp"
+
+namespace memwall {
+namespace {
+
+std::string config_path(const std::string& file) {
+  return std::string(MEMWALL_SOURCE_DIR) + "/tests/model/hf_configs/" + file;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const Operator& op_named(const OperatorGraph& g, const std::string& name) {
+  for (size_t v : g.order)
+    if (g.op(v).name == name) return g.op(v);
+  throw std::runtime_error("no operator " + name);
+}
+
+// Every catalogue model with a published count is within 0.5 % of it (and its active count too);
+// the counts walk the graph, so the graph's operators are what is checked.
+TEST(ModelKinds, CatalogueCountsAreThePublishedOnes) {
+  int checked = 0;
+  for (const CatalogueEntry& e : model_catalogue()) {
+    if (e.published_params <= 0) continue;
+    const OperatorGraph g = build_gpt_graph(e.spec, 1, e.spec.seq);
+    EXPECT_NEAR(g.param_elems() / e.published_params, 1.0, 0.005) << e.spec.name << " " << g.param_elems();
+    if (e.published_active_params > 0)
+      EXPECT_NEAR(g.active_param_elems() / e.published_active_params, 1.0, 0.005) << e.spec.name;
+    // the closed form the planner uses is the graph's sum
+    EXPECT_NEAR(model_param_count(e.spec), g.param_elems(), 1e-9 * g.param_elems()) << e.spec.name;
+    EXPECT_NEAR(active_param_count(e.spec), g.active_param_elems(), 1e-9 * g.param_elems()) << e.spec.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+  // exact where the count is published to the parameter
+  EXPECT_DOUBLE_EQ(model_param_count(*load_model("gpt2-124M")), 124439808.0);
+  EXPECT_NEAR(model_param_count(*load_model("llama3-8B")), 8030261248.0, 0.5);
+}
+
+// The paper's models are the paper's GPT, and every generalised quantity equals its equation.
+TEST(ModelKinds, PaperGptIsTheSpecialCaseOfEq1To11) {
+  for (const CatalogueEntry& e : model_catalogue()) {
+    const ModelSpec& m = e.spec;
+    if (e.published_params > 0 && m.name != "gpt2-124M" && m.name != "gpt3-175B") {
+      EXPECT_FALSE(m.paper_gpt()) << m.name;
+      continue;
+    }
+    ASSERT_TRUE(m.paper_gpt()) << m.name;
+    EXPECT_DOUBLE_EQ(mswm_bytes(m), mswm_bytes_eq4(m.hidden)) << m.name;
+    EXPECT_DOUBLE_EQ(awm_bytes(m, 4, 1024, 2), awm_bytes_eq5(4, 1024, 2, m.hidden, m.heads)) << m.name;
+    EXPECT_DOUBLE_EQ(awm_bytes(m, 4, 1024, 1, 0.25), awm_bytes_eq5(4, 1024, 1, m.hidden, m.heads, 0.25)) << m.name;
+    EXPECT_DOUBLE_EQ(ait_act_ckpt(m, 3), ait_act_ckpt_eq11(m.hidden, 3)) << m.name;
+    EXPECT_DOUBLE_EQ(active_weight_share(m), 1.0);
+    EXPECT_DOUBLE_EQ(active_block_weight_elems(m) * m.layers, params_eq1(m.layers, m.hidden)) << m.name;
+    TrainingConfig c;
+    const Analysis a = analyze(m, c, *load_profile("dgx2"), 16);
+    EXPECT_DOUBLE_EQ(a.params, params_eq1(m.layers, m.hidden));
+    EXPECT_DOUBLE_EQ(a.model_state_bytes, model_state_bytes_eq2(m.layers, m.hidden));
+    EXPECT_DOUBLE_EQ(a.ait_param_grad, ait_param_grad_eq9(c.bsz, c.seq));
+  }
+}
+
+ModelSpec llama_like(int kv_heads, long intermediate) {
+  ModelSpec m = *model_from_shape(4, 2048, 16, 1024, 32000);
+  m.kv_heads = kv_heads;
+  m.ffn = FfnKind::swiglu;
+  m.intermediate = intermediate;
+  m.norm = NormKind::rmsnorm;
+  m.positions = PositionKind::rotary;
+  m.tied_embeddings = false;
+  m.bias = BiasKind::none;
+  return m;
+}
+
+TEST(ModelKinds, ClosedFormsOfEachKind) {
+  const long C = 2048, I = 5632;
+  const ModelSpec mha = llama_like(16, I), gqa = llama_like(4, I), mqa = llama_like(1, I);
+  const OperatorGraph g_mha = build_gpt_graph(mha, 2, 1024), g_gqa = build_gpt_graph(gqa, 2, 1024),
+                      g_mqa = build_gpt_graph(mqa, 2, 1024);
+  // GQA shrinks the K and V projections by heads / kv_heads, and the K and V activations read
+  const double kv_mha = op_named(g_mha, "block0.qkv").param_elems - double(C) * C;
+  const double kv_gqa = op_named(g_gqa, "block0.qkv").param_elems - double(C) * C;
+  EXPECT_DOUBLE_EQ(kv_mha / kv_gqa, 16.0 / 4);
+  EXPECT_DOUBLE_EQ(op_named(g_mqa, "block0.qkv").param_elems, double(C) * C + 2.0 * C * (C / 16));
+  const double kv_act_mha = op_named(g_mha, "block0.attn_context").act_read_bytes -
+                            op_named(g_mha, "block0.attn_scores").act_write_bytes;
+  const double kv_act_gqa = op_named(g_gqa, "block0.attn_context").act_read_bytes -
+                            op_named(g_gqa, "block0.attn_scores").act_write_bytes;
+  EXPECT_DOUBLE_EQ(kv_act_mha / kv_act_gqa, 4.0);
+  // the scores are per query head: the same FLOPs
+  EXPECT_DOUBLE_EQ(op_named(g_mha, "block0.attn_scores").fwd_flops, op_named(g_gqa, "block0.attn_scores").fwd_flops);
+  // SwiGLU with intermediate I: 3·hd·I feed-forward parameters (no biases), RMSNorm C, untied head V·C
+  EXPECT_DOUBLE_EQ(op_named(g_gqa, "block0.fc1").param_elems + op_named(g_gqa, "block0.fc2").param_elems,
+                   3.0 * C * I);
+  EXPECT_DOUBLE_EQ(op_named(g_gqa, "block0.ln1").param_elems, double(C));
+  EXPECT_DOUBLE_EQ(op_named(g_gqa, "lm_head").param_elems, 32000.0 * C);
+  EXPECT_EQ(op_named(g_gqa, "lm_head").param_owner, "lm_head");
+  EXPECT_DOUBLE_EQ(op_named(g_gqa, "embed").param_elems, 32000.0 * C);  // rotary: no position table
+  // a geglu of the same size has the same parameters; gelu (ungated) two thirds of them
+  ModelSpec geglu = gqa, gelu = gqa;
+  geglu.ffn = FfnKind::geglu;
+  gelu.ffn = FfnKind::gelu;
+  EXPECT_DOUBLE_EQ(model_param_count(geglu), model_param_count(gqa));
+  EXPECT_DOUBLE_EQ(model_param_count(gqa) - model_param_count(gelu), 4.0 * C * I);
+  // a sliding window of a quarter of the sequence computes a quarter of the scores
+  ModelSpec window = gqa;
+  window.attention_window = 256;
+  EXPECT_DOUBLE_EQ(op_named(build_gpt_graph(window, 2, 1024), "block0.attn_scores").fwd_flops * 4,
+                   op_named(g_gqa, "block0.attn_scores").fwd_flops);
+}
+
+TEST(ModelKinds, MixtureOfExpertsComputesWithTheRoutedAndStoresEveryExpert) {
+  ModelSpec moe = llama_like(4, 0);
+  moe.moe = {8, 2, 5632, 0};
+  ModelSpec top1 = moe, wider = moe;
+  top1.moe.experts_per_token = 1;
+  wider.moe.experts = 16;
+  const OperatorGraph g2 = build_gpt_graph(moe, 2, 1024), g1 = build_gpt_graph(top1, 2, 1024),
+                      g16 = build_gpt_graph(wider, 2, 1024);
+  // FLOPs of the experts scale with experts per token, not with experts
+  EXPECT_DOUBLE_EQ(op_named(g2, "block0.fc1").fwd_flops, 2 * op_named(g1, "block0.fc1").fwd_flops);
+  EXPECT_DOUBLE_EQ(op_named(g16, "block0.fc1").fwd_flops, op_named(g2, "block0.fc1").fwd_flops);
+  // memory with every expert
+  EXPECT_DOUBLE_EQ(op_named(g16, "block0.fc1").param_elems, 2 * op_named(g2, "block0.fc1").param_elems);
+  EXPECT_DOUBLE_EQ(op_named(g2, "block0.fc1").param_elems, op_named(g1, "block0.fc1").param_elems);
+  EXPECT_DOUBLE_EQ(op_named(g2, "block0.router").param_elems, 2048.0 * 8);
+  const double expert = 3.0 * 2048 * 5632;
+  EXPECT_NEAR(g2.param_elems() - g2.active_param_elems(), 4 * 6 * expert, 1e-6 * expert);
+  // Eq. 9's intensity falls by the routed share: every weight is fetched, a quarter computes
+  EXPECT_NEAR(active_weight_share(moe), (op_named(g2, "block0.qkv").weight_elems + 2048.0 * 2048 + 2048 * 8 +
+                                         2 * expert) /
+                                            (op_named(g2, "block0.qkv").weight_elems + 2048.0 * 2048 + 2048 * 8 +
+                                             8 * expert),
+              1e-12);
+}
+
+// Each supported architecture's config.json loads with the published count; what memwall does
+// not model is refused by name.
+TEST(ModelKinds, HuggingFaceConfigsLoad) {
+  struct Case {
+    const char* file;
+    double published, active;
+  };
+  for (const Case& k : {Case{"llama3-8b.json", 8.03e9, 0}, Case{"mistral-7b.json", 7.24e9, 0},
+                        Case{"mixtral-8x7b.json", 46.7e9, 12.9e9}, Case{"qwen2-72b.json", 72.7e9, 0},
+                        Case{"gpt2.json", 124e6, 0}, Case{"gpt-neox-20b.json", 20554567680.0, 0}}) {
+    Result<ModelSpec> m = load_model(config_path(k.file));
+    ASSERT_TRUE(m.ok()) << k.file << ": " << m.error();
+    EXPECT_NEAR(model_param_count(*m) / k.published, 1.0, 0.005) << k.file;
+    if (k.active > 0) EXPECT_NEAR(active_param_count(*m) / k.active, 1.0, 0.005) << k.file;
+  }
+  EXPECT_DOUBLE_EQ(model_param_count(*load_model(config_path("gpt-neox-20b.json"))), 20554567680.0);
+  // the config's model is the catalogue's
+  const ModelSpec from_json = *load_model(config_path("llama3-8b.json"));
+  const ModelSpec cat = *load_model("llama3-8B");
+  EXPECT_EQ(model_yaml(from_json, "").substr(model_yaml(from_json, "").find('\n')),
+            model_yaml(cat, "").substr(model_yaml(cat, "").find('\n')));
+  const ModelSpec mistral = *load_model(config_path("mistral-7b.json"));
+  EXPECT_EQ(mistral.attention_window, 4096);
+  EXPECT_EQ(mistral.seq, 8192);  // the config's 32768, capped, and said
+  EXPECT_NE(mistral.note.find("32768"), std::string::npos);
+  EXPECT_EQ(load_model(config_path("qwen2-72b.json"))->bias, BiasKind::qkv);
+}
+
+TEST(ModelKinds, ConfigsWithWhatIsNotModelledAreRefusedByName) {
+  const std::string llama = read(config_path("llama3-8b.json"));
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = llama;
+    s.replace(s.find(from), from.size(), to);
+    return parse_hf_config(s, "config.json");
+  };
+  Result<ModelSpec> r = with("\"model_type\": \"llama\"", "\"model_type\": \"mamba\"");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("config.json:12: model_type: "), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("\"mamba\" is not one of them"), std::string::npos) << r.error();
+  r = with("\"use_cache\": true", "\"num_local_experts\": 8");  // a field llama does not have
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("num_local_experts: unknown field"), std::string::npos) << r.error();
+  r = with("\"attention_bias\": false", "\"mlp_bias\": true");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("mlp_bias: biases in the MLP"), std::string::npos) << r.error();
+  r = with("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("num_key_value_heads: expected a divisor of num_attention_heads 32"), std::string::npos)
+      << r.error();
+  r = with("\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("hidden_act: expected silu"), std::string::npos) << r.error();
+  // sliding windows on some layers only (Qwen2's use_sliding_window) are not modelled
+  std::string qwen = read(config_path("qwen2-72b.json"));
+  qwen.replace(qwen.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
+  r = parse_hf_config(qwen, "qwen.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("qwen.json:23: use_sliding_window: a sliding window on the layers above"), std::string::npos)
+      << r.error();
+  EXPECT_FALSE(parse_hf_config("{\"model_type\": \"llama\"", "cut.json").ok());  // not JSON
+}
+
+TEST(ModelKinds, ModelYamlCarriesEveryKindAndRoundTrips) {
+  for (const char* name : {"mixtral-8x7B", "qwen2-72B", "mistral-7B", "table1-10B"}) {
+    const ModelSpec m = *load_model(name);
+    const std::string yaml = model_yaml(m, "");
+    Result<ModelSpec> back = parse_model_spec(yaml, "m.yaml");
+    ASSERT_TRUE(back.ok()) << name << ": " << back.error() << "\n" << yaml;
+    EXPECT_EQ(model_yaml(*back, ""), yaml);
+    EXPECT_DOUBLE_EQ(model_param_count(*back), model_param_count(m));
+  }
+  EXPECT_EQ(model_yaml(*load_model("table1-10B"), "").find("ffn"), std::string::npos);  // paper models: 6 lines
+  Result<ModelSpec> bad = parse_model_spec("layers: 2\nhidden: 1024\nheads: 8\nffn: relu\n", "m.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("m.yaml:4: ffn: expected one of gelu, swiglu, geglu, got \"relu\""), std::string::npos)
+      << bad.error();
+  bad = parse_model_spec("layers: 2\nhidden: 1024\nheads: 8\nkv_heads: 3\n", "m.yaml");
+  EXPECT_NE(bad.error().find("m.yaml:4: kv_heads: expected a divisor of heads 8"), std::string::npos) << bad.error();
+  bad = parse_model_spec("layers: 2\nhidden: 1024\nheads: 8\nmoe: {experts: 4, experts_per_token: 5, expert_intermediate: 8}\n",
+                         "m.yaml");
+  EXPECT_NE(bad.error().find("m.yaml:4: moe.experts_per_token: expected an integer from 1 to 4"), std::string::npos)
+      << bad.error();
+}
+
+// The schedule of a Llama-shaped and a Mixtral-shaped model builds, passes its invariants, and
+// holds exactly the graph's parameters; the memory model predicts its walked peaks.
+TEST(ModelKinds, SchedulesAndMemoryHandleEveryKind) {
+  ModelSpec moe = llama_like(4, 0);
+  moe.moe = {4, 2, 2816, 0};
+  const HardwareProfile p = *load_profile("dgx2");
+  int cases = 0;
+  for (const ModelSpec& m : {llama_like(4, 5632), moe})
+    for (const std::string& pn : preset_names())
+      for (int t : {1, 2})
+        for (int ci : {1, 2}) {
+          const Placement pl = *preset(pn);
+          TrainingConfig c;
+          c.seq = m.seq;
+          c.bsz = 2;
+          c.ci = ci;
+          c.tiling_factor = t;
+          if (pl.layer_major) c.micro_batches = 2;
+          if (pn == "three_d") c.mp = 4;
+          c = *fit_to_profile(c, p);
+          Result<Schedule> s = build_schedule(m, pl, c, p);
+          const std::string what = std::string(m.is_moe() ? "moe " : "llama ") + pn + " tiling " + std::to_string(t) +
+                                   " ci " + std::to_string(ci);
+          ++cases;
+          ASSERT_TRUE(s.ok()) << what << ": " << s.error();
+          EXPECT_TRUE(check_invariants(*s).empty()) << what << ": " << check_invariants(*s).front();
+          double units = 0, graph = 0;
+          for (const ParamUnit& u : param_units(m, c)) units += u.elems;
+          const OperatorGraph g = build_gpt_graph(m, 1, m.seq);
+          for (size_t v : g.order) graph += g.op(v).param_elems / (g.op(v).kind == OpKind::layernorm ? 1 : c.mp);
+          EXPECT_NEAR(units, graph, 1e-9 * units) << what;
+          const MemoryModel mm = memory_model(m, pl, c, p);
+          EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, s->peak_bytes[int(Tier::gpu)], 0.03 * s->peak_bytes[int(Tier::gpu)])
+              << what;
+          EXPECT_NEAR(mm.of(Tier::cpu).peak_bytes, s->peak_bytes[int(Tier::cpu)], 0.03 * s->peak_bytes[int(Tier::cpu)])
+              << what;
+        }
+  EXPECT_GT(cases, 30);
+}
+
+}  // namespace
+}  // namespace memwall
