@@ -176,9 +176,11 @@ Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string&
     if (s.intermediate == 4 * s.hidden) s.intermediate = 0;
     return validate_model(std::move(s), source + ": ");
   } catch (const InputError& e) {
-    return make_error(e.what());
+    std::string message = e.what();  // JSON read as YAML's flow style: call it what the user wrote
+    if (const size_t at = message.find("malformed YAML"); at != std::string::npos) message.replace(at, 14, "malformed JSON");
+    return make_error(message);
   } catch (const YAML::Exception& e) {
-    return make_error(source + ": " + e.what());
+    return make_error(source + ": malformed JSON: " + e.what());
   }
 }
 

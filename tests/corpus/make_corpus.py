@@ -300,6 +300,19 @@ model_structural = [
     ("model_map_key.yaml", MODEL + "? [layers]\n: 4\n", r":7: key: expected a field name"),
     ("model_layers_too_many_for_memory.yaml", MODEL.replace("layers: 4", "layers: 100000"),
      r": --layers: 100000 makes a schedule of about"),
+    # today's kinds (issue 27)
+    ("model_ffn_relu.yaml", MODEL + "ffn: relu\n", r":7: ffn: expected one of gelu, swiglu, geglu, got \"relu\""),
+    ("model_kv_heads_not_divisor.yaml", MODEL + "kv_heads: 3\n", r":7: kv_heads: expected a divisor of heads 16"),
+    ("model_kv_heads_too_many.yaml", MODEL + "kv_heads: 32\n", r":7: kv_heads: expected an integer from 1 to 16"),
+    ("model_norm_batch.yaml", MODEL + "norm: batchnorm\n", r":7: norm: expected one of layernorm, rmsnorm"),
+    ("model_tied_maybe.yaml", MODEL + "tied_embeddings: maybe\n", r":7: tied_embeddings: expected true or false"),
+    ("model_window_zero.yaml", MODEL + "attention_window: 0\n", r":7: attention_window: expected an integer from 1 to 16777216"),
+    ("model_moe_list.yaml", MODEL + "moe: [4]\n", r":7: moe: expected a mapping"),
+    ("model_moe_topk.yaml", MODEL + "moe: {experts: 4, experts_per_token: 5, expert_intermediate: 256}\n",
+     r":7: moe.experts_per_token: expected an integer from 1 to 4"),
+    ("model_moe_unknown.yaml", MODEL + "moe: {experts: 4, experts_per_token: 2, expert_intermediate: 256, capacity: 1}\n",
+     r":7: moe.capacity: unknown field"),
+    ("model_moe_no_size.yaml", MODEL + "moe: {experts: 4, experts_per_token: 2}\n", r":7: moe.expert_intermediate: missing field"),
 ]
 for fname, text, frag in model_structural:
     if fname == "model_layers_too_many_for_memory.yaml":
@@ -308,6 +321,39 @@ for fname, text, frag in model_structural:
              "^memwall schedule: --layers: 100000 makes a schedule of about .*memory a schedule may take \\(at most [0-9]+ here\\)")
         continue
     model_case(fname, text, frag)
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face config.json (--model-config, or --model with a .json path): one thing wrong each
+with open(os.path.join(HERE, "..", "model", "hf_configs", "llama3-8b.json")) as f:
+    HF = f.read()
+HF_COMMANDS = [
+    ("analyze", "analyze --model-config @"),
+    ("plan", "plan --model @"),
+    ("simulate", "simulate --model-config @"),
+]
+_hrot = [0]
+
+
+def hf_case(fname, text, fragment):
+    cmd, args = HF_COMMANDS[_hrot[0] % len(HF_COMMANDS)]
+    _hrot[0] += 1
+    file_case(fname, text, cmd, args, fragment)
+
+
+for fname, old, new, frag in [
+    ("hf_model_type.json", '"model_type": "llama"', '"model_type": "mamba"', r":12: model_type: memwall reads the causal LMs"),
+    ("hf_unknown_field.json", '"use_cache": true', '"num_local_experts": 8', r":23: num_local_experts: unknown field"),
+    ("hf_kv_not_divisor.json", '"num_key_value_heads": 8', '"num_key_value_heads": 5',
+     r":15: num_key_value_heads: expected a divisor of num_attention_heads 32"),
+    ("hf_act_relu.json", '"hidden_act": "silu"', '"hidden_act": "relu"', r":7: hidden_act: expected silu"),
+    ("hf_mlp_bias.json", '"attention_bias": false', '"mlp_bias": true', r":3: mlp_bias: biases in the MLP"),
+    ("hf_head_dim.json", '"use_cache": true', '"head_dim": 64', r":23: head_dim: memwall models head_dim"),
+    ("hf_hidden_text.json", '"hidden_size": 4096', '"hidden_size": "big"', r":8: hidden_size: expected an integer"),
+    ("hf_no_layers.json", '"num_hidden_layers": 32,', '', r":1: num_hidden_layers: missing field"),
+    ("hf_truncated.json", HF, HF[:200], r":[0-9]+: malformed JSON"),
+    ("hf_list.json", HF, "[1, 2]", r":1: expected a YAML mapping"),
+]:
+    hf_case(fname, HF.replace(old, new) if old != HF else new, frag)
 
 # ------------------------------------------------------------------------------------------------
 # Placements

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/analysis.hpp"
+#include "model/model_spec.hpp"
 #include "model/result.hpp"
 
 namespace memwall::fuzz {
@@ -27,6 +29,22 @@ bool refused_in_one_line(const Result<T>& r) {
 
 inline void finite_positive(double v, const char* field) {
   if (!std::isfinite(v) || !(v > 0)) fail("accepted a value that is not finite and > 0", field);
+}
+
+// An accepted model of any kind: its fields agree and every quantity derived from its operators
+// is finite (parameter counts, Eq. 4, 5 and 11 generalised, the routed share).
+inline void check_model_kind(const ModelSpec& m) {
+  if (m.kv() < 1 || m.heads % m.kv() != 0) fail("kv_heads does not divide heads", m.name);
+  if (m.is_moe() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts ||
+                     m.moe.expert_intermediate < 1))
+    fail("moe fields disagree", m.name);
+  finite_positive(model_param_count(m), "model_param_count");
+  finite_positive(active_param_count(m), "active_param_count");
+  if (active_param_count(m) > model_param_count(m) * (1 + 1e-12)) fail("more active than stored parameters", m.name);
+  finite_positive(mswm_bytes(m), "mswm");
+  finite_positive(awm_bytes(m, 1, m.seq, 1), "awm");
+  finite_positive(ait_act_ckpt(m, 1), "ait_act_ckpt");
+  finite_positive(active_weight_share(m), "active_weight_share");
 }
 
 }  // namespace memwall::fuzz

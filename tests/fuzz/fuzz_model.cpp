@@ -1,5 +1,6 @@
 // libFuzzer target: model spec YAML (parse_model_spec). Accepted models satisfy the catalogue's
-// ranges and hidden % heads == 0, so nothing downstream divides by zero or overflows.
+// ranges and hidden % heads == 0 (and kv_heads | heads, the MoE fields together), so nothing
+// downstream divides by zero or overflows: the generalised quantities stay finite.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -19,5 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::fail("model out of range", m.name);
   fuzz::finite_positive(params_eq1(m.layers, m.hidden), "params");
   fuzz::finite_positive(awm_bytes_eq5(1, m.seq, 1, m.hidden, m.heads), "awm");
+  fuzz::check_model_kind(m);
   return 0;
 }
