@@ -250,9 +250,11 @@ std::pair<double, double> largest_optimizer_chunk(const ModelSpec& m, const Plac
   if (!(target > 0) || !(n > 0)) return {0, 0};
   const double estimate = std::ceil(n / std::min(target, n));
   if (estimate > 1e6) return {std::min(target, n), estimate};
-  using Key = std::tuple<int, long, long, long, int, int, int, int, int, int, double, bool, bool, bool>;
+  // the model's kind too: a Llama of the paper's GPT's shape has other units
+  using Key = std::tuple<int, long, long, long, int, int, int, int, int, int, double, bool, bool, bool, std::string>;
   const Key key{m.layers, m.hidden, m.vocab, c.seq, c.mp, c.pp, stage, c.tiling_factor, c.dp, rank, target,
-                pl.fetch == ParamFetch::broadcast, pl.optim32.partitioned, pl.param16.partitioned};
+                pl.fetch == ParamFetch::broadcast, pl.optim32.partitioned, pl.param16.partitioned,
+                m.paper_gpt() ? std::string() : model_yaml(m, "")};
   thread_local std::map<Key, std::pair<double, double>> cache;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   double largest = 0, count = 0;

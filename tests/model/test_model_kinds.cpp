@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "model/analysis.hpp"
 #include "model/memory.hpp"
@@ -275,6 +276,39 @@ TEST(ModelKinds, SchedulesAndMemoryHandleEveryKind) {
               << what;
         }
   EXPECT_GT(cases, 30);
+}
+
+// The memory model remembers optimizer chunk layouts per shape; a Llama of a GPT's layers, hidden
+// size and vocabulary has other units, so it must not get the GPT's (predicted in a fresh thread,
+// whose cache is empty, as the reference).
+TEST(ModelKinds, MemoryModelCacheTellsKindsApart) {
+  HardwareProfile p = *load_profile("dgx2");
+  p.pinned_budget_bytes = 4.0 * (1 << 30);  // chunks sized by the pinned budget: the same target for both
+  ModelSpec llama = llama_like(40, 5632);
+  llama.layers = 40;
+  llama.hidden = 8192;
+  llama.heads = 64;
+  llama.kv_heads = 8;
+  llama.intermediate = 28672;
+  const ModelSpec gpt = *model_from_shape(llama.layers, llama.hidden, llama.heads, llama.seq, llama.vocab);
+  TrainingConfig c;
+  c.seq = llama.seq;
+  c.dp = 16;
+  const Placement pl = *preset("zero_inf_nvme");
+  c.optimizer_overlap = OptimizerOverlap::none;
+  auto chunk_buffers = [&](const ModelSpec& m) {
+    const MemoryModel mm = memory_model(m, pl, c, p);
+    for (const MemoryPart& part : mm.of(Tier::cpu).parts)
+      if (part.what.starts_with("optimizer chunk buffers")) return part.bytes;
+    return -1.0;
+  };
+  const double gpt_chunks = chunk_buffers(gpt);  // fills the cache
+  const double llama_chunks = chunk_buffers(llama);
+  double fresh = 0;
+  std::thread([&] { fresh = chunk_buffers(llama); }).join();
+  ASSERT_GT(fresh, 0);
+  EXPECT_DOUBLE_EQ(llama_chunks, fresh);
+  EXPECT_NE(llama_chunks, gpt_chunks);
 }
 
 }  // namespace
