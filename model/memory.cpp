@@ -35,8 +35,9 @@ std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
 }  // namespace
 
 namespace {
-// Visits the units of param_units in forward order without naming them: f(role, block, tile, elems)
-// with role embed, ln_f or a block's operator, block -1 outside blocks, tile -1 untiled.
+// Visits the units of param_units in forward order without naming them: f(role, block, tile, elems,
+// copies) with role embed, ln_f or a block's operator, block -1 outside blocks, tile -1 untiled; a
+// mixture of experts' fc1 and fc2 are one unit per expert (and tile), tile = expert x tiling + tile.
 template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
@@ -49,10 +50,11 @@ void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const std::vector<BlockParamOp> ops = block_param_ops(m);
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockParamOp& op : ops) {
+      const int n = (op.linear ? t : 1) * op.copies;
       if (!op.linear) f(op.role, b, -1, op.elems);
-      else if (t == 1) f(op.role, b, -1, op.elems / mp);
+      else if (n == 1) f(op.role, b, -1, op.elems / mp);
       else
-        for (int k = 0; k < t; ++k) f(op.role, b, k, op.elems / mp / t);
+        for (int k = 0; k < n; ++k) f(op.role, b, k, op.elems / mp / n);
     }
   if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m));
   if (stage == pp - 1 && !m.tied_embeddings) f(OpRole::lm_head, -1, -1, head_param_elems(m) / mp);
@@ -63,16 +65,27 @@ int unit_owner(double at, double elems, double total, int dp) {
 }
 }  // namespace
 
-std::string unit_name(OpRole role, int block, int tile) {
-  std::string n = op_name(role, block);
-  if (tile >= 0) n += "[tile " + std::to_string(tile) + "]";
+namespace {
+std::string tile_suffix(int tile, int copies, int tiling) {
+  tiling = std::max(1, tiling);
+  if (tile < 0) return "";
+  if (copies <= 1) return "[tile " + std::to_string(tile) + "]";
+  return "[expert " + std::to_string(tile / tiling) + (tiling > 1 ? " tile " + std::to_string(tile % tiling) : "") + "]";
+}
+}  // namespace
+
+std::string unit_name(OpRole role, int block, int tile, int copies, int tiling) {
+  std::string n = op_name(role, block) + tile_suffix(tile, copies, tiling);
   return n;
 }
 
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage) {
   std::vector<ParamUnit> out;
+  std::map<OpRole, int> copies;
+  for (const BlockParamOp& op : block_param_ops(m)) copies[op.role] = op.copies;
   visit_units(m, c, stage, [&](OpRole role, int block, int tile, double elems) {
-    out.push_back({unit_name(role, block, tile), role, block, tile, elems});
+    const int n = block >= 0 ? copies[role] : 1;
+    out.push_back({unit_name(role, block, tile, n, c.tiling_factor), role, block, tile, elems});
   });
   return out;
 }
@@ -336,7 +349,7 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.groups_per_block = 0;
   for (const BlockParamOp& op : block_param_ops(m)) {
     const double bytes = z.param_bytes * (op.linear ? op.elems / d.mp : op.elems);
-    const int tiles = op.linear ? d.t : 1;
+    const int tiles = (op.linear ? d.t : 1) * op.copies;  // an expert's units one by one
     d.block_fwd.push_back({bytes / tiles, to_string(op.role), 0, tiles});
     d.groups_per_block += tiles;
   }
@@ -472,7 +485,10 @@ void fill_gpu(const Derived& d, const Moment& best, TierMemory& gpu) {
   if (best.total >= 0) {
     const Group& g = best.g;
     std::string what = g.block >= 0 ? "block" + std::to_string(g.block) + "." + g.op : std::string(g.op);
-    if (g.count > 1) what += "[tile " + std::to_string(g.backward ? g.count - 1 - best.at : best.at) + "]";
+    if (g.count > 1) {
+      const int copies = g.count / std::max(1, d.t);  // experts of a mixture of experts' layer
+      what += tile_suffix(g.backward ? g.count - 1 - best.at : best.at, copies, d.t);
+    }
     gpu.moment = std::string(g.backward ? "backward" : best.phase) + " of " + what;
   }
   double persistent = 0;

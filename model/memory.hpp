@@ -64,7 +64,9 @@ struct ParamUnit {
 };
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage = 0);
 // "block3.fc1[tile 2]": how traces and messages name a unit (the one place "[tile N]" is written).
-std::string unit_name(OpRole role, int block, int tile);
+// "block3.fc1", "block3.fc1[tile 1]"; an expert's units (copies > 1): "block3.fc1[expert 2]", or
+// "[expert 2 tile 1]" with memory-centric tiling `tiling` (tile = expert x tiling + its tile).
+std::string unit_name(OpRole role, int block, int tile, int copies = 1, int tiling = 1);
 // ZeRO-Offload's broadcast variant: each rank owns one contiguous range of whole units of about
 // 1/dp of the elements (a unit goes to the rank its middle falls in). Owner rank per unit.
 std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp);

@@ -117,6 +117,7 @@ class Builder {
     op.weight_elems = p.copies * w;
     op.param_elems = p.elems;
     op.active_elems = p.active * (w + p.bias);
+    op.copies = p.copies;
     op.fwd_flops = 2.0 * tokens_ * p.active * w;
     op.bwd_flops = 2.0 * op.fwd_flops;  // input gradient and weight gradient
     op.act_read_bytes = kAct * tokens_ * p.active * double(p.in);

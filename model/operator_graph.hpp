@@ -36,6 +36,7 @@ struct Operator {
   double param_elems = 0;  // parameters this operator owns (weights + biases)
   double weight_elems = 0; // the linear-layer weights among them (what Eq. 1 counts)
   double active_elems = 0; // of param_elems, those a token passes through (all but unrouted experts)
+  int copies = 1;          // experts stored (a mixture of experts' fc1, fc2): one parameter unit each
   std::string param_owner{};  // operator whose parameters it uses: itself, or "embed" for lm_head
   double fwd_flops = 0;
   double bwd_flops = 0;

@@ -291,7 +291,8 @@ std::string schedule_text(const Schedule& s) {
     if (st.hop != Hop::none) what += std::string(".") + to_string(st.hop);
     std::string op = st.name;
     if (st.tile >= 0 && st.kind == StepKind::compute && st.op >= 0)
-      op = unit_name(s.ops[size_t(st.op)].role, s.ops[size_t(st.op)].block, st.tile);
+      op = unit_name(s.ops[size_t(st.op)].role, s.ops[size_t(st.op)].block, st.tile, s.ops[size_t(st.op)].copies,
+                     s.config.tiling_factor);
     if (st.micro_batch >= 0) op += " mb" + std::to_string(st.micro_batch);
     if (st.accum_step >= 0) op += " acc" + std::to_string(st.accum_step);
     std::string amount;

@@ -27,6 +27,7 @@ struct ScheduleOp {
   OpKind kind = OpKind::linear;
   OpRole role = OpRole::embed;
   int block = -1;
+  int copies = 1;  // experts of a mixture of experts' fc1 / fc2, each its own units (tiles)
   double fwd_flops = 0, bwd_flops = 0;  // the whole operator, before tensor slicing and tiling
   double act_bytes = 0;  // activations read + written in forward, at the schedule's act_bytes
 };

@@ -48,8 +48,12 @@ struct Shape {
   std::vector<size_t> head_ops, tail_ops;       // the embedding; ln_f and lm_head (this stage's)
   std::vector<std::vector<size_t>> ops_of_block;  // per transformer block: its operators in graph order
 
-  bool tiled(size_t v) const { return c.tiling_factor > 1 && g.op(v).kind == OpKind::linear; }
-  int tiles(size_t v) const { return tiled(v) ? c.tiling_factor : 1; }
+  // A linear layer's tiles (memory-centric tiling), of each expert (a mixture of experts' fc1 and
+  // fc2 fetch, compute and offload one expert at a time, each its own units).
+  int tiles(size_t v) const {
+    return (c.tiling_factor > 1 && g.op(v).kind == OpKind::linear ? c.tiling_factor : 1) * g.op(v).copies;
+  }
+  bool tiled(size_t v) const { return tiles(v) > 1; }
   // Tensor slicing divides every operator but LayerNorm (replicated, tiny) across mp ranks.
   double mp_share(size_t v) const { return g.op(v).kind == OpKind::layernorm ? 1.0 : 1.0 / c.mp; }
   bool has_params(size_t v) const { return owner[v] != SIZE_MAX; }

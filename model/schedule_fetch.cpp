@@ -32,7 +32,7 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
     index[op.name] = v;
     by_role[{op.role, op.block}] = v;
     op_index[v] = int(ops.size());
-    ops.push_back({op.name, op.kind, op.role, op.block, op.fwd_flops, op.bwd_flops,
+    ops.push_back({op.name, op.kind, op.role, op.block, op.copies, op.fwd_flops, op.bwd_flops,
                    (op.act_read_bytes + op.act_write_bytes) * z.act_bytes / kGraphActBytes});
   }
   owner.assign(g.size(), SIZE_MAX);

@@ -4,6 +4,7 @@
 // paper's GPT, and Hugging Face config.json files written from the published ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -152,6 +153,39 @@ TEST(ModelKinds, MixtureOfExpertsComputesWithTheRoutedAndStoresEveryExpert) {
                                             (op_named(g2, "block0.qkv").weight_elems + 2048.0 * 2048 + 2048 * 8 +
                                              8 * expert),
               1e-12);
+}
+
+// A mixture of experts' layer is fetched, computed and offloaded one expert at a time (each
+// expert its own parameter units, as DeepSpeed fetches each expert module): the schedule's fetches
+// and computes name the experts, the FLOPs split evenly, and no fetched buffer holds more than one
+// expert's tile.
+TEST(ModelKinds, ExpertsAreFetchedOneAtATime) {
+  ModelSpec moe = llama_like(4, 0);
+  moe.moe = {8, 2, 2816, 0};
+  TrainingConfig c;
+  c.seq = moe.seq;
+  c.bsz = 2;
+  c.dp = 16;
+  c.tiling_factor = 2;
+  const std::vector<ParamUnit> units = param_units(moe, c);
+  int fc1 = 0;
+  for (const ParamUnit& u : units)
+    if (u.block == 0 && u.role == OpRole::fc1) ++fc1;
+  EXPECT_EQ(fc1, 16);  // 8 experts x 2 tiles
+  EXPECT_TRUE(std::any_of(units.begin(), units.end(),
+                          [](const ParamUnit& u) { return u.name == "block0.fc1[expert 7 tile 1]"; }));
+  const HardwareProfile p = *load_profile("dgx2");
+  const Schedule s = *build_schedule(moe, *preset("zero3"), c, p);
+  const OperatorGraph g = build_gpt_graph(moe, c.bsz, c.seq);
+  const Operator& fc1_op = op_named(g, "block0.fc1");
+  double fc1_flops = 0, largest_fetch = 0;
+  for (const Step& st : s.steps) {
+    if (st.kind == StepKind::compute && st.phase == Phase::forward && st.name == "block0.fc1") fc1_flops += st.flops;
+    if (st.kind == StepKind::fetch && st.name.starts_with("block0.fc")) largest_fetch = std::max(largest_fetch, st.bytes);
+  }
+  EXPECT_NEAR(fc1_flops, fc1_op.fwd_flops, 1e-9 * fc1_flops);
+  EXPECT_GT(largest_fetch, 0);
+  EXPECT_LE(largest_fetch, 2.0 * fc1_op.param_elems / 16);  // one expert's tile, 16-bit
 }
 
 // Each supported architecture's config.json loads with the published count; what memwall does
