@@ -126,6 +126,7 @@ QWidget* MainWindow::build_controls() {
   heads_ = new QSpinBox;
   heads_->setRange(1, 1 << 16);
   model_label_ = new QLabel;
+  model_label_->setObjectName("model_label");
   model_label_->setWordWrap(true);
   mf->addRow("catalogue", model_combo_);
   mf->addRow("layers (nl)", layers_);
@@ -299,9 +300,10 @@ void MainWindow::shape_changed() {
 void MainWindow::refresh() {
   const Session& s = session_;
   model_label_->setStyleSheet("");
-  model_label_->setText(QString("%1: %2 parameters (Eq. 1), model states %3 (Eq. 2)")
-                            .arg(q(s.model.name), q(format_count(model_param_count(s.model))),
-                                 q(format_bytes(20.0 * model_param_count(s.model)))));
+  const double params = analysis_param_count(s.model);
+  const std::string counted = s.model.paper_gpt() ? "Eq. 1" : "every parameter; " + s.model.kind_words();
+  model_label_->setText(QString("%1: %2 parameters (%3), model states %4 (Eq. 2)")
+                            .arg(q(s.model.name), q(format_count(params)), q(counted), q(format_bytes(20.0 * params))));
   for (EfficiencyChart* c : charts_) c->set_data(panel_data(s, c->panel()));
   fill_table();
   statusBar()->showMessage(QString("profile %1 (%2), %3 GPUs; model %4; bsz %5, seq %6, ci %7, peak %8")

@@ -38,6 +38,15 @@ PanelData panel_data(const Session& s, Fig3Panel panel) {
     d.family.back().push_back(p);
   }
   d.config_curve = fig3_series(panel, c.bsz, s.model.hidden, s.peak_flops_per_s, c.seq, c.ci);
+  // the model's own intensities where its kind is not the paper's GPT (Eq. 9-11 generalised: a
+  // mixture of experts' routed share, its block's weights against its hidden size)
+  if (!s.model.paper_gpt()) {
+    const double routed = active_weight_share(s.model);
+    for (SweepPoint& pt : d.config_curve) {
+      pt.ait = panel == Fig3Panel::c_act_ckpt ? ait_act_ckpt(s.model, c.ci) : pt.ait * routed;
+      pt.efficiency = efficiency_eq6(pt.ait, pt.bw_Bps, s.peak_flops_per_s);
+    }
+  }
   const double ait = d.config_curve.front().ait;
   for (const BandwidthMarker& m : profile_markers(s.profile))
     d.markers.push_back({m.name, m.bw_Bps, efficiency_eq6(ait, m.bw_Bps, s.peak_flops_per_s)});

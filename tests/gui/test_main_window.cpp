@@ -195,6 +195,37 @@ class MainWindowTest : public QObject {
     QVERIFY2(title.contains(QString::fromStdString("NVMe " + node + " per node is " + per_gpu + " per GPU")), qPrintable(title));
   }
 
+  // Issue 27: today's model kinds in the window: a Mixtral or a Llama from the catalogue, a Qwen2
+  // config.json; Fig. 3's own curve uses the model's intensities (panel c: its block's weights,
+  // panels a and b: the routed share), the memory view its units, the label counts every parameter.
+  void every_model_kind_is_drawn_with_its_own_intensities() {
+    for (const std::string& model : {std::string("mixtral-8x7B"), std::string("llama3-8B"),
+                                     std::string(MEMWALL_SOURCE_DIR) + "/tests/model/hf_configs/qwen2-72b.json"}) {
+      SessionRequest r;
+      r.profile = "dgx-h100";
+      r.model = model;
+      Result<Session> s = make_session(r);
+      QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+      QVERIFY(!s->model.paper_gpt());
+      const double c_ait = panel_data(*s, Fig3Panel::c_act_ckpt).config_curve.front().ait;
+      QCOMPARE(c_ait, ait_act_ckpt(s->model, s->config.ci));
+      const double a_ait = panel_data(*s, Fig3Panel::a_param_grad).config_curve.front().ait;
+      QCOMPARE(a_ait, ait_param_grad_eq9(s->config.bsz, s->config.seq) * active_weight_share(s->model));
+      Result<MemoryData> mem = memory_data(*s);
+      QVERIFY2(mem.ok(), mem.ok() ? "" : mem.error().c_str());
+      QVERIFY(mem->memory.of(Tier::gpu).peak_bytes > 0);
+    }
+    auto* combo = w_->findChild<QComboBox*>("model_combo");
+    QVERIFY(combo);
+    const int i = combo->findText("mixtral-8x7B");
+    QVERIFY(i >= 0);
+    combo->setCurrentIndex(i);
+    emit combo->activated(i);  // as a user's choice
+    QCOMPARE(w_->session().model.name, std::string("mixtral-8x7B"));
+    const QString label = w_->findChild<QLabel*>("model_label")->text();
+    QVERIFY2(label.contains("46.7 B parameters (every parameter; GQA 8 KV heads, MoE 8 experts"), qPrintable(label));
+  }
+
   void init() {
     Result<Session> s = make_session(SessionRequest{});
     QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
