@@ -192,6 +192,9 @@ void StrategyFlags::add(CLI::App& app) {
           "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2");
   add_int(app, "--dp", config.dp, 1, kMaxGpus, "Data-parallel degree (default: all GPUs / mp)")->default_str("");
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
+  add_int(app, "--ep", config.ep, 1, kMaxExperts,
+          "Expert parallelism (a mixture of experts): the routed experts split over ep consecutive data-parallel\n"
+          "ranks, tokens exchanged all-to-all before and after them; divides dp and the experts (run: 1)");
   add_int(app, "--micro-batches", micro_batches, 1, kMaxMicroBatches,
           "l2l: micro-batches looped inside each layer (default 4; 1 runs one)");
   add_int(app, "--pp", config.pp, 1, kMaxPp,

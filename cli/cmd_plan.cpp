@@ -86,6 +86,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
                                           {"act_ckpt_traffic", e.time.act_ckpt_s}, {"optimizer", e.time.optimizer_s},
                                           {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
+                                          {"all_to_all", e.time.all_to_all_s},
                                           {"pipeline_p2p", e.time.p2p_s}, {"pipeline_bubble", e.time.bubble_s},
                                           {"exposed", e.time.exposed_s}}},
                               {"fits", e.fit.fits()}, {"binding", resource_key(e.fit.binding().resource)},
@@ -103,6 +104,7 @@ std::string config_words(const Evaluated& e) {
   return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
          ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp) +
          (c.pp > 1 ? ", pp " + std::to_string(c.pp) + " (1F1B)" : std::string()) +
+         (c.ep > 1 ? ", ep " + std::to_string(c.ep) + " (experts split, tokens all-to-all)" : std::string()) +
          (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) : std::string()) +
          (c.optimizer_overlap == OptimizerOverlap::none ? std::string()
           : c.optimizer_overlap == OptimizerOverlap::backward
@@ -345,6 +347,7 @@ int run_plan(const PlanFlags& f) {
       o << (ov == OptimizerOverlap::backward ? " beside backward and recompute"
                                              : " beside the next forward and backward, then the refresh");
     if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
+    if (t.all_to_all_s > 0) o << ", experts' all-to-alls " << format_sig(t.all_to_all_s) << " s";
     if (t.bubble_s > 0)
       o << ", pipeline bubble " << format_sig(t.bubble_s) << " s and stage-to-stage traffic " << format_sig(t.p2p_s)
         << " s";

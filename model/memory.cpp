@@ -24,6 +24,7 @@ struct Group {
   double act = 0;         // activation working memory while it runs
   bool evaluate = true;   // a moment the prediction takes (false: only seen by earlier windows)
   int whole = 0;          // partitioned checkpoints all-gathered whole for this segment's recompute
+  bool expert = false;    // routed experts under expert parallelism: partitioned over dp / ep ranks
 };
 
 std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
@@ -36,28 +37,40 @@ std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
 
 namespace {
 // Visits the units of param_units in forward order without naming them: f(role, block, tile, elems,
-// copies) with role embed, ln_f or a block's operator, block -1 outside blocks, tile -1 untiled; a
-// mixture of experts' fc1 and fc2 are one unit per expert (and tile), tile = expert x tiling + tile.
+// expert) with role embed, ln_f or a block's operator, block -1 outside blocks, tile -1 untiled; a
+// mixture of experts' fc1 and fc2 are one unit per expert (and tile), tile = expert x tiling + tile:
+// with expert parallelism (ep > 1) this rank's E / ep routed experts (`expert`: partitioned over
+// the dp / ep ranks holding the same experts) and then the shared ones.
+// The experts of a block operator this rank holds: all of them, or with expert parallelism its
+// E / ep routed ones and every shared one.
+int local_copies(const ModelSpec& m, const TrainingConfig& c, const BlockParamOp& op) {
+  if (op.copies <= 1 || c.ep <= 1) return op.copies;
+  return op.copies - m.moe.experts + m.moe.experts / c.ep;
+}
 template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
   const double mp = std::max(1, c.mp);
-  const int t = std::max(1, c.tiling_factor);
+  const int t = std::max(1, c.tiling_factor), ep = std::max(1, c.ep);
   // the token (and learned position) embeddings; a tied LM head's weight is the token embedding's,
   // on the last stage too
-  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings)) f(OpRole::embed, -1, -1, embed_param_elems(m, c.seq) / mp);
+  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
+    f(OpRole::embed, -1, -1, embed_param_elems(m, c.seq) / mp, false);
   const std::vector<BlockParamOp> ops = block_param_ops(m);
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockParamOp& op : ops) {
-      const int n = (op.linear ? t : 1) * op.copies;
-      if (!op.linear) f(op.role, b, -1, op.elems);
-      else if (n == 1) f(op.role, b, -1, op.elems / mp);
+      const int per = op.linear ? t : 1;
+      const int n = per * local_copies(m, c, op);
+      const double each = op.elems / mp / (per * op.copies);
+      const int routed = op.copies > 1 && ep > 1 ? per * m.moe.experts / ep : 0;
+      if (!op.linear) f(op.role, b, -1, op.elems, false);
+      else if (n == 1) f(op.role, b, -1, each, routed > 0);  // one expert here (ep = experts) or a dense layer
       else
-        for (int k = 0; k < n; ++k) f(op.role, b, k, op.elems / mp / n);
+        for (int k = 0; k < n; ++k) f(op.role, b, k, each, k < routed);
     }
-  if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m));
-  if (stage == pp - 1 && !m.tied_embeddings) f(OpRole::lm_head, -1, -1, head_param_elems(m) / mp);
+  if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m), false);
+  if (stage == pp - 1 && !m.tied_embeddings) f(OpRole::lm_head, -1, -1, head_param_elems(m) / mp, false);
 }
 // The broadcast variant's owner of the unit [at, at + elems) of `total` elements.
 int unit_owner(double at, double elems, double total, int dp) {
@@ -83,9 +96,9 @@ std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, 
   std::vector<ParamUnit> out;
   std::map<OpRole, int> copies;
   for (const BlockParamOp& op : block_param_ops(m)) copies[op.role] = op.copies;
-  visit_units(m, c, stage, [&](OpRole role, int block, int tile, double elems) {
+  visit_units(m, c, stage, [&](OpRole role, int block, int tile, double elems, bool expert) {
     const int n = block >= 0 ? copies[role] : 1;
-    out.push_back({unit_name(role, block, tile, n, c.tiling_factor), role, block, tile, elems});
+    out.push_back({unit_name(role, block, tile, n, c.tiling_factor), role, block, tile, elems, expert});
   });
   return out;
 }
@@ -100,6 +113,26 @@ std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp) {
     at += u.elems;
   }
   return out;
+}
+
+Result<bool> check_expert_parallel(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) {
+  if (c.ep <= 1) return true;
+  if (!m.is_moe())
+    return make_error("--ep: expert parallelism splits a mixture of experts' experts over ranks; " + m.name +
+                      " has no experts (use --ep 1)");
+  if (m.moe.experts % c.ep != 0)
+    return make_error("--ep: expected a divisor of the model's " + std::to_string(m.moe.experts) + " experts, got " +
+                      std::to_string(c.ep));
+  if (c.dp > 0 && c.dp % c.ep != 0)
+    return make_error("--ep: expected a divisor of dp " + std::to_string(c.dp) + ", got " + std::to_string(c.ep));
+  if (pl.fetch == ParamFetch::broadcast)
+    return make_error("--ep: the broadcast fetch (ZeRO-Offload) with expert parallelism is not modelled; use an "
+                      "all-gather placement (zero3, zero_inf_cpu, zero_inf_nvme) or --ep 1");
+  if (!pl.param16.partitioned && pl.optim32.partitioned)
+    return make_error("--ep: whole 16-bit parameters beside partitioned optimizer states (ZeRO-1/2) all-gather "
+                      "the updated parameters over dp, which expert parallelism splits; not modelled: partition "
+                      "param16 too (zero3) or use --ep 1");
+  return true;
 }
 
 int ranks_sharing_node(const TrainingConfig& c, const HardwareProfile& p) {
@@ -135,11 +168,15 @@ double pinned_per_rank(const TrainingConfig& c, const HardwareProfile& p) {
 }
 
 double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl, const StatePlacement& sp, int dp,
-                        int rank) {
+                        int rank, int ep) {
   double n = 0;
   for (const ParamUnit& u : units) n += u.elems;
   if (!sp.partitioned || dp <= 1) return n;
-  if (pl.fetch != ParamFetch::broadcast) return n / dp;
+  if (pl.fetch != ParamFetch::broadcast) {
+    double kept = 0;  // an expert's units over the dp / ep ranks holding that expert
+    for (const ParamUnit& u : units) kept += u.elems / (u.expert ? std::max(1, dp / std::max(1, ep)) : dp);
+    return kept;
+  }
   const std::vector<int> owner = broadcast_owners(units, dp);
   double mine = 0;
   for (size_t i = 0; i < units.size(); ++i)
@@ -155,8 +192,8 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
   const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
   if (sp.partitioned && dp > 1 && pl.fetch == ParamFetch::broadcast) {
     double total = 0, at = 0, mine = 0;
-    visit_units(m, c, stage, [&](OpRole, int, int, double e) { total += e; });
-    visit_units(m, c, stage, [&](OpRole, int, int, double e) {
+    visit_units(m, c, stage, [&](OpRole, int, int, double e, bool) { total += e; });
+    visit_units(m, c, stage, [&](OpRole, int, int, double e, bool) {
       if (unit_owner(at, e, total, dp) == rank) mine += e;
       at += e;
     });
@@ -164,12 +201,23 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
   }
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
   const double mp = std::max(1, c.mp);
-  double block = 0;
-  for (const BlockParamOp& op : block_param_ops(m)) block += op.linear ? op.elems / mp : op.elems;
+  const int ep = std::max(1, c.ep);
+  double block = 0, expert = 0;  // with ep > 1: this rank's routed experts, apart
+  for (const BlockParamOp& op : block_param_ops(m)) {
+    const double each = (op.linear ? op.elems / mp : op.elems) / op.copies;
+    if (op.copies > 1 && ep > 1) {
+      expert += each * m.moe.experts / ep;
+      block += each * (op.copies - m.moe.experts);
+    } else {
+      block += each * op.copies;
+    }
+  }
   double n = (sb.last - sb.first) * block;
   if (stage == 0 || (stage == pp - 1 && m.tied_embeddings)) n += embed_param_elems(m, c.seq) / mp;
   if (stage == pp - 1) n += norm_param_elems(m) + head_param_elems(m) / mp;
-  return sp.partitioned && dp > 1 ? n / dp : n;
+  const double e = (sb.last - sb.first) * expert;
+  if (!sp.partitioned || dp <= 1) return n + e;
+  return n / dp + e / std::max(1, dp / ep);
 }
 }  // namespace
 
@@ -194,14 +242,14 @@ void visit_chunks(const ModelSpec& m, const Placement& pl, const TrainingConfig&
   const int dp = std::max(1, c.dp);
   const bool owners = pl.fetch == ParamFetch::broadcast && dp > 1 && pl.optim32.partitioned;
   double total = 0, at = 0, start = 0, cur = 0;
-  if (owners) visit_units(m, c, stage, [&](OpRole, int, int, double e) { total += e; });
+  if (owners) visit_units(m, c, stage, [&](OpRole, int, int, double e, bool) { total += e; });
   auto close = [&]() {
     if (cur <= 0) return;
     f(start, cur);
     start += cur;
     cur = 0;
   };
-  visit_units(m, c, stage, [&](OpRole, int, int, double whole) {
+  visit_units(m, c, stage, [&](OpRole, int, int, double whole, bool expert) {
     // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
     const double e = owners ? (unit_owner(at, whole, total, dp) == rank ? whole : 0)
                             : whole * (pl.optim32.partitioned ? 1.0 / dp : 1.0);
@@ -349,9 +397,16 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.groups_per_block = 0;
   for (const BlockParamOp& op : block_param_ops(m)) {
     const double bytes = z.param_bytes * (op.linear ? op.elems / d.mp : op.elems);
-    const int tiles = (op.linear ? d.t : 1) * op.copies;  // an expert's units one by one
-    d.block_fwd.push_back({bytes / tiles, to_string(op.role), 0, tiles});
-    d.groups_per_block += tiles;
+    const int per = op.linear ? d.t : 1;
+    const double each = bytes / (per * op.copies);  // an expert's units one by one
+    const int copies = local_copies(m, c, op), routed = op.copies > 1 && c.ep > 1 ? m.moe.experts / c.ep : 0;
+    if (routed > 0) {  // this rank's routed experts, then the shared ones
+      Group g{each, to_string(op.role), 0, per * routed};
+      g.expert = true;
+      d.block_fwd.push_back(g);
+    }
+    if (copies - routed > 0) d.block_fwd.push_back({each, to_string(op.role), 0, per * (copies - routed)});
+    d.groups_per_block += per * copies;
   }
   // Identical blocks repeat: beyond `keep` blocks from either end of a run of them, more only add
   // moments with fewer checkpoints (or the same) and the same windows, so they are left out
@@ -511,7 +566,7 @@ NcStaging nc_staging(const Derived& d, const std::vector<Group>& fwd, const std:
     double head = 0, prev = 0;
     int left = depth + 1;  // the first depth + 1 groups
     for (const Group& g : *list) {
-      const double slice = g.bytes * pshare;
+      const double slice = g.bytes * std::min(1.0, pshare * (g.expert ? d.c.ep : 1));
       head += std::min(left, g.count) * slice;
       left -= std::min(left, g.count);
       n.one = std::max(n.one, slice);
@@ -532,14 +587,14 @@ std::pair<double, double> gc_staging(const Derived& d, const std::vector<Group>&
   const bool nc_staged = d.pt == Tier::nvme;
   for (size_t r = 0; r < bwd.size(); ++r) {
     if (!bwd[r].backward) continue;
-    const double gc = bwd[r].bytes * gshare;
+    const double gc = bwd[r].bytes * std::min(1.0, gshare * (bwd[r].expert ? d.c.ep : 1));
     for (int j = 0; j < bwd[r].count; j = std::max(j + 1, bwd[r].count - depth - 1)) {
       double ahead = 0;  // the slice of the group `depth` after group j of run r
       if (nc_staged && depth >= 1) {
         int k = j + depth;
         for (size_t q = r; q < bwd.size(); k -= bwd[q].count, ++q)
           if (k < bwd[q].count) {
-            ahead = bwd[q].bytes * pshare;
+            ahead = bwd[q].bytes * std::min(1.0, pshare * (bwd[q].expert ? d.c.ep : 1));
             break;
           }
       }
@@ -625,9 +680,10 @@ void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector
   }
   if (accumulates && d.pl.grad16.tier == Tier::cpu) {  // the largest unit's part this rank keeps
     double total = 0, at = 0, largest = 0;
-    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double e) { total += e; });
-    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double whole) {
-      const double kept = d.broadcast ? (unit_owner(at, whole, total, d.dp) == d.rank ? whole : 0) : whole * gshare;
+    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double e, bool) { total += e; });
+    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double whole, bool expert) {
+      const double kept = d.broadcast ? (unit_owner(at, whole, total, d.dp) == d.rank ? whole : 0)
+                                      : whole * std::min(1.0, gshare * (expert ? d.c.ep : 1));
       largest = std::max(largest, kept * d.z.param_bytes);
       at += whole;
     });

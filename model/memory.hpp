@@ -61,6 +61,9 @@ struct ParamUnit {
   int block = -1;
   int tile = -1;                // -1 untiled
   double elems = 0;
+  // One of this rank's routed experts under expert parallelism (TrainingConfig::ep > 1): partitioned
+  // over the dp / ep ranks that hold the same experts (CommGroup::edp) instead of over dp.
+  bool expert = false;
 };
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage = 0);
 // "block3.fc1[tile 2]": how traces and messages name a unit (the one place "[tile N]" is written).
@@ -72,9 +75,15 @@ std::string unit_name(OpRole role, int block, int tile, int copies = 1, int tili
 std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp);
 
 // Elements of the parameters state placement `sp` keeps on rank `rank` of `units`: all, a 1/dp
-// shard, or (broadcast fetch) the units the rank owns.
+// shard (1 / (dp / ep) of an expert's unit), or (broadcast fetch) the units the rank owns.
 double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl, const StatePlacement& sp, int dp,
-                        int rank);
+                        int rank, int ep = 1);
+
+// Expert parallelism (TrainingConfig::ep) against the model and placement: a mixture of experts
+// whose routed experts ep divides; not with the broadcast fetch (ZeRO-Offload), nor with whole
+// 16-bit parameters beside partitioned optimizer states (ZeRO-1/2's all-gather after the optimizer
+// would mix groups); the message names --ep and what to change.
+Result<bool> check_expert_parallel(const ModelSpec& m, const Placement& pl, const TrainingConfig& c);
 
 // How many ranks share one node's CPU memory, NVMe and pinned budget: the GPUs of a node that the
 // dp x mp x pp ranks use.

@@ -126,6 +126,7 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());
   TrainingConfig resolved_config = config;
   resolved_config.dp = dp;
+  if (Result<bool> ok = check_expert_parallel(model, placement, resolved_config); !ok) return make_error(ok.error());
   return generate(model, placement, resolved_config, profile, rank, dp, sizes, stage);
 }
 

@@ -48,7 +48,8 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
   const Shape& sh = b.sh;
   const ScheduleUnit& u = sh.units[size_t(unit)];
   const StatePlacement& gp = sh.pl.grad16;
-  const int dp = sh.dp;
+  const int dp = sh.unit_ranks(u);  // the data-parallel group, or a routed expert's dp / ep ranks
+  const CommGroup group = sh.unit_group(u);
   keep = whole;
   if (dp > 1 && gp.partitioned) {
     // reduce-scatters the buffer; this rank's part lands in its grad16 shard when that is on the GPU
@@ -59,7 +60,7 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
                        u.name, deps({compute_id}), buf, gp.tier == Tier::gpu && !adds_to_earlier(b) ? -1 : buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::reduce, CommGroup::dp, dp, u.root, got * dp / (dp - 1)}
-                          : CollectiveSpec{CollectiveKind::reduce_scatter, CommGroup::dp, dp, -1, got / (dp - 1)};
+                          : CollectiveSpec{CollectiveKind::reduce_scatter, group, dp, -1, got / (dp - 1)};
     keep = bcast ? (u.root == sh.rank ? whole : 0) : whole / dp;
     return b.e.emit(std::move(st));
   }
@@ -71,7 +72,7 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
                         sh.collective_link},
                        u.name, deps({compute_id}), buf, buf);
     st.unit = unit;
-    st.collective = {CollectiveKind::all_reduce, CommGroup::dp, dp, -1, got * dp / (2.0 * (dp - 1))};
+    st.collective = {CollectiveKind::all_reduce, group, dp, -1, got * dp / (2.0 * (dp - 1))};
     return b.e.emit(std::move(st));
   }
   return compute_id;

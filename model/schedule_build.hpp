@@ -48,11 +48,19 @@ struct Shape {
   std::vector<size_t> head_ops, tail_ops;       // the embedding; ln_f and lm_head (this stage's)
   std::vector<std::vector<size_t>> ops_of_block;  // per transformer block: its operators in graph order
 
-  // A linear layer's tiles (memory-centric tiling), of each expert (a mixture of experts' fc1 and
-  // fc2 fetch, compute and offload one expert at a time, each its own units).
+  // A linear layer's tiles (memory-centric tiling), of each expert this rank holds (a mixture of
+  // experts' fc1 and fc2 fetch, compute and offload one expert at a time, each its own units; with
+  // expert parallelism its E / ep routed experts and the shared ones).
   int tiles(size_t v) const {
-    return (c.tiling_factor > 1 && g.op(v).kind == OpKind::linear ? c.tiling_factor : 1) * g.op(v).copies;
+    int copies = g.op(v).copies;
+    if (copies > 1 && c.ep > 1) copies = copies - m.moe.experts + m.moe.experts / c.ep;
+    return (c.tiling_factor > 1 && g.op(v).kind == OpKind::linear ? c.tiling_factor : 1) * copies;
   }
+  // The ranks a unit is partitioned over and gathered and reduced in: the data-parallel group, or
+  // for a routed expert under expert parallelism the dp / ep ranks that hold it (CommGroup::edp).
+  int unit_ranks(const ScheduleUnit& u) const { return u.expert ? dp / std::max(1, c.ep) : dp; }
+  CommGroup unit_group(const ScheduleUnit& u) const { return u.expert ? CommGroup::edp : CommGroup::dp; }
+  int unit_rank(const ScheduleUnit& u) const { return u.expert ? rank / std::max(1, c.ep) : rank; }
   bool tiled(size_t v) const { return tiles(v) > 1; }
   // Tensor slicing divides every operator but LayerNorm (replicated, tiny) across mp ranks.
   double mp_share(size_t v) const { return g.op(v).kind == OpKind::layernorm ? 1.0 : 1.0 / c.mp; }
@@ -60,7 +68,10 @@ struct Shape {
   // 16-bit bytes of the parameters a (tile of an) operator needs on this rank, whole (not sharded).
   double param_bytes(size_t v) const {
     const size_t o = owner[v];
-    return z.param_bytes * g.op(o).param_elems * mp_share(o) / tiles(o);
+    const Operator& op = g.op(o);
+    if (op.copies > 1)  // one expert's tile, whichever experts this rank holds
+      return z.param_bytes * op.param_elems * mp_share(o) / (op.copies * std::max(1, c.tiling_factor));
+    return z.param_bytes * op.param_elems * mp_share(o) / tiles(o);
   }
   int unit(const Item& it) const { return unit_of.at({owner[it.v], it.tile}); }
   bool first_stage() const { return stage == 0; }

@@ -50,13 +50,13 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
   for (size_t i = 0; i < pu.size(); ++i) {
     ScheduleUnit u;
     static_cast<ParamUnit&>(u) = pu[i];
-    u.shard = u.elems / dp;
+    u.shard = u.elems / unit_ranks(u);
     if (broadcast()) {
       u.root = roots[i];
       u.from = 0;
       u.len = u.root == rank ? u.elems : 0;
     } else {
-      u.from = rank * u.shard;
+      u.from = unit_rank(u) * u.shard;
       u.len = u.shard;
     }
     u.whole_at = whole_at;
@@ -204,7 +204,8 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
   const Tier home = sh.pl.param16.tier;
   const bool bcast = sh.broadcast();
   const bool is_owner = u.root == sh.rank;
-  const double slice = sh.pl.param16.partitioned && !bcast ? whole / sh.dp : whole;
+  const int ranks = sh.unit_ranks(u);  // dp, or dp / ep for a routed expert
+  const double slice = sh.pl.param16.partitioned && !bcast ? whole / ranks : whole;
   const bool reads_slow = !bcast || is_owner;
   const Phase ph = it.phase;
   if (h == 0 && home == Tier::nvme && reads_slow) {
@@ -225,7 +226,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
     if (fe.staged >= 0) e.free_at(fe.cg, fe.staged);
     fe.fetched = true;
   }
-  if (h == 2 && sh.dp > 1 && (sh.pl.param16.partitioned || bcast)) {
+  if (h == 2 && ranks > 1 && (sh.pl.param16.partitioned || bcast)) {
     const double got = bcast ? (is_owner ? 0 : whole) : whole - slice;
     // The gather reads this rank's slice from the buffer its cg filled, or from the persistent
     // shard on the GPU (zero3), and fills the rest of the buffer.
@@ -236,7 +237,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
                        u.name, deps({fe.cg >= 0 ? fe.cg : b.chain.prev}), fe.fetched ? fe.buf : -1, fe.buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::broadcast, CommGroup::dp, sh.dp, u.root, whole}
-                          : CollectiveSpec{CollectiveKind::all_gather, CommGroup::dp, sh.dp, -1, slice};
+                          : CollectiveSpec{CollectiveKind::all_gather, sh.unit_group(u), ranks, -1, slice};
     fe.gg = e.emit(std::move(st));
     if (!made) e.step(fe.gg).allocs.push_back(fe.buf);
     fe.fetched = true;
@@ -306,6 +307,32 @@ int emit_compute(Builder& b, const Item& it, const Groups& gr, size_t gi) {
   return b.chain.last;
 }
 
+// Expert parallelism: the tokens routed to other ranks' experts cross the expert-parallel group
+// all-to-all, after the router (dispatch) and after the experts' last unit (combine), in forward
+// and recompute; in backward the gradients cross the other way, before the experts (after the
+// residual's backward) and after them (after fc1's last unit). Each rank's send buffer is its
+// tokens x experts per token x hidden activations; (ep - 1) / ep of it leaves the rank.
+void moe_all_to_all(Builder& b, const Item& it) {
+  const Shape& sh = b.sh;
+  const Operator& op = sh.g.op(it.v);
+  const bool bwd = it.phase == Phase::backward;
+  const int last_tile = sh.tiled(it.v) ? (bwd ? 0 : sh.tiles(it.v) - 1) : -1;
+  bool at = false;
+  if (!bwd) at = (op.role == OpRole::router || op.role == OpRole::fc2) && it.tile == last_tile;
+  else at = (op.role == OpRole::residual2 && sh.m.is_moe()) || (op.role == OpRole::fc1 && it.tile == last_tile);
+  if (!at) return;
+  const int ep = sh.c.ep;
+  const double send = sh.z.act_bytes * sh.act_elems() * sh.m.moe.experts_per_token;
+  const LinkClass link = long(ep) * sh.c.mp > sh.p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
+  Step st = transfer({StepKind::all_to_all, it.phase, Hop::a2a, State::act_ckpt, send * (ep - 1) / ep, Tier::gpu,
+                      Tier::gpu, link},
+                     op.name, deps({b.chain.last}));
+  st.state.reset();
+  st.micro_batch = it.u;
+  st.collective = {CollectiveKind::all_to_all, CommGroup::ep, ep, -1, send};
+  b.chain.last = b.e.emit(std::move(st));
+}
+
 }  // namespace
 
 void run_items(Builder& b, const std::vector<Item>& items, const std::function<void(size_t)>& before) {
@@ -323,6 +350,7 @@ void run_items(Builder& b, const std::vector<Item>& items, const std::function<v
     const int id = emit_compute(b, it, gr, gi);
     if (gi != SIZE_MAX && it.phase == Phase::backward) grad_ready(b, it, id);
     if (sh.c.mp > 1 && it.tile <= 0) megatron_allreduce(b, sh.g.op(it.v), it.phase);
+    if (sh.c.ep > 1) moe_all_to_all(b, it);
     if (gi != SIZE_MAX && gr.end[gi] == i && gr.f[gi].fetched) {
       const int unit = sh.unit(it);
       Step rel;

@@ -247,7 +247,8 @@ void plan_optimizer(Builder& b) {
   const Shape& sh = b.sh;
   Optim& o = b.opt;
   Schedule& s = b.e.schedule();
-  o.n = kept_param_elems(std::vector<ParamUnit>(sh.units.begin(), sh.units.end()), sh.pl, sh.pl.optim32, sh.dp, sh.rank);
+  o.n = kept_param_elems(std::vector<ParamUnit>(sh.units.begin(), sh.units.end()), sh.pl, sh.pl.optim32, sh.dp, sh.rank,
+                         sh.c.ep);
   s.optimizer_chunks.clear();
   if (ot(sh) == Tier::gpu) {
     ScheduleChunk one;

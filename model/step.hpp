@@ -23,10 +23,14 @@ namespace memwall {
 // accumulate: gradient accumulation adds this micro-step's gradient (src_buf, this rank's part, on
 // `src`) into the sum of the earlier micro-steps (dst_buf, or the persistent grad16 on `dst`):
 // partitioned or offloaded gradients leave the GPU's buffer in every micro-step.
+// all_to_all: a mixture of experts' token exchange over the expert-parallel group (TrainingConfig::ep):
+// each rank sends every other member the tokens routed to its experts (dispatch, before the experts)
+// and gets their outputs back (combine, after), and the same for the gradients in backward.
 enum class StepKind : std::uint8_t {
-  fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p, accumulate
+  fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p, accumulate,
+  all_to_all
 };
-inline constexpr int kStepKinds = 11;
+inline constexpr int kStepKinds = 12;
 enum class Phase : std::uint8_t { forward, recompute, backward, optimizer };
 // Where bytes travel: NVMe<->CPU memory, CPU memory<->GPU (PCIe), GPU<->GPU in a node (NVLink),
 // between nodes (InfiniBand), or nowhere (a step on one device).
@@ -38,18 +42,24 @@ inline constexpr int kLinkClasses = 5;
 // partitioned checkpoint over the tensor-slicing group); offload gc (GPU -> CPU), cn (CPU -> NVMe);
 // a checkpoint saved gc or loaded cg when it lives in CPU memory; reduce_scatter rs (or reduce to
 // the owner); allreduce ar (gradients) or mp (Megatron's activations); p2p send or recv.
-enum class Hop : std::uint8_t { none, nc, cg, gg, bcast, mp, gc, cn, rs, reduce, ar, send, recv };
+enum class Hop : std::uint8_t { none, nc, cg, gg, bcast, mp, gc, cn, rs, reduce, ar, send, recv, a2a };
 
 // A step that talks to other ranks carries what every member must agree on.
-enum class CollectiveKind : std::uint8_t { none, all_gather, broadcast, reduce_scatter, reduce, all_reduce, send, recv };
-enum class CommGroup : std::uint8_t { dp, mp, pp };
+enum class CollectiveKind : std::uint8_t {
+  none, all_gather, broadcast, reduce_scatter, reduce, all_reduce, send, recv, all_to_all
+};
+// ep: the expert-parallel group (ep consecutive data-parallel ranks, whose experts differ); edp: the
+// expert data-parallel group (the dp / ep ranks holding the same experts), over which an expert's
+// parameters are partitioned and its gradients reduced.
+enum class CommGroup : std::uint8_t { dp, mp, pp, ep, edp };
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::none;
   CommGroup group = CommGroup::dp;
   int members = 1;   // ranks of the group
   int root = -1;     // broadcast / reduce: the member that owns the buffer; send / recv: the other stage
   // Each member's part: all_gather's shard, reduce_scatter's output shard, the whole buffer of an
-  // all_reduce, broadcast or reduce, a p2p message. What moves on the wire (1-bit Adam compresses
+  // all_reduce, broadcast or reduce, a p2p message, an all_to_all's send buffer (1/members of it to
+  // each member, itself included). What moves on the wire (1-bit Adam compresses
   // gradient collectives) rather than the buffer's size.
   double bytes_per_rank = 0;
   // The whole buffer of the operation (all_gather's output, reduce_scatter's input, ...).
@@ -103,6 +113,7 @@ constexpr const char* to_string(StepKind k) {
     case StepKind::optimizer: return "optimizer";
     case StepKind::p2p: return "p2p";
     case StepKind::accumulate: return "accumulate";
+    case StepKind::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -140,6 +151,7 @@ constexpr const char* to_string(Hop h) {
     case Hop::ar: return "ar";
     case Hop::send: return "send";
     case Hop::recv: return "recv";
+    case Hop::a2a: return "a2a";
   }
   return "?";
 }
@@ -153,6 +165,7 @@ constexpr const char* to_string(CollectiveKind k) {
     case CollectiveKind::all_reduce: return "all_reduce";
     case CollectiveKind::send: return "send";
     case CollectiveKind::recv: return "recv";
+    case CollectiveKind::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -161,6 +174,8 @@ constexpr const char* to_string(CommGroup g) {
     case CommGroup::dp: return "dp";
     case CommGroup::mp: return "mp";
     case CommGroup::pp: return "pp";
+    case CommGroup::ep: return "ep";
+    case CommGroup::edp: return "edp";
   }
   return "?";
 }

@@ -127,6 +127,8 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
   if (c.dp < 0 || c.dp > kMaxGpus)
     return make_error(range_error("--dp", "a data-parallel degree", 1, kMaxGpus, c.dp));
   if (c.mp < 1 || c.mp > kMaxMp) return make_error(range_error("--mp", "a tensor-slicing degree", 1, kMaxMp, c.mp));
+  if (c.ep < 1 || c.ep > kMaxExperts)
+    return make_error(range_error("--ep", "an expert-parallel degree", 1, kMaxExperts, c.ep));
   if (long(c.dp) * c.mp > kMaxGpus)
     return make_error("--dp/--mp: " + std::to_string(c.dp) + " x " + std::to_string(c.mp) + " GPUs, more than " +
                       std::to_string(kMaxGpus));
@@ -171,6 +173,10 @@ Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const Hardwa
   Result<int> dp = resolve_dp(c, p);
   if (!dp) return make_error(dp.error());
   c.dp = *dp;
+  if (c.dp % std::max(1, c.ep) != 0)
+    return make_error("--ep: the experts split over ep of the " + std::to_string(c.dp) +
+                      " data-parallel ranks: expected a divisor of dp " + std::to_string(c.dp) + ", got " +
+                      std::to_string(c.ep));
   return c;
 }
 

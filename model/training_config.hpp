@@ -50,6 +50,8 @@ struct TrainingConfig {
   int grad_accum = 1;      // gradient accumulation: forward/backward micro-steps per optimizer step
                            // (with pp > 1: the pipeline's micro-batches, run 1F1B)
   int pp = 1;              // pipeline stages (3D parallelism): each holds a contiguous range of blocks
+  int ep = 1;              // expert parallelism (a mixture of experts): the routed experts split over
+                           // ep consecutive dp ranks, tokens exchanged all-to-all; divides dp
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;
   int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
   int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that

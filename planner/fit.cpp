@@ -219,6 +219,11 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       bytes += std::ceil(m.layers / pp / k.ci) * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
     tb.mp_allreduce_s = transfer_s(bytes, p.gpu_gpu_Bps);
   }
+  if (k.ep > 1 && m.is_moe()) {  // dispatch and combine in forward, recompute and backward per MoE block
+    const double send = 2.0 * k.bsz * double(k.seq) * double(m.hidden) * m.moe.experts_per_token;
+    const bool across = long(k.ep) * k.mp > p.gpus_per_node && p.inter_node_Bps > 0;
+    tb.all_to_all_s = transfer_s(m.layers / pp * 6.0 * send * (k.ep - 1) / k.ep, across ? p.inter_node_Bps : p.gpu_gpu_Bps);
+  }
   if (pp > 1) {  // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter)
     const bool across = dp * mp >= p.gpus_per_node && p.nodes > 1;
     const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;
@@ -238,7 +243,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
   // overlap hides it behind the last micro-step's backward only (the gradients are final there),
   // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides.
-  const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.p2p_s;
+  const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s;
   tb.bubble_s = (pp - 1) * micro_step_s;
   if (ga > 1) {
     if (k.optimizer_overlap == OptimizerOverlap::dpu)
@@ -247,9 +252,10 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.param_grad_s *= ga;
     tb.act_ckpt_s *= ga;
     tb.mp_allreduce_s *= ga;
+    tb.all_to_all_s *= ga;
     tb.p2p_s *= ga;
   }
-  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s + tb.p2p_s + tb.bubble_s;
+  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
   tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
   tb.samples_per_s = global_batch(k) / tb.iteration_s;

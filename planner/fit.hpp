@@ -94,6 +94,7 @@ struct TimeBreakdown {
   double optimizer_s = 0;    // exposed
   double refresh_s = 0;      // updated fp16 parameters back to GPU-resident copies (ZeRO-Offload), behind the optimizer
   double mp_allreduce_s = 0; // exposed
+  double all_to_all_s = 0;   // expert parallelism: the tokens' all-to-alls, exposed
   double p2p_s = 0;          // pipeline stages: activations and their gradients between stages, exposed
   double bubble_s = 0;       // pipeline stages: 1F1B's idle pp - 1 micro-steps ((pp-1)/(m+pp-1) of the passes)
   double exposed_s = 0;      // everything added to compute

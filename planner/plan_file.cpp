@@ -55,7 +55,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp"});
+               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "ep"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -66,6 +66,12 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
   c.grad_accum = int(r.integer_or(tn, "training", "grad_accum", 1, kMaxGradAccum, 1));
   c.pp = int(r.integer_or(tn, "training", "pp", 1, std::min(kMaxPp, m.layers), 1));
+  c.ep = int(r.integer_or(tn, "training", "ep", 1, kMaxExperts, 1));
+  if (c.ep > 1 && (!m.is_moe() || m.moe.experts % c.ep != 0 || c.dp % c.ep != 0))
+    r.fail(tn["ep"], "training.ep",
+           m.is_moe() ? "expected a divisor of the model's " + std::to_string(m.moe.experts) + " experts and of dp " +
+                            std::to_string(c.dp)
+                      : std::string("expert parallelism needs a mixture of experts (the model has none)"));
   if (YAML::Node gb = tn["global_batch"]; gb.IsDefined() && !gb.IsNull()) {
     plan.global_batch = r.integer(tn, "training", "global_batch", 1, long(kMaxBsz) * kMaxGradAccum * kMaxGpus);
     if (double(*plan.global_batch) != global_batch(c))
@@ -174,6 +180,8 @@ std::string plan_yaml(const Plan& plan) {
     << "  dp: " << c.dp << "\n"
     << "  mp: " << c.mp << "\n"
     << "  pp: " << c.pp << "                # pipeline stages\n"
+    << (c.ep > 1 ? "  ep: " + std::to_string(c.ep) + "                # expert parallelism: experts split over ep dp ranks\n"
+                 : std::string())
     << "  prefetch_depth: " << c.prefetch_depth << "\n"
     << "  grad_accum: " << c.grad_accum << "        # forward/backward micro-steps per optimizer step\n";
   if (plan.global_batch)

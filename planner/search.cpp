@@ -29,7 +29,7 @@ std::string candidate_key(const Candidate& c) {
   const TrainingConfig& k = c.config;
   return key_of(c.placement) + "|" + format_g(k.bsz) + "/" + std::to_string(k.seq) + "/" + std::to_string(k.ci) + "/" +
          std::to_string(k.tiling_factor) + "/" + std::to_string(k.dp) + "/" + std::to_string(k.mp) + "/" +
-         std::to_string(k.pp) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
+         std::to_string(k.pp) + "/" + std::to_string(k.ep) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
          std::to_string(k.prefetch_depth) + "/" + std::to_string(k.optimizer_chunks) + "/" +
          to_string(k.optimizer_overlap) + "/" + std::to_string(k.dpu_warmup) + "/" + format_g(k.what_if.attention_density) +
          (k.what_if.onebit_adam ? "/1bit" : "");
@@ -44,7 +44,7 @@ size_t SearchSpace::size() const {
                                               : mp.size();
     n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1) * mps;
   }
-  return n * bsz.size() * ci.size();
+  return n * bsz.size() * ci.size() * ep.size();
 }
 
 std::string placement_label(const Placement& pl) {
@@ -191,6 +191,10 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
       s.placements.push_back(q);
     }
   }
+  // ---- ep: expert parallelism for a mixture of experts (powers of two dividing its experts) ----
+  if (m.is_moe())
+    for (int e = 2; e <= m.moe.experts && e <= p.total_gpus(); e *= 2)
+      if (m.moe.experts % e == 0) s.ep.push_back(e);
   // ---- bsz, ci, tiling ----
   if (fx.bsz) s.bsz = {*fx.bsz};
   else
@@ -333,8 +337,10 @@ std::string global_batch_words(const TrainingConfig& c, bool fixed, const Hardwa
 namespace {
 
 std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling,
-                                         int mp, int pp, int depth, const WhatIf& what_if, std::optional<long> global) {
+                                         int mp, int pp, int ep, int depth, const WhatIf& what_if,
+                                         std::optional<long> global) {
   TrainingConfig c;
+  c.ep = ep;
   c.what_if = what_if;
   c.bsz = bsz;
   c.seq = m.seq;
@@ -351,6 +357,7 @@ std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfi
     if (!split) return std::nullopt;
     std::tie(c.dp, c.grad_accum) = *split;
   }
+  if (c.dp % ep != 0) return std::nullopt;
   return c;
 }
 
@@ -414,7 +421,9 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     const std::vector<int>& stages = pipeline_allowed(pl) ? space.pp : untiled;
     for (int mp : space.mp)
       for (int pp : stages)
+      for (int ep : space.ep)
       if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
+      if (ep == 1 || check_expert_parallel(m, pl, TrainingConfig{.ep = ep}).ok())
       for (int ci : space.ci) {
         // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
         std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);
@@ -426,7 +435,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             std::vector<Evaluated> row;
             for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
               std::optional<TrainingConfig> k =
-                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, space.prefetch_depth, space.what_if, space.global_batch);
+                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, ep, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
               if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
               Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};

@@ -40,6 +40,9 @@ struct SearchSpace {
   // pipelines with ZeRO stage 0 or 1 only); the others use 1. Without a global batch a pipeline
   // runs kPipelineMicroBatchesPerStage x pp micro-batches (1F1B's bubble then (pp-1)/(5 pp - 1)).
   std::vector<int> pp = {1};
+  // Expert parallelism, for a mixture of experts: each degree that divides its experts (and the
+  // candidate's dp, and is allowed with its placement: check_expert_parallel); 1 otherwise.
+  std::vector<int> ep = {1};
   std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
   WhatIf what_if;             // seed 004's what-ifs: the user's, copied into every candidate, never searched

@@ -14,6 +14,7 @@ const char* to_string(Collective c) {
     case Collective::all_reduce: return "all_reduce";
     case Collective::broadcast: return "broadcast";
     case Collective::reduce: return "reduce";
+    case Collective::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -22,6 +23,7 @@ const char* to_string(Algorithm a) {
     case Algorithm::ring: return "ring";
     case Algorithm::tree: return "tree";
     case Algorithm::pipeline: return "pipeline";
+    case Algorithm::direct: return "direct";
   }
   return "?";
 }
@@ -85,6 +87,13 @@ MemberTraffic member_traffic(const CollectiveOp& op, Algorithm a) {
       t.latencies = 2 * ((s.k - 1) + ceil_log2(s.N));
       return t;
     }
+    case Algorithm::direct: {
+      // B / n to each other member at once: k - 1 of them in its node, the rest over its NIC path
+      t.out_intra = t.in_intra = c * (s.k - 1);
+      t.out_inter = t.in_inter = c * (s.n - s.k);
+      t.latencies = 1;
+      return t;
+    }
     case Algorithm::pipeline: {
       // A member inside the chain: B streams in and out (the root only sends, the ends only receive).
       auto [intra, inter] = ring_split(s, B);
@@ -109,6 +118,7 @@ double closed_form_s(const CollectiveOp& op, Algorithm a, const PathRates& r) {
 }
 
 Algorithm pick_algorithm(const CollectiveOp& op, const PathRates& r) {
+  if (op.kind == Collective::all_to_all) return Algorithm::direct;
   if (op.kind == Collective::broadcast || op.kind == Collective::reduce) return Algorithm::pipeline;
   if (op.kind != Collective::all_reduce || op.group.nodes() <= 1) return Algorithm::ring;
   return closed_form_s(op, Algorithm::tree, r) < closed_form_s(op, Algorithm::ring, r) ? Algorithm::tree
@@ -177,6 +187,13 @@ FlowPlan member_flows(const CollectiveOp& op, Algorithm a) {
         ring_step(s, B / s.n, -1, r);
         plan.rounds.push_back(r.take());
       }
+      return plan;
+    }
+    case Algorithm::direct: {
+      Round r;
+      for (int x = 0; x < s.n; ++x)
+        for (int y = 0; y < s.n; ++y) r.add(x, y, B / s.n);  // add() skips x == y
+      plan.rounds.push_back(r.take());
       return plan;
     }
     case Algorithm::pipeline: {

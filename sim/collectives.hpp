@@ -1,6 +1,7 @@
 // Collectives as NCCL runs them: ring all-gather, reduce-scatter and all-reduce; the tree
 // all-reduce (a chain inside each node, a double binary tree between nodes) where NCCL's own cost
-// model would pick it over the ring; broadcast and reduce pipelined along the ring. Describes the
+// model would pick it over the ring; broadcast and reduce pipelined along the ring; all-to-all as
+// direct sends from every member to every other at once (NCCL's grouped send/recv). Describes the
 // flows of one collective two ways: every member's flows, round by round (the full replay), and one
 // member's flows merged over the rounds when every member is alike (the symmetric replay), plus
 // the closed form of each on idle links, which the tests hold the replay to. Rings and trees use
@@ -14,8 +15,9 @@
 
 namespace memwall::sim {
 
-enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast, reduce };
-enum class Algorithm { ring, tree, pipeline };  // pipeline: broadcast / reduce streamed along the ring
+enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast, reduce, all_to_all };
+// pipeline: broadcast / reduce streamed along the ring; direct: all-to-all's pairwise sends
+enum class Algorithm { ring, tree, pipeline, direct };
 const char* to_string(Collective c);
 const char* to_string(Algorithm a);
 
@@ -29,7 +31,8 @@ struct Group {
 
 struct CollectiveOp {
   Collective kind = Collective::all_gather;
-  double bytes = 0;  // B: the whole buffer (all-gather's output, reduce-scatter's input, ...)
+  double bytes = 0;  // B: the whole buffer (all-gather's output, reduce-scatter's input, all-to-all's
+                     // send buffer of one member: B / n to each member)
   Group group;
   int root = 0;      // broadcast and reduce: the member that owns the buffer
 };

@@ -111,10 +111,18 @@ struct QuietEngineArgs {
 
 // Where the replayed GPUs sit and what their collectives span.
 struct Layout {
-  int dp = 1, mp = 1, pp = 1, gpus_per_node = 1;
+  int dp = 1, mp = 1, pp = 1, ep = 1, gpus_per_node = 1;
   int busy_per_node = 1;  // GPUs of a node that run the schedule, sharing its PCIe root, DRAM, NVMe, CPU, NICs
-  Group dp_group, mp_group;
-  PathRates dp_rates, mp_rates;
+  Group dp_group, mp_group, ep_group, edp_group;
+  PathRates rates;  // every group's members see the same idle routes
+  const Group& group(CommGroup g) const {
+    switch (g) {
+      case CommGroup::mp: return mp_group;
+      case CommGroup::ep: return ep_group;
+      case CommGroup::edp: return edp_group;
+      default: return dp_group;
+    }
+  }
 };
 
 // One replayed GPU: pipeline stage `s`, dp rank `d`, tensor slice `m`, at `node`/`local` of the
@@ -141,7 +149,6 @@ struct StepActs {
 // members; it starts when every member has reached it.
 struct Instance {
   CollectiveOp op;
-  bool dp_group = true;
   std::vector<int> gpus;  // member -> replayed GPU
   int start = -1, done = -1;
   int arrived = 0;
@@ -292,8 +299,7 @@ class Replayer {
       }
       std::vector<sg4::Host*> hosts;
       for (int gi : in.gpus) hosts.push_back(host(gi));
-      lay_out_every_member(dag_, pf_, in.op, in.dp_group ? lay_.dp_rates : lay_.mp_rates, hosts, p_.gpu_memory_Bps,
-                           in.start, in.done);
+      lay_out_every_member(dag_, pf_, in.op, lay_.rates, hosts, p_.gpu_memory_Bps, in.start, in.done);
     }
     return true;
   }
@@ -464,7 +470,7 @@ class Replayer {
   CollectiveOp collective_of(const Step& st) const {
     const CollectiveSpec& cs = st.collective;
     CollectiveOp op;
-    op.group = cs.group == CommGroup::mp ? lay_.mp_group : lay_.dp_group;
+    op.group = lay_.group(cs.group);
     op.root = std::max(0, cs.root);
     op.bytes = cs.whole_bytes();
     switch (cs.kind) {
@@ -472,6 +478,7 @@ class Replayer {
       case CollectiveKind::reduce_scatter: op.kind = Collective::reduce_scatter; break;
       case CollectiveKind::reduce: op.kind = Collective::reduce; break;
       case CollectiveKind::broadcast: op.kind = Collective::broadcast; break;
+      case CollectiveKind::all_to_all: op.kind = Collective::all_to_all; break;
       default: op.kind = Collective::all_gather; break;
     }
     return op;
@@ -480,7 +487,7 @@ class Replayer {
   void collective(const Step& st, const Gpu& g, StepActs& a) {
     const CollectiveOp op = collective_of(st);
     if (op.group.members <= 1) return;
-    const PathRates& r = st.collective.group == CommGroup::mp ? lay_.mp_rates : lay_.dp_rates;
+    const PathRates& r = lay_.rates;
     if (!sym_) {
       Instance& in = instance(st, g, op);
       a.heads = {in.start};
@@ -516,19 +523,38 @@ class Replayer {
   }
 
   Instance& instance(const Step& st, const Gpu& g, const CollectiveOp& op) {
-    const bool dp = st.collective.group != CommGroup::mp;
-    // members of g's dp group share its stage and m; members of its mp group its stage and d
-    const int group = dp ? g.s * lay_.mp + g.m : g.s * lay_.dp + g.d;
-    const int seq = seq_[{g.index, dp}]++;
-    auto [it, fresh] = index_.try_emplace({dp ? group : -1 - group, seq}, instances_.size());
+    const CommGroup kind = st.collective.group == CommGroup::pp ? CommGroup::dp : st.collective.group;
+    // Members share g's stage and: its slice m and (dp) nothing more, (ep) its block of ep
+    // consecutive dp ranks, (edp) its place in that block; or (mp) its dp rank d. The member x's
+    // dp rank and slice:
+    const int ep = std::max(1, lay_.ep);
+    auto member = [&](int x) -> std::pair<int, int> {
+      switch (kind) {
+        case CommGroup::mp: return {g.d, x};
+        case CommGroup::ep: return {g.d / ep * ep + x, g.m};
+        case CommGroup::edp: return {x * ep + g.d % ep, g.m};
+        default: return {x, g.m};
+      }
+    };
+    int group = 0;  // which group of its kind in the stage
+    switch (kind) {
+      case CommGroup::mp: group = g.d; break;
+      case CommGroup::ep: group = (g.d / ep) * lay_.mp + g.m; break;
+      case CommGroup::edp: group = (g.d % ep) * lay_.mp + g.m; break;
+      default: group = g.m; break;
+    }
+    const int seq = seq_[{g.index, int(kind)}]++;
+    const long key = (long(g.s) * 8 + int(kind)) * (long(lay_.dp) * lay_.mp + 1) + group;
+    auto [it, fresh] = index_.try_emplace({key, seq}, instances_.size());
     if (fresh) {
       Instance in;
       in.op = op;
-      in.dp_group = dp;
       in.hop = step_label(st);
       const int base = g.s * lay_.dp * lay_.mp;  // the first GPU of g's stage
-      for (int x = 0; x < op.group.members; ++x)
-        in.gpus.push_back(base + (dp ? x * lay_.mp + g.m : g.d * lay_.mp + x));
+      for (int x = 0; x < op.group.members; ++x) {
+        const auto [d, m] = member(x);
+        in.gpus.push_back(base + d * lay_.mp + m);
+      }
       in.start = dag_.add(delay(0));
       in.done = dag_.add(delay(0));
       instances_.push_back(std::move(in));
@@ -550,8 +576,8 @@ class Replayer {
   std::unordered_map<int, int> position_;  // Gpu::index (of all dp x mp x pp) -> gpus_
   std::vector<Rec> steps_;
   std::vector<Instance> instances_;
-  std::map<std::pair<int, int>, size_t> index_;  // (group, sequence number) -> instance
-  std::map<std::pair<int, bool>, int> seq_;      // (GPU, dp group?) -> collectives seen
+  std::map<std::pair<long, int>, size_t> index_;  // (stage, group kind and group, sequence number) -> instance
+  std::map<std::pair<int, int>, int> seq_;        // (GPU, group kind) -> collectives seen
   std::map<std::tuple<int, int, int>, size_t> p2p_index_;  // (from GPU, to GPU, k) -> instance
   std::map<std::tuple<int, int, bool>, int> p2p_seq_;      // (from, to, the sender's side?) -> messages seen
   std::map<std::vector<int>, int> runs_;         // compress(): a run of waits -> its join
@@ -573,6 +599,7 @@ const std::array<Replayer::Handler, kStepKinds> Replayer::kHandlers = {
     &Replayer::optimizer,  // optimizer
     &Replayer::p2p,        // p2p
     &Replayer::accumulate, // accumulate
+    &Replayer::transfer,   // all_to_all
 };
 
 // What one member's idle routes give when `busy_per_node` GPUs of each node run the same collective.
@@ -597,9 +624,13 @@ Layout job_layout(const Schedule& s0, const HardwareProfile& profile) {
   lay.pp = s0.pp;
   lay.gpus_per_node = profile.gpus_per_node;
   lay.busy_per_node = profile.ranks_per_node(gpus);
-  lay.dp_group = {s0.dp, std::min(s0.dp, profile.gpus_per_node / s0.config.mp)};
+  lay.ep = std::max(1, s0.config.ep);
+  const int dp_per_node = std::min(s0.dp, profile.gpus_per_node / s0.config.mp);
+  lay.dp_group = {s0.dp, dp_per_node};
   lay.mp_group = {s0.config.mp, s0.config.mp};
-  lay.dp_rates = lay.mp_rates = path_rates(profile, lay.busy_per_node);
+  lay.ep_group = {lay.ep, std::min(lay.ep, dp_per_node)};  // consecutive dp ranks
+  lay.edp_group = {s0.dp / lay.ep, std::max(1, dp_per_node / lay.ep)};  // every ep-th dp rank
+  lay.rates = path_rates(profile, lay.busy_per_node);
   return lay;
 }
 

@@ -439,6 +439,9 @@ Result<Token> accumulate(EngineContext& e, const Step& s) {
 Result<Token> release(EngineContext&, const Step&) { return Token{}; }  // the plan reuses its bytes
 
 Result<Token> p2p(EngineContext&, const Step&) { return unsupported("a pipeline stage's send or receive"); }
+Result<Token> all_to_all(EngineContext&, const Step&) {
+  return unsupported("a mixture of experts' token all-to-all (the executor trains the paper's GPT)");
+}
 
 using Handler = Result<Token> (*)(EngineContext&, const Step&);
 // One handler per step kind, in StepKind's order.
@@ -454,6 +457,7 @@ const std::array<Handler, kStepKinds> kHandlers = {
     optimizer,  // optimizer
     p2p,         // p2p
     accumulate,  // accumulate
+    all_to_all,  // all_to_all
 };
 
 }  // namespace

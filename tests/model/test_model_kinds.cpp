@@ -188,6 +188,86 @@ TEST(ModelKinds, ExpertsAreFetchedOneAtATime) {
   EXPECT_LE(largest_fetch, 2.0 * fc1_op.param_elems / 16);  // one expert's tile, 16-bit
 }
 
+// Expert parallelism (ep): each rank holds E / ep of the routed experts, partitioned over the
+// dp / ep ranks holding the same ones (so a rank keeps the same share of every state as with ep 1),
+// and the tokens cross the expert-parallel group all-to-all: twice per MoE block in forward, twice
+// in recompute, twice in backward, each receiving (ep - 1) / ep of tokens x top-k x hidden
+// activations. The memory model predicts the schedule's walked peaks; what is not modelled is refused.
+TEST(ModelKinds, ExpertParallelismExchangesTokensAllToAll) {
+  ModelSpec moe = llama_like(4, 0);
+  moe.moe = {8, 2, 2816, 0};
+  const HardwareProfile p = *load_profile("dgx2");
+  for (const char* pn : {"zero3", "zero_inf_cpu", "zero_inf_nvme", "data_parallel"})
+    for (int ep : {2, 4, 8}) {
+      const Placement pl = *preset(pn);
+      TrainingConfig c;
+      c.seq = moe.seq;
+      c.bsz = 2;
+      c.dp = 16;
+      c.ep = ep;
+      const std::string what = std::string(pn) + " ep " + std::to_string(ep);
+      Result<Schedule> s = build_schedule(moe, pl, c, p);
+      ASSERT_TRUE(s.ok()) << what << ": " << s.error();
+      EXPECT_TRUE(check_invariants(*s).empty()) << what << ": " << check_invariants(*s).front();
+      const double send = 2.0 * c.bsz * c.seq * 2 * moe.hidden;  // fp16 x tokens x top-2 x hidden
+      double a2a = 0;
+      int steps = 0;
+      for (const Step& st : s->steps)
+        if (st.kind == StepKind::all_to_all) {
+          ++steps;
+          a2a += st.bytes;
+          EXPECT_EQ(st.collective.group, CommGroup::ep);
+          EXPECT_EQ(st.collective.members, ep);
+          EXPECT_DOUBLE_EQ(st.collective.bytes_per_rank, send);
+        }
+      EXPECT_EQ(steps, 6 * moe.layers) << what;
+      EXPECT_NEAR(a2a, 6.0 * moe.layers * send * (ep - 1) / ep, 1e-6 * a2a) << what;
+      // this rank's experts: E / ep of them, gathered and reduced over dp / ep ranks
+      int expert_units = 0;
+      for (const ScheduleUnit& u : s->units)
+        if (u.block == 0 && u.role == OpRole::fc1) {
+          ++expert_units;
+          EXPECT_TRUE(u.expert);
+          EXPECT_DOUBLE_EQ(u.shard, u.elems / (16 / ep));
+        }
+      EXPECT_EQ(expert_units, 8 / ep);
+      for (const Step& st : s->steps)
+        if (st.kind == StepKind::fetch && st.hop == Hop::gg && st.name.starts_with("block0.fc1"))
+          EXPECT_EQ(st.collective.group, CommGroup::edp) << what;
+      // partitioned, every state's share per rank is ep 1's; kept whole (data_parallel), a rank
+      // keeps only its E / ep experts' share
+      TrainingConfig one = c;
+      one.ep = 1;
+      const Schedule s1 = *build_schedule(moe, pl, one, p);
+      const double experts = moe.layers * 8 * 3.0 * moe.hidden * 2816;  // every block's experts, fc1 + fc2
+      for (int t = 0; t < kTiers; ++t)
+        for (int st = 0; st < 4; ++st) {
+          const StatePlacement& sp = pl.of(State(st));
+          const double bytes_per = st == int(State::optim32) ? MemorySizes{}.optim_bytes : MemorySizes{}.param_bytes;
+          const bool param_state = State(st) != State::act_ckpt;
+          const double fewer =
+              !param_state || sp.partitioned || sp.tier != Tier(t) ? 0 : bytes_per * experts * (1 - 1.0 / ep);
+          const double want = s1.persistent_bytes[size_t(t)][size_t(st)] - fewer;
+          EXPECT_NEAR(s->persistent_bytes[size_t(t)][size_t(st)], want, 1e-9 * (1 + want)) << what << " state " << st;
+        }
+      const MemoryModel mm = memory_model(moe, pl, c, p);
+      EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, s->peak_bytes[int(Tier::gpu)], 0.03 * s->peak_bytes[int(Tier::gpu)]) << what;
+      EXPECT_NEAR(mm.of(Tier::cpu).peak_bytes, s->peak_bytes[int(Tier::cpu)], 0.03 * s->peak_bytes[int(Tier::cpu)]) << what;
+    }
+  // what is not modelled, refused with the flag
+  TrainingConfig c;
+  c.seq = moe.seq;
+  c.dp = 16;
+  c.ep = 3;
+  EXPECT_NE(build_schedule(moe, *preset("zero3"), c, p).error().find("--ep: expected a divisor of the model's 8 experts"),
+            std::string::npos);
+  c.ep = 2;
+  EXPECT_NE(build_schedule(moe, *preset("zero2"), c, p).error().find("--ep: whole 16-bit parameters"), std::string::npos);
+  EXPECT_NE(build_schedule(moe, *preset("zero_offload"), c, p).error().find("--ep: the broadcast fetch"),
+            std::string::npos);
+  EXPECT_NE(build_schedule(llama_like(4, 5632), *preset("zero3"), c, p).error().find("has no experts"), std::string::npos);
+}
+
 // Each supported architecture's config.json loads with the published count; what memwall does
 // not model is refused by name.
 TEST(ModelKinds, HuggingFaceConfigsLoad) {

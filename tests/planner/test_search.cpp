@@ -37,6 +37,35 @@ Evaluated plan_for(const ProfileSpec& s, const std::vector<std::string>& fixes =
   return r.fits() ? r.ranked.front() : Evaluated{};
 }
 
+// Expert parallelism in the search (issue 27): a mixture of experts whose experts, kept whole on
+// every rank (data_parallel), do not fit a 32 GB GPU fits when they are split over ep ranks; the
+// planner finds the smallest ep that fits, and its time counts the all-to-alls.
+TEST(ExpertParallelism, SplittingTheExpertsMakesADataParallelMixtureFit) {
+  ModelSpec m = make_model(16, 2048, 16);
+  m.kv_heads = 4;
+  m.ffn = FfnKind::swiglu;
+  m.moe = {8, 2, 2816, 0};
+  ProfileSpec ps;
+  ps.gpu_memory = "32 GB";
+  ps.gpus_per_node = 8;
+  const HardwareProfile p = make_profile(ps);
+  Fixes fx = *parse_fixes({"strategy=data_parallel", "bsz=1", "ci=1", "mp=1"});  // tensor slicing would halve it too
+  Result<SearchSpace> space = make_space(m, p, fx);
+  ASSERT_TRUE(space.ok()) << space.error();
+  EXPECT_EQ(space->ep, (std::vector<int>{1, 2, 4, 8}));
+  SearchResult r = search(m, p, *space);
+  ASSERT_TRUE(r.fits());
+  const Evaluated& best = r.ranked.front();
+  EXPECT_GT(best.candidate.config.ep, 1);
+  EXPECT_GT(best.time.all_to_all_s, 0);
+  // ep 1 does not fit: every rank would hold all 8 experts of every layer
+  Candidate one = best.candidate;
+  one.config.ep = 1;
+  EXPECT_FALSE(check_fit(m, one, p).fits());
+  // a dense model searches ep 1 only
+  EXPECT_EQ(make_space(make_model(16, 2048, 16), p, fx)->ep, std::vector<int>{1});
+}
+
 TEST(PlacementOrder, NothingOffloadedWhenGpuMemorySuffices) {
   ProfileSpec s;
   s.gpu_memory = "80 GB";

@@ -107,5 +107,30 @@ TEST(Collectives, TreeAllReduceOnlyWhereLatencyRules) {
   expect_replays(dgx2(2), o, expected);
 }
 
+// A mixture of experts' token exchange (issue 27): every member sends B/n to every other at once,
+// so its link carries (n-1)/n · B in each direction, then one route latency; across nodes the
+// NIC route (shared by the node's members) and NVSwitch carry their shares at once.
+TEST(Collectives, AllToAllSendsDirectlyToEveryMember) {
+  for (int n : {2, 4, 8, 16}) {
+    const double B = 1.6e9;
+    const CollectiveOp o = op(Collective::all_to_all, B, n, n);
+    const PathRates r{W, kAlpha, 12e9, 4 * kLinkLatency_s};
+    EXPECT_EQ(pick_algorithm(o, r), Algorithm::direct);
+    const double expected = (n - 1.0) / n * B / W + kAlpha;
+    EXPECT_DOUBLE_EQ(closed_form_s(o, Algorithm::direct, r), expected);
+    const MemberTraffic t = member_traffic(o, Algorithm::direct);
+    EXPECT_DOUBLE_EQ(t.out_intra, (n - 1.0) / n * B);
+    EXPECT_DOUBLE_EQ(t.in_intra, t.out_intra);
+    const FlowPlan flows = member_flows(o, Algorithm::direct);
+    ASSERT_EQ(flows.rounds.size(), 1u);
+    EXPECT_EQ(flows.rounds[0].size(), size_t(n * (n - 1)));
+    expect_replays(dgx2(), o, expected);
+  }
+  // one member per node: (n-1)/n of B through its node's NICs
+  const double B = 1.2e9, alpha = 4 * kLinkLatency_s;
+  for (int nodes : {2, 4})
+    expect_replays(dgx2(nodes), op(Collective::all_to_all, B, nodes, 1), (nodes - 1.0) / nodes * B / 12e9 + alpha);
+}
+
 }  // namespace
 }  // namespace memwall::sim

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
+#include "sim/collectives.hpp"
+#include "sim/platform.hpp"
 #include "sim/replay.hpp"
 
 namespace memwall::sim {
@@ -271,6 +273,42 @@ TEST(Replay, TiledLinearLayersRunAtTheirTilesRate) {
     if (st.kind == StepKind::compute && st.tile >= 0) linear += st.flops;
   const double linear_s = linear / p.gpu_peak_flops_per_s;
   EXPECT_NEAR(iteration(q, 2) - untiled, linear_s, 0.02 * linear_s);
+}
+
+// Expert parallelism (issue 27): a mixture of experts' token all-to-all, replayed. With every state
+// on the GPU (data_parallel) nothing else crosses NVSwitch in forward, so each forward all-to-all
+// takes its closed form on idle links, (ep - 1)/ep x its send buffer (tokens x top-2 x hidden, fp16)
+// over a GPU's NVSwitch port plus one route latency; the full replay agrees with the symmetric one.
+TEST(Replay, ExpertAllToAllTakesItsClosedForm) {
+  ModelSpec m = *model_from_shape(2, 1024, 8, 1024, 1024);
+  m.ffn = FfnKind::swiglu;
+  m.moe = {8, 2, 1024, 0};
+  const HardwareProfile p = *load_profile("dgx2");
+  TrainingConfig c;
+  c.seq = 1024;
+  c.bsz = 2;
+  c.dp = 16;
+  c.ep = 8;
+  SimOptions o;
+  o.trace = true;
+  Result<SimReport> r = simulate_isolated(m, *preset("data_parallel"), c, p, o);
+  ASSERT_TRUE(r.ok()) << r.error();
+  const double send = 2.0 * c.bsz * c.seq * 2 * m.hidden;
+  const CollectiveOp op{Collective::all_to_all, send, {8, 8}, 0};
+  const double expected = closed_form_s(op, Algorithm::direct, {p.gpu_gpu_Bps, 2 * kLinkLatency_s, 1, 0});
+  int seen = 0;
+  for (const TraceEvent& e : r->trace)
+    if (e.name.starts_with("all_to_all.a2a block0.router") && e.rank == 0 && e.start_s < r->phase_end_s.at("fwd")) {
+      EXPECT_NEAR((e.end_s - e.start_s) / expected, 1.0, 1e-3) << e.name;
+      ++seen;
+    }
+  EXPECT_EQ(seen, 1);
+  SimOptions full = o;
+  full.full = true;
+  full.trace = false;
+  Result<SimReport> f = simulate_isolated(m, *preset("data_parallel"), c, p, full);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_NEAR(f->iteration_s / r->iteration_s, 1.0, 0.01);
 }
 
 }  // namespace
