@@ -13,6 +13,7 @@ cases=(
   "--model table1-10B --global-batch 512"
   "--model table1-10B --simulate-top 8"
   "--profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256"
+  "--profile dgx-h100 --model mixtral-8x7B --global-batch 256"
 )
 median_s() {  # median wall seconds of REPEATS runs of "$@" (stdout discarded)
   local times=()
