@@ -250,9 +250,11 @@ void visit_chunks(const ModelSpec& m, const Placement& pl, const TrainingConfig&
     cur = 0;
   };
   visit_units(m, c, stage, [&](OpRole, int, int, double whole, bool expert) {
-    // the optimizer partition: a 1/dp shard of every unit, or the units this rank owns
+    // the optimizer partition: a 1/dp shard of every unit (1/(dp/ep) of a routed expert's under
+    // expert parallelism), or the units this rank owns
+    const int ranks = expert ? std::max(1, dp / std::max(1, c.ep)) : dp;
     const double e = owners ? (unit_owner(at, whole, total, dp) == rank ? whole : 0)
-                            : whole * (pl.optim32.partitioned ? 1.0 / dp : 1.0);
+                            : whole * (pl.optim32.partitioned ? 1.0 / ranks : 1.0);
     at += whole;
     for (double o = 0; o < e;) {
       const double room = target - cur;

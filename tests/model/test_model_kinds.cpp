@@ -250,6 +250,14 @@ TEST(ModelKinds, ExpertParallelismExchangesTokensAllToAll) {
           const double want = s1.persistent_bytes[size_t(t)][size_t(st)] - fewer;
           EXPECT_NEAR(s->persistent_bytes[size_t(t)][size_t(st)], want, 1e-9 * (1 + want)) << what << " state " << st;
         }
+      // the optimizer's chunks cover this rank's whole optimizer partition, experts' shards included
+      double chunked = 0, updated = 0;
+      for (const ScheduleChunk& k : s->optimizer_chunks) chunked += k.params;
+      for (const Step& st : s->steps)
+        if (st.kind == StepKind::optimizer) updated += st.params;
+      const double partition = s->persistent_bytes[int(pl.optim32.tier)][int(State::optim32)] / MemorySizes{}.optim_bytes;
+      EXPECT_NEAR(chunked, partition, 1e-6 * partition) << what;
+      EXPECT_NEAR(updated, partition, 1e-6 * partition) << what;
       const MemoryModel mm = memory_model(moe, pl, c, p);
       EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, s->peak_bytes[int(Tier::gpu)], 0.03 * s->peak_bytes[int(Tier::gpu)]) << what;
       EXPECT_NEAR(mm.of(Tier::cpu).peak_bytes, s->peak_bytes[int(Tier::cpu)], 0.03 * s->peak_bytes[int(Tier::cpu)]) << what;
