@@ -415,6 +415,11 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   const size_t top_n = size_t(std::max(1, o.keep)) * 4;
   auto cmp = [&](const Evaluated& a, const Evaluated& b) { return better(a, b, o.objective); };
   static const std::vector<int> untiled = {1};
+  auto ep_allowed = [&](const Placement& pl, int ep) {
+    TrainingConfig k;
+    k.ep = ep;
+    return ep == 1 || check_expert_parallel(m, pl, k).ok();
+  };
   for (size_t pi = 0; pi < space.placements.size(); ++pi) {
     const Placement& pl = space.placements[pi];
     const std::vector<int>& tilings = pl.param16.partitioned ? space.tiling : untiled;
@@ -423,7 +428,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
       for (int pp : stages)
       for (int ep : space.ep)
       if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
-      if (ep == 1 || check_expert_parallel(m, pl, TrainingConfig{.ep = ep}).ok())
+      if (ep_allowed(pl, ep))
       for (int ci : space.ci) {
         // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
         std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 namespace memwall::exec {
 
@@ -377,6 +378,8 @@ void GptOps::forward(const OpCall& c) {
       k.gemm(cx, false, true, BT, V, C, 1.0f, m.lnf, C, 0, c.params, C, 0, 0.0f, m.logits, V, 0, 1);
       k.crossentropy_forward(cx, m.probs, m.losses, m.logits, m.targets, BT, V);
       return;
+    case OpKind::router:  // a mixture of experts: the engine refuses it before any step runs
+      throw std::logic_error("GptOps: the paper's GPT has no router");
   }
 }
 
@@ -462,6 +465,8 @@ void GptOps::backward(const OpCall& c) {
       // stream[0] = wte[tokens] + wpe[t]
       k.encoder_backward(cx, c.grads, c.grads + std::size_t(V) * C, m.dx, m.tokens, B_, T_, C);
       return;
+    case OpKind::router:  // a mixture of experts: the engine refuses it before any step runs
+      throw std::logic_error("GptOps: the paper's GPT has no router");
   }
 }
 

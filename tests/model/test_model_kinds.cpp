@@ -45,8 +45,9 @@ TEST(ModelKinds, CatalogueCountsAreThePublishedOnes) {
     if (e.published_params <= 0) continue;
     const OperatorGraph g = build_gpt_graph(e.spec, 1, e.spec.seq);
     EXPECT_NEAR(g.param_elems() / e.published_params, 1.0, 0.005) << e.spec.name << " " << g.param_elems();
-    if (e.published_active_params > 0)
+    if (e.published_active_params > 0) {
       EXPECT_NEAR(g.active_param_elems() / e.published_active_params, 1.0, 0.005) << e.spec.name;
+    }
     // the closed form the planner uses is the graph's sum
     EXPECT_NEAR(model_param_count(e.spec), g.param_elems(), 1e-9 * g.param_elems()) << e.spec.name;
     EXPECT_NEAR(active_param_count(e.spec), g.active_param_elems(), 1e-9 * g.param_elems()) << e.spec.name;
@@ -232,8 +233,9 @@ TEST(ModelKinds, ExpertParallelismExchangesTokensAllToAll) {
         }
       EXPECT_EQ(expert_units, 8 / ep);
       for (const Step& st : s->steps)
-        if (st.kind == StepKind::fetch && st.hop == Hop::gg && st.name.starts_with("block0.fc1"))
+        if (st.kind == StepKind::fetch && st.hop == Hop::gg && st.name.starts_with("block0.fc1")) {
           EXPECT_EQ(st.collective.group, CommGroup::edp) << what;
+        }
       // partitioned, every state's share per rank is ep 1's; kept whole (data_parallel), a rank
       // keeps only its E / ep experts' share
       TrainingConfig one = c;
@@ -289,7 +291,9 @@ TEST(ModelKinds, HuggingFaceConfigsLoad) {
     Result<ModelSpec> m = load_model(config_path(k.file));
     ASSERT_TRUE(m.ok()) << k.file << ": " << m.error();
     EXPECT_NEAR(model_param_count(*m) / k.published, 1.0, 0.005) << k.file;
-    if (k.active > 0) EXPECT_NEAR(active_param_count(*m) / k.active, 1.0, 0.005) << k.file;
+    if (k.active > 0) {
+      EXPECT_NEAR(active_param_count(*m) / k.active, 1.0, 0.005) << k.file;
+    }
   }
   EXPECT_DOUBLE_EQ(model_param_count(*load_model(config_path("gpt-neox-20b.json"))), 20554567680.0);
   // the config's model is the catalogue's

@@ -38,7 +38,9 @@ TEST(Catalogue, TablesDisagreeAndNamesSaySo) {
   EXPECT_EQ(find_catalogue_entry("table8-h64K")->setups[0].optim_tier, "nvme");
   for (const auto& e : model_catalogue()) {
     EXPECT_EQ(e.spec.hidden % e.spec.heads, 0) << e.spec.name;
-    if (e.published_params == 0) EXPECT_EQ(e.spec.seq, 1024) << e.spec.name;  // the paper's (Sec. 4.2)
+    if (e.published_params == 0) {
+      EXPECT_EQ(e.spec.seq, 1024) << e.spec.name;  // the paper's (Sec. 4.2)
+    }
   }
 }
 
