@@ -11,6 +11,7 @@
 #include "model/analysis.hpp"
 #include "model/model_spec.hpp"
 #include "model/result.hpp"
+#include "model/units.hpp"
 
 namespace memwall::fuzz {
 
@@ -31,9 +32,12 @@ inline void finite_positive(double v, const char* field) {
   if (!std::isfinite(v) || !(v > 0)) fail("accepted a value that is not finite and > 0", field);
 }
 
-// An accepted model of any kind: its fields agree and every quantity derived from its operators
-// is finite (parameter counts, Eq. 4, 5 and 11 generalised, the routed share).
+// An accepted model of any kind: within the catalogue's ranges, its fields agree and every quantity
+// derived from its operators is finite (parameter counts, Eq. 4, 5 and 11 generalised, the routed share).
 inline void check_model_kind(const ModelSpec& m) {
+  if (m.layers < 1 || m.layers > kMaxLayers || m.hidden < 1 || m.hidden > kMaxHidden || m.heads < 1 ||
+      m.hidden % m.heads != 0 || m.seq < 1 || m.seq > kMaxSeq || m.vocab < 1 || m.vocab > kMaxVocab)
+    fail("model out of range", m.name);
   if (m.kv() < 1 || m.heads % m.kv() != 0) fail("kv_heads does not divide heads", m.name);
   if (m.is_moe() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts ||
                      m.moe.expert_intermediate < 1))
