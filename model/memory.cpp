@@ -41,11 +41,8 @@ namespace {
 // mixture of experts' fc1 and fc2 are one unit per expert (and tile), tile = expert x tiling + tile:
 // with expert parallelism (ep > 1) this rank's E / ep routed experts (`expert`: partitioned over
 // the dp / ep ranks holding the same experts) and then the shared ones.
-// The experts of a block operator this rank holds: all of them, or with expert parallelism its
-// E / ep routed ones and every shared one.
 int local_copies(const ModelSpec& m, const TrainingConfig& c, const BlockParamOp& op) {
-  if (op.copies <= 1 || c.ep <= 1) return op.copies;
-  return op.copies - m.moe.experts + m.moe.experts / c.ep;
+  return copies_held(m, c, op.copies);
 }
 template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
@@ -133,6 +130,11 @@ Result<bool> check_expert_parallel(const ModelSpec& m, const Placement& pl, cons
                       "the updated parameters over dp, which expert parallelism splits; not modelled: partition "
                       "param16 too (zero3) or use --ep 1");
   return true;
+}
+
+int copies_held(const ModelSpec& m, const TrainingConfig& c, int copies) {
+  if (copies <= 1 || c.ep <= 1) return copies;
+  return copies - m.moe.experts + m.moe.experts / c.ep;
 }
 
 int ranks_sharing_node(const TrainingConfig& c, const HardwareProfile& p) {

@@ -84,6 +84,9 @@ double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl
 // 16-bit parameters beside partitioned optimizer states (ZeRO-1/2's all-gather after the optimizer
 // would mix groups); the message names --ep and what to change.
 Result<bool> check_expert_parallel(const ModelSpec& m, const Placement& pl, const TrainingConfig& c);
+// Of an operator's `copies` (a mixture of experts' routed and shared experts), those this rank
+// holds: all, or with expert parallelism its E / ep routed ones and every shared one.
+int copies_held(const ModelSpec& m, const TrainingConfig& c, int copies);
 
 // How many ranks share one node's CPU memory, NVMe and pinned budget: the GPUs of a node that the
 // dp x mp x pp ranks use.

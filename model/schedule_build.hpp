@@ -52,9 +52,8 @@ struct Shape {
   // experts' fc1 and fc2 fetch, compute and offload one expert at a time, each its own units; with
   // expert parallelism its E / ep routed experts and the shared ones).
   int tiles(size_t v) const {
-    int copies = g.op(v).copies;
-    if (copies > 1 && c.ep > 1) copies = copies - m.moe.experts + m.moe.experts / c.ep;
-    return (c.tiling_factor > 1 && g.op(v).kind == OpKind::linear ? c.tiling_factor : 1) * copies;
+    return (c.tiling_factor > 1 && g.op(v).kind == OpKind::linear ? c.tiling_factor : 1) *
+           copies_held(m, c, g.op(v).copies);
   }
   // The ranks a unit is partitioned over and gathered and reduced in: the data-parallel group, or
   // for a routed expert under expert parallelism the dp / ep ranks that hold it (CommGroup::edp).

@@ -18,14 +18,10 @@ double palm_flops_per_sample(const ModelSpec& m, long seq, double params) {
 }
 }  // namespace
 
-namespace {
-// PaLM's N: the parameters a token passes through (a mixture of experts' routed share)
-double flops_params(const ModelSpec& m) {
-  return m.is_moe() ? active_param_count(m) : model_param_count(m);
+// PaLM's N: the parameters a token passes through (every one but a mixture of experts' unrouted)
+double model_flops_per_sample(const ModelSpec& m, long seq) {
+  return palm_flops_per_sample(m, seq, active_param_count(m));
 }
-}  // namespace
-
-double model_flops_per_sample(const ModelSpec& m, long seq) { return palm_flops_per_sample(m, seq, flops_params(m)); }
 
 double default_train_tokens(const ModelSpec& m) { return kChinchillaTokensPerParam * model_param_count(m); }
 
@@ -76,7 +72,7 @@ Throughput throughput(const ModelSpec& m, const TrainingConfig& c, const Hardwar
   if (iteration_s <= 0) return t;
   t.tokens_per_s = t.tokens_per_step / iteration_s;
   t.tokens_per_s_per_gpu = t.tokens_per_s / t.gpus;
-  t.model_flops_per_s_per_gpu = t.samples_per_step * palm_flops_per_sample(m, c.seq, m.is_moe() ? flops_params(m) : params) / iteration_s / t.gpus;
+  t.model_flops_per_s_per_gpu = t.samples_per_step * palm_flops_per_sample(m, c.seq, active_param_count(m)) / iteration_s / t.gpus;
   t.hardware_flops_per_s_per_gpu = hardware_flops_per_gpu / iteration_s;
   if (t.peak_flops_per_s > 0) {
     t.mfu = t.model_flops_per_s_per_gpu / t.peak_flops_per_s;
