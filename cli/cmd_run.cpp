@@ -67,9 +67,11 @@ Command add_run(CLI::App& app) {
       "time hidden behind compute and peak bytes per tier.\n"
       "Planned and simulated but not executed, so refused with the reason: tensor slicing (--mp > 1),\n"
       "pipeline stages (--pp > 1), 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
-      "The executor trains the paper's GPT block (multi-head attention, GeLU, LayerNorm, learned positions, tied\n"
-      "embeddings): a plan of another kind (grouped-query attention, SwiGLU, RMSNorm, rotary, untied, mixture of\n"
-      "experts) is refused with what it has, though plan and simulate handle it.\n"
+      "The executor trains the paper's GPT block and today's dense kinds: grouped-query attention (kv_heads),\n"
+      "SwiGLU / GeGLU feed-forward (ffn, intermediate), RMSNorm, rotary positions (rope_theta), untied LM head,\n"
+      "linear layers without biases (a Llama block), from a plan's model or the run config's fields. A mixture\n"
+      "of experts (no router or expert dispatch in the executor) and sliding-window attention are refused with\n"
+      "the reason, though plan and simulate handle them.\n"
       "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
       "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
       "  memwall run --plan p.yaml --nvme-dir /tmp/swap");
@@ -154,8 +156,9 @@ Command add_run(CLI::App& app) {
             std::ostream& out = !lead ? quiet : f->json ? std::cerr : std::cout;
             const bool show = !f->json;
             if (show) {
-              out << "memwall run: GPT " << rc.model.layers << " layers, hidden " << rc.model.hidden << ", "
-                  << rc.model.heads << " heads, " << format_count(double(engine->num_params())) << " params; bsz "
+              const std::string kind = exec::gpt_model_spec(rc.model).kind_words();
+              out << "memwall run: " << (kind.empty() ? "GPT " : "") << rc.model.layers << " layers, hidden " << rc.model.hidden << ", "
+                  << rc.model.heads << " heads, " << (kind.empty() ? "" : kind + ", ") << format_count(double(engine->num_params())) << " params; bsz "
                   << o.config.bsz << " x seq " << rc.seq << ", ci " << o.config.ci << ", tiling "
                   << o.config.tiling_factor << ", " << std::string(adam::dtype_name(o.precision)) << " parameters, lr " << rc.lr
                   << (o.lr_schedule.decay != adam::LrDecay::constant || o.lr_schedule.warmup_steps > 0

@@ -24,6 +24,11 @@ void check_same_model(const exec::RunConfig& rc, const std::string& config, cons
   differ("hidden", rc.model.hidden, m.hidden);
   differ("heads", rc.model.heads, m.heads);
   differ("seq", rc.seq, m.seq);
+  const std::string run_kind = exec::gpt_model_spec(rc.model).kind_words(), planned = m.kind_words();
+  if (run_kind != planned)
+    throw UsageError(config + ": the block's kind is \"" + (run_kind.empty() ? "the paper's GPT" : run_kind) +
+                     "\", but the plan " + plan + " has \"" + (planned.empty() ? "the paper's GPT" : planned) +
+                     "\" (give one of them, or make them agree)");
 }
 
 }  // namespace
@@ -77,21 +82,15 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     if (sub.count("--gpus") == 0 && peek->gpus > 0) pf.gpus = peek->gpus / std::max(1, peek->nodes);
     profile = pf.load();
     planner::Plan plan = take(planner::load_plan(in.plan, &profile));
-    if (!plan.model.paper_gpt())
-      throw UsageError(in.plan + ": model: the executor trains the paper's GPT block (multi-head attention, GeLU "
-                       "feed-forward of 4 x hidden, LayerNorm, learned positions, tied embeddings, biases); this "
-                       "model has " + plan.model.kind_words() + ", which memwall plans and simulates but does not "
-                       "train yet");
+    if (Result<bool> ok = exec::executor_trains(plan.model); !ok) throw UsageError(in.plan + ": model." + ok.error());
     if (plan.model.vocab < 256)
       throw UsageError(in.plan + ": model.vocab: the executor trains a byte-level GPT, which needs 256 tokens, "
                        "got " + std::to_string(plan.model.vocab));
     if (!in.config.empty()) check_same_model(rc, in.config, plan.model, in.plan);
-    rc.model.layers = plan.model.layers;
-    rc.model.hidden = int(plan.model.hidden);
-    rc.model.heads = plan.model.heads;
-    rc.model.vocab = int(plan.model.vocab);
+    const double theta = rc.model.rope_theta;  // the run config's (not a plan's field)
+    rc.model = exec::gpt_config(plan.model);
+    rc.model.rope_theta = theta;
     rc.seq = int(plan.model.seq);
-    rc.model.max_seq = rc.seq;
     o.placement = plan.candidate.placement;
     o.config = plan.candidate.config;
     if (o.config.bsz != std::floor(o.config.bsz))

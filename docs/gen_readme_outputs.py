@@ -133,6 +133,11 @@ def block_run_nvme(build):
 
 
 RUN_JSON = ["./build/memwall", "run", "--config", "exec/data/run.yaml", "--steps", "100", "--json"]
+RUN_LLAMA = ["./build/memwall", "run", "--config", "exec/data/llama.yaml", "--steps", "100"]
+
+
+def block_run_llama(build):
+    return [shown(RUN_LLAMA)] + run_table(run(RUN_LLAMA, build))
 
 
 def block_run_json(build):
@@ -238,6 +243,7 @@ BLOCKS = {
     "run": block_run,
     "run_nvme": block_run_nvme,
     "run_json": block_run_json,
+    "run_llama": block_run_llama,
     "validate": block_validate,
     "calibrated": block_calibrated,
     "plan_run": block_plan_run,
@@ -247,7 +253,7 @@ BLOCKS = {
     "plan_llama": block_plan_llama,
     "bad_profile": block_bad_profile,
 }
-TIMED = {"run", "run_nvme", "run_json", "plan_run", "ranks", "validate"}
+TIMED = {"run", "run_nvme", "run_json", "run_llama", "plan_run", "ranks", "validate"}
 # validate's rows: the measured column and the error vary with the machine's speed; simulated is exact
 VALIDATE_ROW = re.compile(r"^(\s+\S.*?)\s+[0-9.]+ ms\s+([0-9.]+ ms)\s+[+-][0-9.]+ %$")
 JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads|tokens_per_s_per_gpu|'

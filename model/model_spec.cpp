@@ -254,6 +254,16 @@ void read_model_fields(const YamlReader& r, const YAML::Node& map, const std::st
   s.vocab = r.integer_or(map, path, "vocab", 1, kMaxVocab, s.vocab);
   s.note = r.text_or(map, path, "note", s.note);
   if (s.hidden % s.heads != 0) r.fail(map["heads"], at("heads"), "expected a divisor of hidden " + std::to_string(s.hidden));
+  read_model_kind(r, map, path, s);
+}
+
+const std::vector<std::string>& model_kind_fields() {
+  static const std::vector<std::string> f(model_yaml_fields().begin() + 7, model_yaml_fields().end());
+  return f;
+}
+
+void read_model_kind(const YamlReader& r, const YAML::Node& map, const std::string& path, ModelSpec& s) {
+  const auto at = [&](const char* key) { return YamlReader::join(path, key); };
   s.kv_heads = int(r.integer_or(map, path, "kv_heads", 1, s.heads, s.kv_heads));
   if (s.kv_heads > 0 && s.heads % s.kv_heads != 0)
     r.fail(map["kv_heads"], at("kv_heads"), "expected a divisor of heads " + std::to_string(s.heads));

@@ -118,6 +118,11 @@ const std::vector<std::string>& model_yaml_fields();
 // Reads those fields of `map` (at dotted `path`, "" at the top) into `m`, refusing other keys;
 // throws YamlReader's InputError naming file, line and field.
 void read_model_fields(const YamlReader& r, const YAML::Node& map, const std::string& path, ModelSpec& m);
+// The kind's fields among them (kv_heads, ffn, ..., moe: those after the paper's five and note),
+// and their reader, which reads them into `m` (its heads already set) and leaves other keys alone:
+// for a file that holds them beside its own settings (the executor's run config).
+const std::vector<std::string>& model_kind_fields();
+void read_model_kind(const YamlReader& r, const YAML::Node& map, const std::string& path, ModelSpec& m);
 // Writes them as YAML lines, each prefixed by `indent`; fields at their default are left out, so
 // the paper's models write the five they always had.
 std::string model_yaml(const ModelSpec& m, const std::string& indent);

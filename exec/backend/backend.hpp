@@ -7,13 +7,15 @@
 //
 // Conventions for every kernel: device pointers to fp32 row-major arrays unless a dtype says
 // otherwise; kernels run in order on the backend's compute stream (stream 0). Key to the shape letters:
-//   B batch, T sequence length, C channels, NH heads, hs = C / NH head size, V vocabulary (256:
-//   bytes), BT = B*T, OC output channels of a linear layer.
+//   B batch, T sequence length, C channels, NH heads, KVH key/value heads (a divisor of NH; NH:
+//   multi-head attention), hs = C / NH head size, QW = C + 2*KVH*hs the width of a qkv row, I a
+//   feed-forward's inner size, V vocabulary (256: bytes), BT = B*T, OC output channels of a linear layer.
 // Backward kernels ACCUMULATE (+=) into the gradients they write, as llm.c's do, so a parameter
 // or activation used twice (the tied embedding, the residual stream) sums its gradients.
 // Attention is two operators, as in the operator graph (model/): attn_scores (qkv -> att, the
 // causal softmax) and attn_context (att, qkv -> out); each has a forward and a backward kernel,
-// and the scores backward reads the datt the context backward accumulated.
+// and the scores backward reads the datt the context backward accumulated. Grouped-query attention:
+// query head h reads key/value head h / (NH / KVH).
 // Mixed precision: 16-bit parameters and gradients live in buffers of adam::DType; compute is
 // fp32, through to_fp32 / from_fp32 / accumulate_to, which round exactly as CpuAdam's copy does.
 #pragma once
@@ -117,7 +119,9 @@ struct BackendOps {
                long stride_a, const float* B, int ldb, long stride_b, float beta, float* C, int ldc, long stride_c,
                int batch);
 
-  // GPT kernels, forward/backward pairs; the CPU backend (backend_cpu.cpp) is the reference
+  // GPT kernels, forward/backward pairs; the CPU backend (backend_cpu.cpp) is the reference.
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe nullptr (rotary positions): no position term,
+  // and the backward's dwpe is nullptr too
   void (*encoder_forward)(void* ctx, float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                           int C);
   void (*encoder_backward)(void* ctx, float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
@@ -126,35 +130,55 @@ struct BackendOps {
                             const float* bias, int BT, int C);
   void (*layernorm_backward)(void* ctx, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int BT, int C);
+  // RMSNorm: out = x * rstd * weight, rstd = 1 / sqrt(mean over C of x^2 + 1e-5) (one per row, kept
+  // for the backward); dinp += rstd * (dn - n * mean(dn * n)) with n = x * rstd, dn = dout * weight;
+  // dweight += sum over rows of dout * n
+  void (*rmsnorm_forward)(void* ctx, float* out, float* rstd, const float* inp, const float* weight, int BT, int C);
+  void (*rmsnorm_backward)(void* ctx, float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int BT, int C);
+  // Rotary positions in place on the q and k heads of qkv (B, T, QW) (or of its gradient): each
+  // head's channel pairs (i, i + hs/2), i < hs/2 (the rotate_half convention of Hugging Face's
+  // Llama), turned by the angle t * theta^(-2i/hs) at position t; inverse turns them back by the
+  // same angle, which is the backward (a rotation's transpose is its inverse). hs even.
+  void (*rope)(void* ctx, float* qkv, int B, int T, int C, int NH, int KVH, float theta, bool inverse);
   // out[r * ldo + o] += bias[o] for r < BT, o < OC: the bias of OC output columns inside a
   // (BT, ldo) output (ldo = OC for a whole layer, wider for one tile of its columns)
   void (*bias_forward)(void* ctx, float* out, const float* bias, int BT, int OC, int ldo);
   // forward: out[r * ldo + o] += bias[o]; dbias[o] += sum over r < BT of dout[r * ldd + o]
   void (*bias_backward)(void* ctx, float* dbias, const float* dout, int BT, int OC, int ldd);
-  // Causal softmax attention in two operators. q, k, v = qkv[b, t, 0:C], [C:2C], [2C:3C]; head h
-  // at channels h*hs .. (h+1)*hs of each. att is always a causal softmax (zero above the diagonal,
-  // as attention_scores_forward leaves it): the kernels that read it may multiply by those zeros
-  // (the cuda backend's products are GEMMs over the whole (T, T) square).
+  // Causal softmax attention in two operators. q, k, v = qkv[b, t, 0:C], [C:C+KVH*hs],
+  // [C+KVH*hs:QW]; query head h at channels h*hs .. (h+1)*hs of q, its key/value head g = h/(NH/KVH)
+  // at g*hs .. (g+1)*hs of k and v (below, "k[b,t2,h]" means that one).
+  // att is always a causal softmax (zero above the diagonal, as attention_scores_forward leaves it):
+  // the kernels that read it may multiply by those zeros (the cuda backend's products are GEMMs over
+  // the whole (T, T) square).
   // attn_scores: att (B, NH, T, T)[b, h, t, t2] = softmax over t2 <= t of q[b,t,h] . k[b,t2,h] /
   // sqrt(hs), zero above the diagonal (t2 > t); att is overwritten.
-  void (*attention_scores_forward)(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH);
+  void (*attention_scores_forward)(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH, int KVH);
   // attn_context: out (B, T, C)[b, t, h] = sum over t2 <= t of att[b, h, t, t2] * v[b, t2, h];
   // out is overwritten.
   void (*attention_context_forward)(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C,
-                                    int NH);
+                                    int NH, int KVH);
   // forward: out[b,t,h] = sum_t2 att[b,h,t,t2] * v[b,t2,h]
   // datt (B, NH, T, T)[b,h,t,t2] += dout[b,t,h] . v[b,t2,h] for t2 <= t (above the diagonal is
-  // scratch: a backend may leave it or add into it); dv (the 2C:3C part of dqkv (B, T, 3C)) += att^T . dout
+  // scratch: a backend may leave it or add into it); dv (the v part of dqkv (B, T, QW)) += att^T . dout,
+  // summed over the query heads that share it
   void (*attention_context_backward)(void* ctx, float* datt, float* dqkv, const float* dout, const float* att,
-                                     const float* qkv, int B, int T, int C, int NH);
+                                     const float* qkv, int B, int T, int C, int NH, int KVH);
   // forward: att[b,h,t,:] = softmax(pre), pre[t2] = scale * q[b,t,h] . k[b,t2,h], scale = 1/sqrt(hs)
   // dpre[t2] = att[t2] * (datt[t2] - sum over t3 <= t of att[t3] * datt[t3]) for t2 <= t;
-  // dq (0:C of dqkv) += scale * dpre . k; dk (C:2C) += scale * dpre^T . q. dv is not touched.
+  // dq (0:C of dqkv) += scale * dpre . k; dk (the k part) += scale * dpre^T . q over the heads
+  // that share it. dv is not touched.
   // datt is read on and below the diagonal and is scratch afterwards (cuda keeps scale * dpre in it).
   void (*attention_scores_backward)(void* ctx, float* dqkv, float* datt, const float* att, const float* qkv,
-                                    int B, int T, int C, int NH);
+                                    int B, int T, int C, int NH, int KVH);
   void (*gelu_forward)(void* ctx, float* out, const float* inp, long N);
   void (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, long N);
+  // A gated feed-forward's activation: inp (BT, 2I) holds the gate [0, I) then the up projection
+  // [I, 2I) of each row; out (BT, I) = act(gate) * up, act SiLU (SwiGLU) or, with gelu, GeLU's tanh
+  // approximation (GeGLU). The backward adds d(gate) and d(up) into dinp (BT, 2I).
+  void (*glu_forward)(void* ctx, float* out, const float* inp, long BT, int I, bool gelu);
+  void (*glu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, long BT, int I, bool gelu);
   void (*residual_forward)(void* ctx, float* out, const float* inp1, const float* inp2, long N);
   void (*accumulate)(void* ctx, float* dst, const float* src, long N);  // residual backward: dst += src
   // softmax over V of logits (BT, V) into probs, loss per position into losses (BT)

@@ -272,12 +272,16 @@ void cpu_gemm(void*, bool ta, bool tb, int M, int N, int K, float alpha, const f
 
 void cpu_encoder_forward(void*, float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                          int C) {
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (no wpe: rotary positions)
 #pragma omp parallel for if(long(B) * T * C >= kParallelWork)
   for (int bt = 0; bt < B * T; ++bt) {
     const float* e = wte + long(tokens[bt]) * C;
-    const float* p = wpe + long(bt % T) * C;
     float* o = out + long(bt) * C;
+    if (!wpe) {
+      std::memcpy(o, e, std::size_t(C) * sizeof(float));
+      continue;
+    }
+    const float* p = wpe + long(bt % T) * C;
     for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
   }
 }
@@ -286,12 +290,11 @@ void cpu_encoder_backward(void*, float* dwte, float* dwpe, const float* dout, co
   // Serial over positions: tokens repeat, and a fixed order keeps the sum deterministic.
   for (int bt = 0; bt < B * T; ++bt) {
     float* de = dwte + long(tokens[bt]) * C;
-    float* dp = dwpe + long(bt % T) * C;
     const float* d = dout + long(bt) * C;
-    for (int i = 0; i < C; ++i) {
-      de[i] += d[i];
-      dp[i] += d[i];
-    }
+    for (int i = 0; i < C; ++i) de[i] += d[i];
+    if (!dwpe) continue;
+    float* dp = dwpe + long(bt % T) * C;
+    for (int i = 0; i < C; ++i) dp[i] += d[i];
   }
 }
 
@@ -351,6 +354,69 @@ void cpu_layernorm_backward(void*, float* dinp, float* dw, float* db, const floa
   }
 }
 
+void cpu_rmsnorm_forward(void*, float* out, float* rstd, const float* inp, const float* w, int BT, int C) {
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int r = 0; r < BT; ++r) {
+    const float* x = inp + long(r) * C;
+    float ss = 0;
+    for (int i = 0; i < C; ++i) ss += x[i] * x[i];
+    const float s = 1.0f / std::sqrt(ss / float(C) + kLnEps);
+    float* o = out + long(r) * C;
+    for (int i = 0; i < C; ++i) o[i] = (x[i] * s) * w[i];
+    rstd[r] = s;
+  }
+}
+
+void cpu_rmsnorm_backward(void*, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          const float* rstd, int BT, int C) {
+  // forward: out = n * w, n = x * rstd, rstd = (mean(x^2) + eps)^-1/2
+  // dn = dout * w; dx = rstd * (dn - n * mean(dn * n))
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int r = 0; r < BT; ++r) {
+    const float* x = inp + long(r) * C;
+    const float* d = dout + long(r) * C;
+    float dn_norm_mean = 0;
+    for (int i = 0; i < C; ++i) dn_norm_mean += w[i] * d[i] * (x[i] * rstd[r]);
+    dn_norm_mean /= float(C);
+    float* dx = dinp + long(r) * C;
+    for (int i = 0; i < C; ++i) dx[i] += (w[i] * d[i] - (x[i] * rstd[r]) * dn_norm_mean) * rstd[r];
+  }
+  // dw += sum over rows of dout * n (per column, rows in order)
+#pragma omp parallel for if(long(BT) * C >= kParallelWork)
+  for (int i = 0; i < C; ++i) {
+    float sw = 0;
+    for (int r = 0; r < BT; ++r) sw += dout[long(r) * C + i] * (inp[long(r) * C + i] * rstd[r]);
+    dw[i] += sw;
+  }
+}
+
+// The angle of channel pair i at position t: t * theta^(-2i/hs), in double and rounded once, so
+// every backend turns by the same float cosine and sine.
+void rope_angles(int t, int i, int hs, float theta, float& c, float& s) {
+  const double a = double(t) * std::pow(double(theta), -2.0 * i / hs);
+  c = float(std::cos(a));
+  s = float(std::sin(a));
+}
+
+void cpu_rope(void*, float* qkv, int B, int T, int C, int NH, int KVH, float theta, bool inverse) {
+  const int hs = C / NH, half_hs = hs / 2, W = C + 2 * KVH * hs, heads = NH + KVH;  // q heads, then k heads
+#pragma omp parallel for if(long(B) * T * (C + KVH * hs) * 4 >= kParallelWork)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const int t = bt % T;
+    for (int i = 0; i < half_hs; ++i) {
+      float c, sn;
+      rope_angles(t, i, hs, theta, c, sn);
+      if (inverse) sn = -sn;
+      for (int h = 0; h < heads; ++h) {
+        float* x = qkv + long(bt) * W + long(h) * hs;
+        const float x1 = x[i], x2 = x[i + half_hs];
+        x[i] = x1 * c - x2 * sn;
+        x[i + half_hs] = x2 * c + x1 * sn;
+      }
+    }
+  }
+}
+
 void cpu_bias_forward(void*, float* out, const float* bias, int BT, int OC, int ldo) {
   // out[r * ldo + o] += bias[o]: OC columns of a (BT, ldo) output
 #pragma omp parallel for if(long(BT) * OC >= kParallelWork)
@@ -366,26 +432,37 @@ void cpu_bias_backward(void*, float* dbias, const float* dout, int BT, int OC, i
   for (int o = 0; o < OC; ++o) dbias[o] += s[std::size_t(o)];
 }
 
-// Attention. q, k, v: qkv[b, t, 0:C], [C:2C], [2C:3C], head h at channels h*hs .. (h+1)*hs.
+// Attention. q, k, v: qkv[b, t, 0:C], [C:C+KVH*hs], [C+KVH*hs:QW], query head h at channels
+// h*hs .. (h+1)*hs of q, its key/value head h / (NH/KVH) at the same place of k and v.
 // The two backward kernels together do what one fused kernel would, in the same order of
-// operations, so their composition rounds exactly as llm.c's attention_backward does.
+// operations, so their composition rounds exactly as llm.c's attention_backward does (KVH = NH).
+struct AttnShape {
+  int T, C, NH, KVH, hs, group, W;  // group: query heads per key/value head; W: a qkv row
+  AttnShape(int T_, int C_, int NH_, int KVH_)
+      : T(T_), C(C_), NH(NH_), KVH(KVH_), hs(C_ / NH_), group(NH_ / KVH_), W(C_ + 2 * KVH_ * (C_ / NH_)) {}
+  long row(int b, int t) const { return (long(b) * T + t) * W; }
+  long q(int b, int t, int h) const { return row(b, t) + long(h) * hs; }
+  long k(int b, int t, int h) const { return row(b, t) + C + long(h / group) * hs; }
+  long v(int b, int t, int h) const { return row(b, t) + C + long(KVH) * hs + long(h / group) * hs; }
+  long att(int b, int h, int t) const { return ((long(b) * NH + h) * T + t) * T; }
+};
 
-void cpu_attention_scores_forward(void*, float* att, const float* qkv, int B, int T, int C, int NH) {
+void cpu_attention_scores_forward(void*, float* att, const float* qkv, int B, int T, int C, int NH, int KVH) {
   // att[b,h,t,:] = softmax over t2 <= t of scale * q[b,t,h] . k[b,t2,h]; zero for t2 > t
-  const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(float(hs));
-#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * hs >= kParallelWork)
+  const AttnShape s(T, C, NH, KVH);
+  const float scale = 1.0f / std::sqrt(float(s.hs));
+#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * s.hs >= kParallelWork)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
-        float* a = att + ((long(b) * NH + h) * T + t) * T;
+        const float* q = qkv + s.q(b, t, h);
+        float* a = att + s.att(b, h, t);
         float maxv = -INFINITY;
         for (int t2 = 0; t2 <= t; ++t2) {
-          const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
-          float s = 0;
-          for (int i = 0; i < hs; ++i) s += q[i] * k[i];
-          a[t2] = s * scale;
+          const float* k = qkv + s.k(b, t2, h);
+          float dot = 0;
+          for (int i = 0; i < s.hs; ++i) dot += q[i] * k[i];
+          a[t2] = dot * scale;
           maxv = std::max(maxv, a[t2]);
         }
         float sum = 0;
@@ -398,99 +475,131 @@ void cpu_attention_scores_forward(void*, float* att, const float* qkv, int B, in
       }
 }
 
-void cpu_attention_context_forward(void*, float* out, const float* att, const float* qkv, int B, int T, int C,
-                                   int NH) {
+void cpu_attention_context_forward(void*, float* out, const float* att, const float* qkv, int B, int T, int C, int NH,
+                                   int KVH) {
   // out[b,t,h] = sum over t2 <= t of att[b,h,t,t2] * v[b,t2,h]
-  const int hs = C / NH;
-#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * hs >= kParallelWork)
+  const AttnShape s(T, C, NH, KVH);
+#pragma omp parallel for collapse(3) if(long(B) * NH * T * T * s.hs >= kParallelWork)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const float* a = att + ((long(b) * NH + h) * T + t) * T;
-        float* o = out + (long(b) * T + t) * C + h * hs;
-        for (int i = 0; i < hs; ++i) o[i] = 0;
+        const float* a = att + s.att(b, h, t);
+        float* o = out + (long(b) * T + t) * C + h * s.hs;
+        for (int i = 0; i < s.hs; ++i) o[i] = 0;
         for (int t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
-          for (int i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
+          const float* v = qkv + s.v(b, t2, h);
+          for (int i = 0; i < s.hs; ++i) o[i] += a[t2] * v[i];
         }
       }
 }
 
 void cpu_attention_context_backward(void*, float* datt, float* dqkv, const float* dout, const float* att,
-                                    const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  // One (b, h) per iteration: rows t of a head add into dv of every t2 <= t, so t stays serial.
-#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * hs >= kParallelWork)
+                                    const float* qkv, int B, int T, int C, int NH, int KVH) {
+  const AttnShape s(T, C, NH, KVH);
+  // One (b, key/value head) per iteration: the rows t of its query heads add into dv of every
+  // t2 <= t, so heads and t stay serial (in head order: the sums' order is fixed).
+#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * s.hs >= kParallelWork)
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int t = 0; t < T; ++t) {
-        const float* a = att + ((long(b) * NH + h) * T + t) * T;
-        float* da = datt + ((long(b) * NH + h) * T + t) * T;
-        const float* d = dout + (long(b) * T + t) * C + h * hs;
-        // forward: o[i] += a[t2] * v[t2][i]
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
-          float* dv = dqkv + (long(b) * T + t2) * 3 * C + 2 * C + h * hs;
-          float s = 0;
-          for (int i = 0; i < hs; ++i) {
-            s += v[i] * d[i];
-            dv[i] += a[t2] * d[i];
+    for (int g = 0; g < KVH; ++g)
+      for (int h = g * s.group; h < (g + 1) * s.group; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* a = att + s.att(b, h, t);
+          float* da = datt + s.att(b, h, t);
+          const float* d = dout + (long(b) * T + t) * C + h * s.hs;
+          // forward: o[i] += a[t2] * v[t2][i]
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const float* v = qkv + s.v(b, t2, h);
+            float* dv = dqkv + s.v(b, t2, h);
+            float dot = 0;
+            for (int i = 0; i < s.hs; ++i) {
+              dot += v[i] * d[i];
+              dv[i] += a[t2] * d[i];
+            }
+            da[t2] += dot;
           }
-          da[t2] += s;
         }
-      }
 }
 
 void cpu_attention_scores_backward(void*, float* dqkv, float* datt, const float* att, const float* qkv, int B,
-                                   int T, int C, int NH) {
-  const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  // One (b, h) per iteration: rows t of a head add into dk of every t2 <= t, so t stays serial.
-#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * hs >= kParallelWork)
+                                   int T, int C, int NH, int KVH) {
+  const AttnShape s(T, C, NH, KVH);
+  const float scale = 1.0f / std::sqrt(float(s.hs));
+  // One (b, key/value head) per iteration: the rows t of its query heads add into dk of every
+  // t2 <= t, so heads and t stay serial.
+#pragma omp parallel for collapse(2) if(long(B) * NH * T * T * s.hs >= kParallelWork)
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int t = 0; t < T; ++t) {
-        const float* a = att + ((long(b) * NH + h) * T + t) * T;
-        const float* da = datt + ((long(b) * NH + h) * T + t) * T;
-        // forward: a = softmax(pre); dpre[t2] = a[t2] * (da[t2] - sum_t3 a[t3] da[t3])
-        float dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * da[t2];
-        // forward: pre[t2] = scale * q . k[t2]
-        const float* q = qkv + (long(b) * T + t) * 3 * C + h * hs;
-        float* dq = dqkv + (long(b) * T + t) * 3 * C + h * hs;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float* k = qkv + (long(b) * T + t2) * 3 * C + C + h * hs;
-          float* dk = dqkv + (long(b) * T + t2) * 3 * C + C + h * hs;
-          const float dpre = a[t2] * (da[t2] - dot);
-          const float g = dpre * scale;
-          for (int i = 0; i < hs; ++i) {
-            dq[i] += g * k[i];
-            dk[i] += g * q[i];
+    for (int g = 0; g < KVH; ++g)
+      for (int h = g * s.group; h < (g + 1) * s.group; ++h)
+        for (int t = 0; t < T; ++t) {
+          const float* a = att + s.att(b, h, t);
+          const float* da = datt + s.att(b, h, t);
+          // forward: a = softmax(pre); dpre[t2] = a[t2] * (da[t2] - sum_t3 a[t3] da[t3])
+          float dot = 0;
+          for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * da[t2];
+          // forward: pre[t2] = scale * q . k[t2]
+          const float* q = qkv + s.q(b, t, h);
+          float* dq = dqkv + s.q(b, t, h);
+          for (int t2 = 0; t2 <= t; ++t2) {
+            const float* k = qkv + s.k(b, t2, h);
+            float* dk = dqkv + s.k(b, t2, h);
+            const float dpre = a[t2] * (da[t2] - dot);
+            const float gs = dpre * scale;
+            for (int i = 0; i < s.hs; ++i) {
+              dq[i] += gs * k[i];
+              dk[i] += gs * q[i];
+            }
           }
         }
-      }
 }
 
 // GeLU, tanh approximation (torch's approximate="tanh", GPT-2's)
 constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2 / pi)
 
+// A gated feed-forward's activation: out = act(gate) * up; act SiLU, x * sigmoid(x), or GeLU
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu_grad(float x) {  // d/dx x * sig(x) = sig(x) * (1 + x * (1 - sig(x)))
+  const float sg = 1.0f / (1.0f + std::exp(-x));
+  return sg * (1.0f + x * (1.0f - sg));
+}
+float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluS * (x + 0.044715f * x * x * x))); }
+float gelu_grad(float x) {
+  const float th = std::tanh(kGeluS * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 void cpu_gelu_forward(void*, float* out, const float* inp, long N) {
 #pragma omp parallel for if(N * 8 >= kParallelWork)
-  for (long i = 0; i < N; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluS * (x + 0.044715f * x * x * x)));
-  }
+  for (long i = 0; i < N; ++i) out[i] = gelu(inp[i]);
 }
 
 void cpu_gelu_backward(void*, float* dinp, const float* inp, const float* dout, long N) {
 #pragma omp parallel for if(N * 8 >= kParallelWork)
-  for (long i = 0; i < N; ++i) {
-    const float x = inp[i];
-    const float u = kGeluS * (x + 0.044715f * x * x * x);
-    const float th = std::tanh(u);
-    const float sech2 = 1.0f - th * th;
-    const float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluS * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += g * dout[i];
+  for (long i = 0; i < N; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void cpu_glu_forward(void*, float* out, const float* inp, long BT, int I, bool use_gelu) {
+#pragma omp parallel for if(BT * I * 8 >= kParallelWork)
+  for (long r = 0; r < BT; ++r) {
+    const float* g = inp + r * 2 * I;
+    const float* u = g + I;
+    float* o = out + r * I;
+    for (int i = 0; i < I; ++i) o[i] = (use_gelu ? gelu(g[i]) : silu(g[i])) * u[i];
+  }
+}
+
+void cpu_glu_backward(void*, float* dinp, const float* inp, const float* dout, long BT, int I, bool use_gelu) {
+  // forward: o = act(g) * u: dg = d * act'(g) * u, du = d * act(g)
+#pragma omp parallel for if(BT * I * 8 >= kParallelWork)
+  for (long r = 0; r < BT; ++r) {
+    const float* g = inp + r * 2 * I;
+    const float* u = g + I;
+    const float* d = dout + r * I;
+    float* dg = dinp + r * 2 * I;
+    float* du = dg + I;
+    for (int i = 0; i < I; ++i) {
+      dg[i] += d[i] * (use_gelu ? gelu_grad(g[i]) : silu_grad(g[i])) * u[i];
+      du[i] += d[i] * (use_gelu ? gelu(g[i]) : silu(g[i]));
+    }
   }
 }
 
@@ -618,6 +727,9 @@ const BackendOps kCpuOps = {
     Threaded<cpu_encoder_backward>::call,
     Threaded<cpu_layernorm_forward>::call,
     Threaded<cpu_layernorm_backward>::call,
+    Threaded<cpu_rmsnorm_forward>::call,
+    Threaded<cpu_rmsnorm_backward>::call,
+    Threaded<cpu_rope>::call,
     Threaded<cpu_bias_forward>::call,
     Threaded<cpu_bias_backward>::call,
     Threaded<cpu_attention_scores_forward>::call,
@@ -626,6 +738,8 @@ const BackendOps kCpuOps = {
     Threaded<cpu_attention_scores_backward>::call,
     Threaded<cpu_gelu_forward>::call,
     Threaded<cpu_gelu_backward>::call,
+    Threaded<cpu_glu_forward>::call,
+    Threaded<cpu_glu_backward>::call,
     Threaded<cpu_residual_forward>::call,
     Threaded<cpu_accumulate>::call,
     Threaded<cpu_crossentropy_forward>::call,

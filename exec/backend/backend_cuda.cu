@@ -167,7 +167,7 @@ __global__ void encoder_fwd_k(float* out, const int* tok, const float* wte, cons
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= long(BT) * C) return;
   int bt = int(i / C), c = int(i % C);
-  out[i] = wte[long(tok[bt]) * C + c] + wpe[long(bt % T) * C + c];
+  out[i] = wte[long(tok[bt]) * C + c] + (wpe ? wpe[long(bt % T) * C + c] : 0.0f);
 }
 // The encoder's gradients without atomics, each element summed in position order: the same bits
 // every run. dwpe[t, c] += sum over b of dout[b, t, c]: one thread per (t, c).
@@ -226,9 +226,48 @@ __global__ void layernorm_bwd_dinp_k(float* dinp, const float* dout, const float
   }
 }
 
+// RMSNorm, one warp per row: out = x * rstd * w
+__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* inp, const float* w, int BT, int C) {
+  int r = blockIdx.x, lane = threadIdx.x;
+  if (r >= BT) return;
+  const float* x = inp + long(r) * C;
+  float ss = 0;
+  for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
+  const float rs = rsqrtf(warp_sum(ss) / C + 1e-5f);
+  for (int i = lane; i < C; i += 32) out[long(r) * C + i] = (x[i] * rs) * w[i];
+  if (lane == 0) rstd[r] = rs;
+}
+// dinp only, one warp per row; the weight gradient is a column sum (column_sums_k, mean absent)
+__global__ void rmsnorm_bwd_dinp_k(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd,
+                                   int BT, int C) {
+  int r = blockIdx.x, lane = threadIdx.x;
+  if (r >= BT) return;
+  const float* x = inp + long(r) * C;
+  const float* d = dout + long(r) * C;
+  float a = 0;
+  for (int i = lane; i < C; i += 32) a += w[i] * d[i] * (x[i] * rstd[r]);
+  const float dn_norm_mean = warp_sum(a) / C;
+  for (int i = lane; i < C; i += 32)
+    dinp[long(r) * C + i] += (w[i] * d[i] - (x[i] * rstd[r]) * dn_norm_mean) * rstd[r];
+}
+
+// Rotary positions: one thread per (row, head, pair i) of the q and k heads, in place.
+__global__ void rope_k(float* qkv, long BT, int T, int hs, int heads, int W, float theta, bool inverse) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x, half_hs = hs / 2;
+  if (n >= BT * heads * half_hs) return;
+  const long bt = n / (heads * half_hs);
+  const int h = int(n / half_hs % heads), i = int(n % half_hs), t = int(bt % T);
+  const double a = double(t) * pow(double(theta), -2.0 * i / hs);
+  const float c = float(cos(a)), sn = inverse ? -float(sin(a)) : float(sin(a));
+  float* x = qkv + bt * W + long(h) * hs;
+  const float x1 = x[i], x2 = x[i + half_hs];
+  x[i] = x1 * c - x2 * sn;
+  x[i + half_hs] = x2 * c + x1 * sn;
+}
+
 // Column sums of a (rows, cols) matrix with row stride ld, added into out[col] (and, when inp is
 // given, of dout * (inp - mean[r]) * rstd[r] into out2[col]: LayerNorm's weight gradient beside its
-// bias gradient). A block owns 32 columns and every row: a warp reads 32 consecutive floats of a
+// bias gradient; mean nullptr: RMSNorm's, dout * inp * rstd[r], with out nullptr: no bias). A block owns 32 columns and every row: a warp reads 32 consecutive floats of a
 // row (coalesced), the block's kColumnRows row groups are summed in shared memory in a fixed
 // order, and each column is written once: no atomics, the same bits every run.
 constexpr int kColumnRows = 16;
@@ -241,14 +280,14 @@ __global__ void column_sums_k(float* out, float* out2, const float* dout, const 
     for (int r = threadIdx.y; r < rows; r += kColumnRows) {
       const float d = dout[long(r) * ld + col];
       s += d;
-      if (inp) s2 += d * ((inp[long(r) * ld + col] - mean[r]) * rstd[r]);
+      if (inp) s2 += d * ((inp[long(r) * ld + col] - (mean ? mean[r] : 0.0f)) * rstd[r]);
     }
   part[threadIdx.y][threadIdx.x] = s;
   part2[threadIdx.y][threadIdx.x] = s2;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     for (int k = 1; k < kColumnRows; ++k) s += part[k][threadIdx.x], s2 += part2[k][threadIdx.x];
-    out[col] += s;
+    if (out) out[col] += s;
     if (out2) out2[col] += s2;
   }
 }
@@ -303,19 +342,41 @@ __global__ void causal_softmax_bwd_k(float* datt, const float* att, long rows, i
 }
 
 constexpr float kGeluS = 0.7978845608028654f;
+__device__ float silu_d(float x) { return x / (1.0f + expf(-x)); }
+__device__ float silu_grad_d(float x) {
+  const float sg = 1.0f / (1.0f + expf(-x));
+  return sg * (1.0f + x * (1.0f - sg));
+}
+__device__ float gelu_d(float x) { return 0.5f * x * (1.0f + tanhf(kGeluS * (x + 0.044715f * x * x * x))); }
+__device__ float gelu_grad_d(float x) {
+  const float th = tanhf(kGeluS * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * 0.044715f * x * x);
+}
 __global__ void gelu_fwd_k(float* out, const float* inp, long N) {
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N) return;
-  const float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(kGeluS * (x + 0.044715f * x * x * x)));
+  if (i < N) out[i] = gelu_d(inp[i]);
 }
 __global__ void gelu_bwd_k(float* dinp, const float* inp, const float* dout, long N) {
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N) return;
-  const float x = inp[i];
-  const float th = tanhf(kGeluS * (x + 0.044715f * x * x * x));
-  const float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluS * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] += g * dout[i];
+  if (i < N) dinp[i] += gelu_grad_d(inp[i]) * dout[i];
+}
+// out (BT, I) = act(gate) * up, inp (BT, 2I) = [gate, up] per row; one thread per output element
+__global__ void glu_fwd_k(float* out, const float* inp, long BT, int I, bool use_gelu) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= BT * I) return;
+  const long r = n / I;
+  const int i = int(n % I);
+  const float g = inp[r * 2 * I + i], u = inp[r * 2 * I + I + i];
+  out[n] = (use_gelu ? gelu_d(g) : silu_d(g)) * u;
+}
+__global__ void glu_bwd_k(float* dinp, const float* inp, const float* dout, long BT, int I, bool use_gelu) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= BT * I) return;
+  const long r = n / I;
+  const int i = int(n % I);
+  const float g = inp[r * 2 * I + i], u = inp[r * 2 * I + I + i];
+  dinp[r * 2 * I + i] += dout[n] * (use_gelu ? gelu_grad_d(g) : silu_grad_d(g)) * u;
+  dinp[r * 2 * I + I + i] += dout[n] * (use_gelu ? gelu_d(g) : silu_d(g));
 }
 __global__ void residual_k(float* out, const float* a, const float* b, long N) {
   long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -412,7 +473,7 @@ void cu_encoder_fwd(void* ctx, float* out, const int* tok, const float* wte, con
 }
 void cu_encoder_bwd(void* ctx, float* dwte, float* dwpe, const float* dout, const int* tok, int B, int T, int C) {
   if (long(B) * T * C == 0) return;
-  launch_n(ctx, long(T) * C, encoder_bwd_wpe_k, dwpe, dout, B, T, C);
+  if (dwpe) launch_n(ctx, long(T) * C, encoder_bwd_wpe_k, dwpe, dout, B, T, C);
   encoder_bwd_wte_k<<<dim3(unsigned((C + 31) / 32), kVocabSlices), 32, 0, K(ctx)>>>(dwte, dout, tok, B * T, C);
   LAUNCH_CHECK(X(ctx));
 }
@@ -433,6 +494,21 @@ void cu_ln_bwd(void* ctx, float* dinp, float* dw, float* db, const float* dout, 
   launch(ctx, BT, 32, layernorm_bwd_dinp_k, dinp, dout, inp, w, mean, rstd, BT, C);
   column_sums(ctx, db, dw, dout, inp, mean, rstd, BT, C, C);
 }
+void cu_rms_fwd(void* ctx, float* out, float* rstd, const float* inp, const float* w, int BT, int C) {
+  if (C > 0) launch(ctx, BT, 32, rmsnorm_fwd_k, out, rstd, inp, w, BT, C);
+}
+void cu_rms_bwd(void* ctx, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                const float* rstd, int BT, int C) {
+  if (C <= 0) return;
+  launch(ctx, BT, 32, rmsnorm_bwd_dinp_k, dinp, dout, inp, w, rstd, BT, C);
+  column_sums(ctx, nullptr, dw, dout, inp, nullptr, rstd, BT, C, C);
+}
+void cu_rope(void* ctx, float* qkv, int B, int T, int C, int NH, int KVH, float theta, bool inverse) {
+  if (NH <= 0) return;
+  const int hs = C / NH;
+  launch_n(ctx, long(B) * T * (NH + KVH) * (hs / 2), rope_k, qkv, long(B) * T, T, hs, NH + KVH, C + 2 * KVH * hs,
+           theta, inverse);
+}
 void cu_bias_fwd(void* ctx, float* out, const float* bias, int BT, int OC, int ldo) {
   launch_n(ctx, long(BT) * OC, bias_fwd_k, out, bias, BT, OC, ldo);
 }
@@ -440,66 +516,87 @@ void cu_bias_bwd(void* ctx, float* dbias, const float* dout, int BT, int OC, int
   column_sums(ctx, dbias, nullptr, dout, nullptr, nullptr, nullptr, BT, OC, ldd);
 }
 
-// The attention products, per sequence b, as GEMMs batched over the NH heads (head h of q, k, v
-// is the (T, hs) block at channel h*hs of a (T, 3C) row-major matrix; of out / dout, of a (T, C)
-// one). cu_gemm's row-major convention; each in the backend's compute type.
+// The attention products, per sequence b, as GEMMs batched over heads. Query head h = g * G + j
+// (G = NH / KVH query heads per key/value head g) is the (T, hs) block at channel h*hs of a (T, QW)
+// row-major matrix, its key and value the blocks at C + g*hs and C + KVH*hs + g*hs; of out / dout, of
+// a (T, C) one. One batched call per j covers the KVH heads g*G + j (MHA: G = 1, one call over every
+// head): the calls of a gradient that several query heads share (dk, dv) run one after another on
+// the stream, each adding into it. cu_gemm's row-major convention; each in the backend's compute type.
 void cu_gemm(void* ctx, bool ta, bool tb, int M, int N, int K_, float alpha, const float* A, int lda, long sa,
              const float* B, int ldb, long sb, float beta, float* C, int ldc, long sc, int batch);
 struct Heads {
-  int T, C, NH, hs;
-  long att_stride() const { return long(T) * T; }
-  const float* q(const float* qkv, int b) const { return qkv + long(b) * T * 3 * C; }
-  const float* k(const float* qkv, int b) const { return q(qkv, b) + C; }
-  const float* v(const float* qkv, int b) const { return q(qkv, b) + 2 * C; }
+  int T, C, NH, KVH, hs, G, W;
+  Heads(int T_, int C_, int NH_, int KVH_)
+      : T(T_), C(C_), NH(NH_), KVH(KVH_), hs(C_ / NH_), G(NH_ / KVH_), W(C_ + 2 * KVH_ * (C_ / NH_)) {}
+  long tt() const { return long(T) * T; }
+  // sequence b, query head j of each group; batch strides: q and att step over G heads, k and v one
+  long q_at(int b, int j) const { return long(b) * T * W + long(j) * hs; }
+  long k_at(int b) const { return long(b) * T * W + C; }
+  long v_at(int b) const { return k_at(b) + long(KVH) * hs; }
+  long att_at(int b, int j) const { return (long(b) * NH + j) * tt(); }
+  long out_at(int b, int j) const { return long(b) * T * C + long(j) * hs; }
+  long q_stride() const { return long(G) * hs; }
+  long att_stride() const { return long(G) * tt(); }
 };
 
-void cu_att_scores_fwd(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH) {
+void cu_att_scores_fwd(void* ctx, float* att, const float* qkv, int B, int T, int C, int NH, int KVH) {
   if (long(B) * NH * T == 0 || C == 0) return;
-  const Heads h{T, C, NH, C / NH};
+  const Heads h(T, C, NH, KVH);
   const float scale = 1.0f / sqrtf(float(h.hs));
   for (int b = 0; b < B; ++b)  // pre = scale * q . k^T, the full (T, T) square; the softmax masks it
-    cu_gemm(ctx, false, true, T, T, h.hs, scale, h.q(qkv, b), 3 * C, h.hs, h.k(qkv, b), 3 * C, h.hs, 0.0f,
-            att + b * NH * h.att_stride(), T, h.att_stride(), NH);
+    for (int j = 0; j < h.G; ++j)
+      cu_gemm(ctx, false, true, T, T, h.hs, scale, qkv + h.q_at(b, j), h.W, h.q_stride(), qkv + h.k_at(b), h.W, h.hs,
+              0.0f, att + h.att_at(b, j), T, h.att_stride(), KVH);
   launch_rows(ctx, long(B) * NH * T, causal_softmax_k, att, long(B) * NH * T, T);
 }
-void cu_att_context_fwd(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C, int NH) {
+void cu_att_context_fwd(void* ctx, float* out, const float* att, const float* qkv, int B, int T, int C, int NH,
+                        int KVH) {
   if (long(B) * T * C == 0) return;
-  const Heads h{T, C, NH, C / NH};
+  const Heads h(T, C, NH, KVH);
   for (int b = 0; b < B; ++b)  // out = att . v (att is zero above the diagonal)
-    cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, att + b * NH * h.att_stride(), T, h.att_stride(), h.v(qkv, b), 3 * C,
-            h.hs, 0.0f, out + long(b) * T * C, C, h.hs, NH);
+    for (int j = 0; j < h.G; ++j)
+      cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, att + h.att_at(b, j), T, h.att_stride(), qkv + h.v_at(b), h.W,
+              h.hs, 0.0f, out + h.out_at(b, j), C, h.q_stride(), KVH);
 }
 void cu_att_context_bwd(void* ctx, float* datt, float* dqkv, const float* dout, const float* att, const float* qkv,
-                        int B, int T, int C, int NH) {
+                        int B, int T, int C, int NH, int KVH) {
   if (long(B) * T * C == 0) return;
-  const Heads h{T, C, NH, C / NH};
-  for (int b = 0; b < B; ++b) {
-    // datt += dout . v^T (the whole square: above the diagonal is scratch, backend.hpp)
-    cu_gemm(ctx, false, true, T, T, h.hs, 1.0f, dout + long(b) * T * C, C, h.hs, h.v(qkv, b), 3 * C, h.hs, 1.0f,
-            datt + b * NH * h.att_stride(), T, h.att_stride(), NH);
-    // dv += att^T . dout
-    cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, att + b * NH * h.att_stride(), T, h.att_stride(),
-            dout + long(b) * T * C, C, h.hs, 1.0f, dqkv + long(b) * T * 3 * C + 2 * C, 3 * C, h.hs, NH);
-  }
+  const Heads h(T, C, NH, KVH);
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < h.G; ++j) {
+      // datt += dout . v^T (the whole square: above the diagonal is scratch, backend.hpp)
+      cu_gemm(ctx, false, true, T, T, h.hs, 1.0f, dout + h.out_at(b, j), C, h.q_stride(), qkv + h.v_at(b), h.W, h.hs,
+              1.0f, datt + h.att_at(b, j), T, h.att_stride(), KVH);
+      // dv += att^T . dout
+      cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, att + h.att_at(b, j), T, h.att_stride(), dout + h.out_at(b, j), C,
+              h.q_stride(), 1.0f, dqkv + h.v_at(b), h.W, h.hs, KVH);
+    }
 }
 void cu_att_scores_bwd(void* ctx, float* dqkv, float* datt, const float* att, const float* qkv, int B, int T, int C,
-                       int NH) {
+                       int NH, int KVH) {
   const long rows = long(B) * NH * T;
   if (rows == 0 || C == 0) return;
-  const Heads h{T, C, NH, C / NH};
+  const Heads h(T, C, NH, KVH);
   launch_rows(ctx, rows, causal_softmax_bwd_k, datt, att, rows, T, 1.0f / sqrtf(float(h.hs)));
-  for (int b = 0; b < B; ++b) {
-    const float* g = datt + b * NH * h.att_stride();  // scale * dpre, zero above the diagonal
-    // dq += g . k;  dk += g^T . q
-    cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), h.k(qkv, b), 3 * C, h.hs, 1.0f,
-            dqkv + long(b) * T * 3 * C, 3 * C, h.hs, NH);
-    cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), h.q(qkv, b), 3 * C, h.hs, 1.0f,
-            dqkv + long(b) * T * 3 * C + C, 3 * C, h.hs, NH);
-  }
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < h.G; ++j) {
+      const float* g = datt + h.att_at(b, j);  // scale * dpre, zero above the diagonal
+      // dq += g . k;  dk += g^T . q
+      cu_gemm(ctx, false, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), qkv + h.k_at(b), h.W, h.hs, 1.0f,
+              dqkv + h.q_at(b, j), h.W, h.q_stride(), KVH);
+      cu_gemm(ctx, true, false, T, h.hs, T, 1.0f, g, T, h.att_stride(), qkv + h.q_at(b, j), h.W, h.q_stride(), 1.0f,
+              dqkv + h.k_at(b), h.W, h.hs, KVH);
+    }
 }
 void cu_gelu_fwd(void* ctx, float* out, const float* inp, long N) { launch_n(ctx, N, gelu_fwd_k, out, inp, N); }
 void cu_gelu_bwd(void* ctx, float* dinp, const float* inp, const float* dout, long N) {
   launch_n(ctx, N, gelu_bwd_k, dinp, inp, dout, N);
+}
+void cu_glu_fwd(void* ctx, float* out, const float* inp, long BT, int I, bool use_gelu) {
+  launch_n(ctx, BT * I, glu_fwd_k, out, inp, BT, I, use_gelu);
+}
+void cu_glu_bwd(void* ctx, float* dinp, const float* inp, const float* dout, long BT, int I, bool use_gelu) {
+  launch_n(ctx, BT * I, glu_bwd_k, dinp, inp, dout, BT, I, use_gelu);
 }
 void cu_residual(void* ctx, float* out, const float* a, const float* b, long N) {
   launch_n(ctx, N, residual_k, out, a, b, N);
@@ -602,7 +699,10 @@ const BackendOps kCudaOps = {
     cu_encoder_bwd,
     cu_ln_fwd,
     cu_ln_bwd,
-    cu_bias_fwd,
+    cu_rms_fwd,
+    cu_rms_bwd,
+    cu_rope,
+cu_bias_fwd,
     cu_bias_bwd,
     cu_att_scores_fwd,
     cu_att_context_fwd,
@@ -610,6 +710,8 @@ const BackendOps kCudaOps = {
     cu_att_scores_bwd,
     cu_gelu_fwd,
     cu_gelu_bwd,
+    cu_glu_fwd,
+    cu_glu_bwd,
     cu_residual,
     cu_accumulate,
     cu_ce_fwd,

@@ -94,6 +94,9 @@ std::unique_ptr<Backend> delaying_backend(std::unique_ptr<Backend> inner, const 
   MEMWALL_FWD(encoder_backward);
   MEMWALL_FWD(layernorm_forward);
   MEMWALL_FWD(layernorm_backward);
+  MEMWALL_FWD(rmsnorm_forward);
+  MEMWALL_FWD(rmsnorm_backward);
+  MEMWALL_FWD(rope);
   MEMWALL_FWD(bias_forward);
   MEMWALL_FWD(bias_backward);
   MEMWALL_FWD(attention_scores_forward);
@@ -102,6 +105,8 @@ std::unique_ptr<Backend> delaying_backend(std::unique_ptr<Backend> inner, const 
   MEMWALL_FWD(attention_scores_backward);
   MEMWALL_FWD(gelu_forward);
   MEMWALL_FWD(gelu_backward);
+  MEMWALL_FWD(glu_forward);
+  MEMWALL_FWD(glu_backward);
   MEMWALL_FWD(residual_forward);
   MEMWALL_FWD(accumulate);
   MEMWALL_FWD(crossentropy_forward);

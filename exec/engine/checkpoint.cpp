@@ -78,10 +78,15 @@ nlohmann::ordered_json identity(const EngineContext& e) {
   for (State st : {State::param16, State::grad16, State::optim32})
     place[to_string(st)] = std::string(to_string(e.tier(st))) + (e.o.placement.of(st).partitioned ? "/p" : "");
   place["fetch"] = e.o.placement.fetch == ParamFetch::broadcast ? "broadcast" : "allgather";
-  return {{"layers", e.o.model.layers},        {"hidden", e.o.model.hidden},      {"heads", e.o.model.heads},
-          {"seq", e.o.model.max_seq},          {"vocab", e.o.model.vocab},        {"dp", e.dp},
-          {"precision", std::string(adam::dtype_name(e.o.precision))},
-          {"tiling_factor", e.o.config.tiling_factor}, {"placement", place}};
+  nlohmann::ordered_json id = {{"layers", e.o.model.layers},        {"hidden", e.o.model.hidden},
+                                {"heads", e.o.model.heads},          {"seq", e.o.model.max_seq},
+                                {"vocab", e.o.model.vocab},          {"dp", e.dp},
+                                {"precision", std::string(adam::dtype_name(e.o.precision))},
+                                {"tiling_factor", e.o.config.tiling_factor}, {"placement", place}};
+  // the block's kind beyond the paper's GPT (absent for it, so its checkpoints read as before)
+  if (const std::string kind = gpt_model_spec(e.o.model).kind_words(); !kind.empty()) id["kind"] = kind;
+  if (e.o.model.positions == PositionKind::rotary) id["rope_theta"] = e.o.model.rope_theta;
+  return id;
 }
 
 }  // namespace

@@ -38,8 +38,7 @@ Result<MemorySizes> schedule_sizes(const HardwareProfile& profile, const ModelSp
   if (profile.executor_backend.empty()) return MemorySizes{};
   Result<adam::DType> precision = adam::parse_dtype(profile.executor_precision);
   if (!precision) return make_error(profile.source + ": executor.precision: " + precision.error());
-  const GptConfig g{model.layers, int(model.hidden), model.heads, int(model.seq), int(model.vocab)};
-  return executor_sizes(g, config, *precision, placement.layer_major ? std::max(1, config.micro_batches) : 1);
+  return executor_sizes(gpt_config(model), config, *precision, placement.layer_major ? std::max(1, config.micro_batches) : 1);
 }
 
 EngineContext::~EngineContext() {
@@ -176,7 +175,8 @@ Result<bool> check_ranks_agree(EngineContext& e) {
   };
   const EngineOptions& o = e.o;
   mixin(std::to_string(o.model.layers) + "/" + std::to_string(o.model.hidden) + "/" + std::to_string(o.model.heads) + "/" +
-        std::to_string(o.model.max_seq) + "/" + std::to_string(o.model.vocab));
+        std::to_string(o.model.max_seq) + "/" + std::to_string(o.model.vocab) + "/" +
+        gpt_model_spec(o.model).kind_words() + "/" + format_g(o.model.rope_theta));
   for (State st : {State::param16, State::grad16, State::optim32, State::act_ckpt})
     mixin(std::string(to_string(e.tier(st))) + (o.placement.of(st).partitioned ? "p" : "w"));
   mixin(format_g(o.config.bsz) + "/" + std::to_string(o.config.ci) + "/" + std::to_string(o.config.tiling_factor) + "/" +

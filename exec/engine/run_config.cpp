@@ -42,9 +42,11 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     YamlReader r(source, text);
     const YAML::Node& root = r.root();
     if (!root.IsMap()) r.fail(root, "", "expected a mapping of run settings (layers, hidden, heads, steps, ...)");
-    r.only_keys(root, "", {"layers", "hidden", "heads", "steps", "bsz", "seq", "ci", "lr", "lr_schedule", "warmup_steps",
-                           "decay_steps", "min_lr", "weight_decay", "seed", "backend", "compute", "precision",
-                           "capacity", "corpus"});
+    std::vector<std::string> keys = {"layers", "hidden", "heads", "steps", "bsz", "seq", "ci", "lr", "lr_schedule",
+                                     "warmup_steps", "decay_steps", "min_lr", "weight_decay", "seed", "backend",
+                                     "compute", "precision", "capacity", "corpus", "rope_theta"};
+    keys.insert(keys.end(), model_kind_fields().begin(), model_kind_fields().end());  // kv_heads, ffn, ...
+    r.only_keys(root, "", keys);
     RunConfig c;
     c.model.layers = bounded(r, root, "layers", 1, 1000, c.model.layers);
     c.model.hidden = bounded(r, root, "hidden", 1, 1 << 16, c.model.hidden);
@@ -53,9 +55,21 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
       r.fail(root["hidden"].IsDefined() ? root["hidden"] : root, "hidden",
              "expected a multiple of heads (" + std::to_string(c.model.heads) + "), got " +
                  std::to_string(c.model.hidden));
+    // the block's kind: the model YAML's fields and reader (model/model_spec.hpp), then what the
+    // executor trains of them
+    ModelSpec kind = gpt_model_spec(c.model);
+    read_model_kind(r, root, "", kind);
     c.steps = bounded(r, root, "steps", 1, 100000000, c.steps);
     c.bsz = bounded(r, root, "bsz", 1, 1 << 20, c.bsz);
     c.seq = bounded(r, root, "seq", 1, 1 << 20, c.seq);
+    kind.seq = c.seq;
+    if (Result<bool> ok = executor_trains(kind); !ok) {
+      const std::string field = ok.error().substr(0, ok.error().find(':'));
+      r.fail(root[field].IsDefined() ? root[field] : root, field, ok.error().substr(field.size() + 2));
+    }
+    const double theta = positive_real(r, root, "rope_theta", c.model.rope_theta, false, 1e12);
+    c.model = gpt_config(kind);
+    c.model.rope_theta = theta;
     c.model.max_seq = c.seq;
     c.ci = bounded(r, root, "ci", 0, c.model.layers, c.ci);
     c.lr = positive_real(r, root, "lr", c.lr, false, kMaxRate);

@@ -26,7 +26,9 @@ inline constexpr double kMaxRate = 10;
 inline constexpr std::size_t kMaxCorpusBytes = std::size_t(1) << 30;
 
 struct RunConfig {
-  GptConfig model;                   // layers, hidden, heads (max_seq = seq, vocab 256)
+  // layers, hidden, heads (max_seq = seq, vocab 256) and the block's kind: kv_heads, ffn,
+  // intermediate, norm, positions, tied_embeddings, bias as in a model YAML, rope_theta
+  GptConfig model;
   int steps = 300;
   int bsz = 8;                       // sequences per step
   int seq = 64;                      // tokens per sequence

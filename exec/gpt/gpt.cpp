@@ -9,6 +9,23 @@
 
 namespace memwall::exec {
 
+GptConfig gpt_config(const ModelSpec& m) {
+  GptConfig g;
+  g.layers = m.layers;
+  g.hidden = int(m.hidden);
+  g.heads = m.heads;
+  g.max_seq = int(m.seq);
+  g.vocab = int(m.vocab);
+  g.kv_heads = m.kv_heads;
+  g.ffn = m.ffn;
+  g.intermediate = int(m.intermediate);
+  g.norm = m.norm;
+  g.positions = m.positions;
+  g.tied_embeddings = m.tied_embeddings;
+  g.bias = m.bias;
+  return g;
+}
+
 ModelSpec gpt_model_spec(const GptConfig& g) {
   ModelSpec m;
   m.name = "gpt";
@@ -18,11 +35,37 @@ ModelSpec gpt_model_spec(const GptConfig& g) {
   m.heads = g.heads;
   m.seq = g.max_seq;
   m.vocab = g.vocab;
+  m.kv_heads = g.kv_heads;
+  m.ffn = g.ffn;
+  m.intermediate = g.intermediate;
+  m.norm = g.norm;
+  m.positions = g.positions;
+  m.tied_embeddings = g.tied_embeddings;
+  m.bias = g.bias;
   return m;
 }
 
+Result<bool> executor_trains(const ModelSpec& m) {
+  const std::string plans = ", which memwall plans and simulates but does not train yet";
+  if (m.is_moe())
+    return make_error("moe: the executor has no router or expert dispatch: a mixture of experts (" + m.kind_words() +
+                      ")" + plans);
+  if (m.attention_window > 0 && m.attention_window < m.seq)
+    return make_error("attention_window: the executor's attention is causal over the whole sequence; a window of " +
+                      std::to_string(m.attention_window) + " keys is sliding-window attention" + plans);
+  if (m.positions == PositionKind::rotary && m.head_dim() % 2 != 0)
+    return make_error("positions: rotary positions turn channel pairs, so the head size hidden/heads must be even, got " +
+                      std::to_string(m.head_dim()));
+  if (m.ffn_size() > (1L << 30) || m.hidden > (1L << 20))
+    return make_error("intermediate: the executor's kernels index (B, T, I) in 32 bits; got hidden " +
+                      std::to_string(m.hidden) + ", intermediate " + std::to_string(m.ffn_size()));
+  return true;
+}
+
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& c) {
+  const ModelSpec spec = gpt_model_spec(c);
   const long C = c.hidden, V = c.vocab;
+  const bool shift = c.norm == NormKind::layernorm;  // RMSNorm scales only
   std::vector<ParamTensor> t;
   std::size_t off = 0;
   auto add = [&](std::string name, std::vector<long> shape) {
@@ -31,25 +74,26 @@ std::vector<ParamTensor> gpt_param_tensors(const GptConfig& c) {
     t.push_back({std::move(name), std::move(shape), off, n});
     off += n;
   };
+  auto norm = [&](const std::string& name) {
+    add(name + ".weight", {C});
+    if (shift) add(name + ".bias", {C});
+  };
   add("embed.wte", {V, C});
-  add("embed.wpe", {c.max_seq, C});
-  for (int l = 0; l < c.layers; ++l) {
-    const std::string p = "block" + std::to_string(l) + ".";
-    add(p + "ln1.weight", {C});
-    add(p + "ln1.bias", {C});
-    add(p + "qkv.weight", {3 * C, C});
-    add(p + "qkv.bias", {3 * C});
-    add(p + "proj.weight", {C, C});
-    add(p + "proj.bias", {C});
-    add(p + "ln2.weight", {C});
-    add(p + "ln2.bias", {C});
-    add(p + "fc1.weight", {4 * C, C});
-    add(p + "fc1.bias", {4 * C});
-    add(p + "fc2.weight", {C, 4 * C});
-    add(p + "fc2.bias", {C});
-  }
-  add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
+  if (c.positions == PositionKind::learned) add("embed.wpe", {c.max_seq, C});
+  // the block's parameters as the operator graph lists them (model/operator_graph.hpp)
+  const std::vector<BlockParamOp> ops = block_param_ops(spec);
+  for (int l = 0; l < c.layers; ++l)
+    for (const BlockParamOp& op : ops) {
+      const std::string name = op_name(op.role, l);
+      if (!op.linear) {
+        norm(name);
+        continue;
+      }
+      add(name + ".weight", {op.out, op.in});
+      if (op.bias > 0) add(name + ".bias", {op.out});
+    }
+  norm("ln_f");
+  if (!c.tied_embeddings) add("lm_head.weight", {V, C});
   return t;
 }
 
@@ -59,7 +103,7 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& c) {
     const std::string g = t.name.substr(0, t.name.rfind('.'));
     if (groups.empty() || groups.back().name != g) {
       ParamGroup pg{g, t.offset, 0};
-      if (t.name.ends_with(".weight") && t.shape.size() == 2) {
+      if (t.name.ends_with(".weight") && t.shape.size() == 2 && g != "lm_head") {
         pg.linear = true;
         pg.out_features = t.shape[0];
         pg.in_features = t.shape[1];
@@ -67,6 +111,7 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& c) {
       groups.push_back(pg);
     }
     groups.back().elems += t.elems;
+    if (t.name.ends_with(".bias")) groups.back().bias = true;
   }
   return groups;
 }
@@ -137,7 +182,7 @@ void gpt_init_group(const GptConfig& c, std::uint64_t seed, const ParamGroup& g,
   for (TensorInit& t : tensors) t.key ^= seed;
   const bool tiled = g.linear && tiles > 1;
   const std::size_t IC = std::size_t(g.in_features), OC = std::size_t(g.out_features);
-  const std::size_t OCt = tiled ? OC / std::size_t(tiles) : OC, per_tile = OCt * (IC + 1);
+  const std::size_t OCt = tiled ? OC / std::size_t(tiles) : OC, per_tile = OCt * (IC + (g.bias ? 1 : 0));
   // each element is a function of its index alone, so threads change no bit
 #pragma omp parallel for schedule(static) if (count >= (1u << 16))
   for (std::size_t k = 0; k < count; ++k) {
@@ -169,12 +214,12 @@ void permute(const ParamGroup& g, int tiles, const float* in, float* out) {
   }
   const std::size_t IC = std::size_t(g.in_features), OC = std::size_t(g.out_features), OCt = OC / std::size_t(tiles);
   for (std::size_t t = 0; t < std::size_t(tiles); ++t) {
-    const std::size_t tile_at = t * OCt * (IC + 1);  // [W_t (OCt, IC), b_t (OCt)]
+    const std::size_t tile_at = t * OCt * (IC + (g.bias ? 1 : 0));  // [W_t (OCt, IC), b_t (OCt)]
     for (std::size_t r = 0; r < OCt * IC; ++r) {
       const std::size_t flat = t * OCt * IC + r, tiled = tile_at + r;
       (kToTiles ? out[tiled] : out[flat]) = kToTiles ? in[flat] : in[tiled];
     }
-    for (std::size_t r = 0; r < OCt; ++r) {
+    for (std::size_t r = 0; g.bias && r < OCt; ++r) {
       const std::size_t flat = OC * IC + t * OCt + r, tiled = tile_at + OCt * IC + r;
       (kToTiles ? out[tiled] : out[flat]) = kToTiles ? in[flat] : in[tiled];
     }
@@ -188,33 +233,33 @@ void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out
 }
 
 int param_group_of(const GptConfig& cfg, OpKind kind, int block) {
-  // gpt_param_groups' order: embed, then per block ln1, qkv, proj, ln2, fc1, fc2, then ln_f
-  int in_block = -1;
+  // gpt_param_groups' order: embed, then per block the operator graph's block_param_ops, then
+  // ln_f, then an untied lm_head
+  const std::vector<BlockParamOp> ops = block_param_ops(gpt_model_spec(cfg));
+  const int per_block = int(ops.size()), after_blocks = 1 + per_block * cfg.layers;
   switch (kind) {
-    case OpKind::embed:
-    case OpKind::lm_head: return 0;
-    case OpKind::ln_f: return 1 + 6 * cfg.layers;
-    case OpKind::ln1: in_block = 0; break;
-    case OpKind::qkv: in_block = 1; break;
-    case OpKind::proj: in_block = 2; break;
-    case OpKind::ln2: in_block = 3; break;
-    case OpKind::fc1: in_block = 4; break;
-    case OpKind::fc2: in_block = 5; break;
-    default: return -1;
+    case OpKind::embed: return 0;
+    case OpKind::lm_head: return cfg.tied_embeddings ? 0 : after_blocks + 1;
+    case OpKind::ln_f: return after_blocks;
+    default: break;
   }
-  return block >= 0 && block < cfg.layers ? 1 + 6 * block + in_block : -1;
+  if (block < 0 || block >= cfg.layers) return -1;
+  for (int i = 0; i < per_block; ++i)
+    if (ops[std::size_t(i)].role == kind) return 1 + per_block * block + i;
+  return -1;
 }
 
 // ---- workspace -------------------------------------------------------------------------------
 
 struct GptOps::Layout {
-  std::size_t BT, C, V, NH, T;
+  std::size_t BT, C, V, NH, T, QW, I, F1;  // F1: fc1's outputs, I or (gated) 2I
   int ci, mbs;
   std::size_t staging = 0;  // floats
 
   Layout(const GptConfig& c, int B, int T_, int ci_, int mbs_, int tiles)
       : BT(std::size_t(B) * T_), C(std::size_t(c.hidden)), V(std::size_t(c.vocab)), NH(std::size_t(c.heads)),
-        T(std::size_t(T_)), ci(std::max(1, std::min(ci_, c.layers))), mbs(mbs_) {
+        T(std::size_t(T_)), QW(std::size_t(c.qkv_width())), I(std::size_t(c.ffn_size())),
+        F1(std::size_t(c.gated() ? 2 : 1) * I), ci(std::max(1, std::min(ci_, c.layers))), mbs(mbs_) {
     for (const ParamGroup& g : gpt_param_groups(c))
       staging = std::max(staging, g.linear ? g.elems / std::size_t(std::max(1, tiles)) : g.elems);
   }
@@ -233,15 +278,15 @@ struct GptOps::Layout {
       m.stream[1] = take(BT * C);
       m.ws.resize(std::size_t(ci));
       for (BlockActs& a : m.ws) {
-        a.ln1 = take(BT * C), a.ln1_mean = take(BT), a.ln1_rstd = take(BT), a.qkv = take(BT * 3 * C);
+        a.ln1 = take(BT * C), a.ln1_mean = take(BT), a.ln1_rstd = take(BT), a.qkv = take(BT * QW);
         a.att = take(att()), a.atty = take(BT * C), a.attproj = take(BT * C), a.res2 = take(BT * C);
-        a.ln2 = take(BT * C), a.ln2_mean = take(BT), a.ln2_rstd = take(BT), a.fch = take(BT * 4 * C);
-        a.fch_gelu = take(BT * 4 * C), a.fcproj = take(BT * C), a.res3 = take(BT * C);
+        a.ln2 = take(BT * C), a.ln2_mean = take(BT), a.ln2_rstd = take(BT), a.fch = take(BT * F1);
+        a.fch_gelu = take(BT * I), a.fcproj = take(BT * C), a.res3 = take(BT * C);
       }
       m.segment_input = nullptr;
       m.lnf = take(BT * C), m.lnf_mean = take(BT), m.lnf_rstd = take(BT);
       m.logits = take(BT * V), m.probs = take(BT * V), m.dlogits = take(BT * V), m.losses = take(BT);
-      m.dx = take(BT * C), m.dA = take(BT * C), m.dB = take(BT * 4 * C), m.dC = take(BT * 4 * C);
+      m.dx = take(BT * C), m.dA = take(BT * C), m.dB = take(BT * std::max(I, QW)), m.dC = take(BT * F1);
       m.datt = take(att());
     }
   }
@@ -269,6 +314,11 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
   if (cfg.layers < 1 || cfg.hidden < 1 || cfg.heads < 1 || cfg.hidden % cfg.heads != 0)
     return make_error("hidden (" + std::to_string(cfg.hidden) + ") must be a positive multiple of heads (" +
                       std::to_string(cfg.heads) + ")");
+  if (cfg.kv_heads < 0 || cfg.heads % cfg.kv() != 0)
+    return make_error("kv_heads (" + std::to_string(cfg.kv_heads) + ") must divide heads (" +
+                      std::to_string(cfg.heads) + ")");
+  if (cfg.intermediate < 0) return make_error("intermediate must be >= 0, got " + std::to_string(cfg.intermediate));
+  if (Result<bool> ok = executor_trains(gpt_model_spec(cfg)); !ok) return make_error(ok.error());
   if (T < 1 || T > cfg.max_seq || B < 1 || micro_batches < 1)
     return make_error("seq must be between 1 and the model's " + std::to_string(cfg.max_seq) + ", bsz >= 1");
   for (const ParamGroup& g : gpt_param_groups(cfg))
@@ -280,6 +330,8 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
     return make_error("GPT workspace: " + std::to_string(need) + " bytes aligned to " + std::to_string(kAlign) +
                       " needed, got " + std::to_string(bytes));
   std::unique_ptr<GptOps> g(new GptOps(backend, cfg, B, T, std::max(1, std::min(ci, cfg.layers)), micro_batches));
+  g->role_bias_.assign(std::size_t(OpKind::router) + 1, false);
+  for (const BlockParamOp& op : block_param_ops(gpt_model_spec(cfg))) g->role_bias_[std::size_t(op.role)] = op.bias > 0;
   Layout l(cfg, B, T, ci, micro_batches, tiles);
   char* at = static_cast<char*>(workspace);
   l.carve(g->mb_, g->weight_staging_, g->grad_staging_, [&](std::size_t n) {
@@ -312,11 +364,11 @@ void GptOps::linear_forward(const OpCall& c, float* out, const float* inp, long 
   const int BT = B_ * T_;
   const long OCt = OC / c.tiles, o0 = c.tile < 0 ? 0 : c.tile * OCt;
   const float* W = c.params;          // (OCt, IC)
-  const float* bias = W + OCt * IC;   // (OCt)
+  const float* bias = W + OCt * IC;   // (OCt), if the layer has one
   // out[:, o0:o0+OCt] = inp (BT, IC) . W^T; then += bias
   be_.ops().gemm(be_.ctx(), false, true, BT, int(OCt), int(IC), 1.0f, inp, int(IC), 0, W, int(IC), 0, 0.0f, out + o0,
                  int(OC), 0, 1);
-  be_.ops().bias_forward(be_.ctx(), out + o0, bias, BT, int(OCt), int(OC));
+  if (has_bias(c)) be_.ops().bias_forward(be_.ctx(), out + o0, bias, BT, int(OCt), int(OC));
 }
 
 void GptOps::linear_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, long IC, long OC) {
@@ -332,28 +384,57 @@ void GptOps::linear_backward(const OpCall& c, float* dinp, const float* dout, co
   // dW (OCt, IC) += dout[:, tile]^T (OCt, BT) . inp (BT, IC)
   be_.ops().gemm(be_.ctx(), true, false, int(OCt), int(IC), BT, 1.0f, dout + o0, int(OC), 0, inp, int(IC), 0, 1.0f, dW,
                  int(IC), 0, 1);
-  be_.ops().bias_backward(be_.ctx(), dbias, dout + o0, BT, int(OCt), int(OC));
+  if (has_bias(c)) be_.ops().bias_backward(be_.ctx(), dbias, dout + o0, BT, int(OCt), int(OC));
+}
+
+bool GptOps::has_bias(const OpCall& c) const { return role_bias_[std::size_t(c.op.kind)]; }
+
+// LayerNorm (scale and shift) or RMSNorm (scale): params = [weight (C), bias (C) if LayerNorm]
+void GptOps::norm_forward(const OpCall& c, float* out, float* mean, float* rstd, const float* inp) {
+  const int BT = B_ * T_, C = cfg_.hidden;
+  if (cfg_.norm == NormKind::rmsnorm) return be_.ops().rmsnorm_forward(be_.ctx(), out, rstd, inp, c.params, BT, C);
+  be_.ops().layernorm_forward(be_.ctx(), out, mean, rstd, inp, c.params, c.params + C, BT, C);
+}
+
+void GptOps::norm_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, const float* mean,
+                           const float* rstd) {
+  const int BT = B_ * T_, C = cfg_.hidden;
+  if (cfg_.norm == NormKind::rmsnorm)
+    return be_.ops().rmsnorm_backward(be_.ctx(), dinp, c.grads, dout, inp, c.params, rstd, BT, C);
+  be_.ops().layernorm_backward(be_.ctx(), dinp, c.grads, c.grads + C, dout, inp, c.params, mean, rstd, BT, C);
 }
 
 void GptOps::forward(const OpCall& c) {
   const BackendOps& k = be_.ops();
   void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, b = c.op.block, u = c.micro_batch;
+  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, KVH = cfg_.kv(), I = cfg_.ffn_size();
+  const int b = c.op.block, u = c.micro_batch;
   MicroBatch& m = mb_[std::size_t(u)];
+  // the last tile of a linear operator in forward order (tiles run first to last) completes it
+  const bool last_part = c.tile < 0 || c.tile == c.tiles - 1;
   switch (c.op.kind) {
-    case OpKind::embed:
+    case OpKind::embed: {
       // stream[0] (B, T, C) = wte[tokens] + wpe[t]; wte (V, C) then wpe (maxT, C) in the group
-      k.encoder_forward(cx, m.stream[0], m.tokens, c.params, c.params + std::size_t(V) * C, B_, T_, C);
-      return;
-    case OpKind::ln1: {
-      BlockActs& a = acts(b, u);
-      k.layernorm_forward(cx, a.ln1, a.ln1_mean, a.ln1_rstd, block_in(b, u, c.recompute), c.params, c.params + C, BT, C);
+      const float* wpe = cfg_.positions == PositionKind::learned ? c.params + std::size_t(V) * C : nullptr;
+      k.encoder_forward(cx, m.stream[0], m.tokens, c.params, wpe, B_, T_, C);
       return;
     }
-    case OpKind::qkv: linear_forward(c, acts(b, u).qkv, acts(b, u).ln1, C, 3L * C); return;
-    case OpKind::attn_scores: k.attention_scores_forward(cx, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH); return;
+    case OpKind::ln1: {
+      BlockActs& a = acts(b, u);
+      norm_forward(c, a.ln1, a.ln1_mean, a.ln1_rstd, block_in(b, u, c.recompute));
+      return;
+    }
+    case OpKind::qkv:
+      linear_forward(c, acts(b, u).qkv, acts(b, u).ln1, C, cfg_.qkv_width());
+      // rotary: q and k turned by their positions once every tile has written its columns
+      if (cfg_.positions == PositionKind::rotary && last_part)
+        k.rope(cx, acts(b, u).qkv, B_, T_, C, NH, KVH, float(cfg_.rope_theta), false);
+      return;
+    case OpKind::attn_scores:
+      k.attention_scores_forward(cx, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
+      return;
     case OpKind::attn_context:
-      k.attention_context_forward(cx, acts(b, u).atty, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      k.attention_context_forward(cx, acts(b, u).atty, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
       return;
     case OpKind::proj: linear_forward(c, acts(b, u).attproj, acts(b, u).atty, C, C); return;
     case OpKind::residual1:
@@ -361,32 +442,35 @@ void GptOps::forward(const OpCall& c) {
       return;
     case OpKind::ln2: {
       BlockActs& a = acts(b, u);
-      k.layernorm_forward(cx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, c.params, c.params + C, BT, C);
+      norm_forward(c, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2);
       return;
     }
-    case OpKind::fc1: linear_forward(c, acts(b, u).fch, acts(b, u).ln2, C, 4L * C); return;
-    case OpKind::gelu: k.gelu_forward(cx, acts(b, u).fch_gelu, acts(b, u).fch, long(BT) * 4 * C); return;
-    case OpKind::fc2: linear_forward(c, acts(b, u).fcproj, acts(b, u).fch_gelu, 4L * C, C); return;
+    case OpKind::fc1: linear_forward(c, acts(b, u).fch, acts(b, u).ln2, C, (cfg_.gated() ? 2L : 1L) * I); return;
+    case OpKind::gelu:  // the feed-forward's activation: GeLU, or gated, act(gate) * up
+      if (cfg_.gated()) k.glu_forward(cx, acts(b, u).fch_gelu, acts(b, u).fch, BT, I, cfg_.ffn == FfnKind::geglu);
+      else k.gelu_forward(cx, acts(b, u).fch_gelu, acts(b, u).fch, long(BT) * I);
+      return;
+    case OpKind::fc2: linear_forward(c, acts(b, u).fcproj, acts(b, u).fch_gelu, I, C); return;
     case OpKind::residual2:
       k.residual_forward(cx, block_out(b, u, c.recompute), acts(b, u).res2, acts(b, u).fcproj, long(BT) * C);
       return;
-    case OpKind::ln_f:
-      k.layernorm_forward(cx, m.lnf, m.lnf_mean, m.lnf_rstd, m.stream[cfg_.layers % 2], c.params, c.params + C, BT, C);
-      return;
+    case OpKind::ln_f: norm_forward(c, m.lnf, m.lnf_mean, m.lnf_rstd, m.stream[cfg_.layers % 2]); return;
     case OpKind::lm_head:
-      // logits (BT, V) = lnf (BT, C) . wte^T: the LM head tied to the token embedding
+      // logits (BT, V) = lnf (BT, C) . W^T: W the token embedding (tied) or the head's own (V, C)
       k.gemm(cx, false, true, BT, V, C, 1.0f, m.lnf, C, 0, c.params, C, 0, 0.0f, m.logits, V, 0, 1);
       k.crossentropy_forward(cx, m.probs, m.losses, m.logits, m.targets, BT, V);
       return;
-    case OpKind::router:  // a mixture of experts: the engine refuses it before any step runs
-      throw std::logic_error("GptOps: the paper's GPT has no router");
+    case OpKind::router:  // a mixture of experts: refused before any step runs (executor_trains)
+      throw std::logic_error("GptOps: the executor trains no mixture of experts");
   }
 }
 
 void GptOps::backward(const OpCall& c) {
   const BackendOps& k = be_.ops();
   void* cx = be_.ctx();
-  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, b = c.op.block, u = c.micro_batch;
+  const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, KVH = cfg_.kv(), I = cfg_.ffn_size();
+  const int b = c.op.block, u = c.micro_batch;
+  const long F1 = (cfg_.gated() ? 2L : 1L) * I;
   const std::size_t f = sizeof(float), btc = std::size_t(BT) * C;
   MicroBatch& m = mb_[std::size_t(u)];
   // the first tile of a linear operator in backward order (tiles run last to first) clears dinp
@@ -398,40 +482,40 @@ void GptOps::backward(const OpCall& c) {
       k.memset_zero(cx, m.dlogits, std::size_t(BT) * V * f);
       k.crossentropy_backward(cx, m.dlogits, m.probs, m.targets,
                               1.0f / (float(BT) * float(micro_batches_) * float(micro_steps_) * float(ranks_)), BT, V);
-      // logits = lnf . wte^T: dlnf (into dA) = dlogits . wte; dwte += dlogits^T . lnf
+      // logits = lnf . W^T: dlnf (into dA) = dlogits . W; dW += dlogits^T . lnf
       k.memset_zero(cx, m.dA, btc * f);
       k.gemm(cx, false, false, BT, C, V, 1.0f, m.dlogits, V, 0, c.params, C, 0, 1.0f, m.dA, C, 0, 1);
       k.gemm(cx, true, false, V, C, BT, 1.0f, m.dlogits, V, 0, m.lnf, C, 0, 1.0f, c.grads, C, 0, 1);
       return;
     case OpKind::ln_f:
-      // lnf = layernorm(x_L): dx = d(x_L)
+      // lnf = norm(x_L): dx = d(x_L)
       k.memset_zero(cx, m.dx, btc * f);
-      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, m.stream[cfg_.layers % 2], c.params, m.lnf_mean,
-                           m.lnf_rstd, BT, C);
+      norm_backward(c, m.dx, m.dA, m.stream[cfg_.layers % 2], m.lnf_mean, m.lnf_rstd);
       return;
     case OpKind::residual2:  // res3 = res2 + fcproj: d(res2) = d(fcproj) = dx, so dx carries on as d(res2)
     case OpKind::residual1:  // res2 = x + attproj: d(x) = d(attproj) = dx, so dx carries on as d(x)
       return;
     case OpKind::fc2: {
       // fcproj = fc2(fch_gelu): d(fch_gelu) into dB
-      if (first_part) k.memset_zero(cx, m.dB, 4 * btc * f);
-      linear_backward(c, m.dB, m.dx, acts(b, u).fch_gelu, 4L * C, C);
+      if (first_part) k.memset_zero(cx, m.dB, std::size_t(BT) * std::size_t(I) * f);
+      linear_backward(c, m.dB, m.dx, acts(b, u).fch_gelu, I, C);
       return;
     }
     case OpKind::gelu:
-      // fch_gelu = gelu(fch): d(fch) into dC
-      k.memset_zero(cx, m.dC, 4 * btc * f);
-      k.gelu_backward(cx, m.dC, acts(b, u).fch, m.dB, long(BT) * 4 * C);
+      // fch_gelu = gelu(fch), or act(gate) * up: d(fch) into dC
+      k.memset_zero(cx, m.dC, std::size_t(BT) * std::size_t(F1) * f);
+      if (cfg_.gated()) k.glu_backward(cx, m.dC, acts(b, u).fch, m.dB, BT, I, cfg_.ffn == FfnKind::geglu);
+      else k.gelu_backward(cx, m.dC, acts(b, u).fch, m.dB, long(BT) * I);
       return;
     case OpKind::fc1:
       // fch = fc1(ln2): d(ln2) into dA
       if (first_part) k.memset_zero(cx, m.dA, btc * f);
-      linear_backward(c, m.dA, m.dC, acts(b, u).ln2, C, 4L * C);
+      linear_backward(c, m.dA, m.dC, acts(b, u).ln2, C, F1);
       return;
     case OpKind::ln2: {
-      // ln2 = layernorm(res2): adds into d(res2) = dx
+      // ln2 = norm(res2): adds into d(res2) = dx
       BlockActs& a = acts(b, u);
-      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, a.res2, c.params, a.ln2_mean, a.ln2_rstd, BT, C);
+      norm_backward(c, m.dx, m.dA, a.res2, a.ln2_mean, a.ln2_rstd);
       return;
     }
     case OpKind::proj:
@@ -442,31 +526,35 @@ void GptOps::backward(const OpCall& c) {
     case OpKind::attn_context:
       // atty = att . v: d(att) into datt, d(v) into the v part of d(qkv) (dB)
       k.memset_zero(cx, m.datt, std::size_t(B_) * NH * T_ * T_ * f);
-      k.memset_zero(cx, m.dB, 3 * btc * f);
-      k.attention_context_backward(cx, m.datt, m.dB, m.dA, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      k.memset_zero(cx, m.dB, std::size_t(BT) * std::size_t(cfg_.qkv_width()) * f);
+      k.attention_context_backward(cx, m.datt, m.dB, m.dA, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
       return;
     case OpKind::attn_scores:
       // att = softmax(q . k / sqrt(hs)): d(q), d(k) into d(qkv) (dB)
-      k.attention_scores_backward(cx, m.dB, m.datt, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH);
+      k.attention_scores_backward(cx, m.dB, m.datt, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
       return;
     case OpKind::qkv:
+      // rotary: q and k were turned after the projection, so their gradients are turned back first
+      if (cfg_.positions == PositionKind::rotary && first_part)
+        k.rope(cx, m.dB, B_, T_, C, NH, KVH, float(cfg_.rope_theta), true);
       // qkv = qkv(ln1): d(ln1) into dA
       if (first_part) k.memset_zero(cx, m.dA, btc * f);
-      linear_backward(c, m.dA, m.dB, acts(b, u).ln1, C, 3L * C);
+      linear_backward(c, m.dA, m.dB, acts(b, u).ln1, C, cfg_.qkv_width());
       return;
     case OpKind::ln1: {
-      // ln1 = layernorm(x): adds into d(x) = dx
+      // ln1 = norm(x): adds into d(x) = dx
       BlockActs& a = acts(b, u);
-      k.layernorm_backward(cx, m.dx, c.grads, c.grads + C, m.dA, block_in(b, u, true), c.params, a.ln1_mean,
-                           a.ln1_rstd, BT, C);
+      norm_backward(c, m.dx, m.dA, block_in(b, u, true), a.ln1_mean, a.ln1_rstd);
       return;
     }
-    case OpKind::embed:
+    case OpKind::embed: {
       // stream[0] = wte[tokens] + wpe[t]
-      k.encoder_backward(cx, c.grads, c.grads + std::size_t(V) * C, m.dx, m.tokens, B_, T_, C);
+      float* dwpe = cfg_.positions == PositionKind::learned ? c.grads + std::size_t(V) * C : nullptr;
+      k.encoder_backward(cx, c.grads, dwpe, m.dx, m.tokens, B_, T_, C);
       return;
-    case OpKind::router:  // a mixture of experts: the engine refuses it before any step runs
-      throw std::logic_error("GptOps: the paper's GPT has no router");
+    }
+    case OpKind::router:  // a mixture of experts: refused before any step runs (executor_trains)
+      throw std::logic_error("GptOps: the executor trains no mixture of experts");
   }
 }
 

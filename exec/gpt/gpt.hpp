@@ -1,14 +1,21 @@
-// A GPT as the operators of model/operator_graph.hpp, in the style of llm.c's train_gpt2.c: token
-// and position embeddings, pre-LN blocks (ln1, qkv, attn_scores, attn_context, proj, residual1;
-// ln2, fc1, gelu, fc2, residual2), ln_f and an LM head tied to the token embedding. Every operator
-// has a forward (also used to recompute a checkpointed block) and a backward entry point that is
-// handed the fp32 weights of that operator (or of one tile of it, Sec. 5.1.3) and the fp32 buffer
-// its parameter gradient accumulates into: whoever calls them (exec/engine, driven by the schedule)
-// decides where parameters and gradients live. This file owns the activations: a workspace the
-// caller provides, carved here into per-micro-batch buffers. It owns no parameters, no optimizer,
-// no data. Thread-safety: one thread drives a GptOps (and its backend).
+// A decoder-only transformer as the operators of model/operator_graph.hpp, in the style of llm.c's
+// train_gpt2.c. The paper's GPT by default: token and position embeddings, pre-LN blocks (ln1, qkv,
+// attn_scores, attn_context, proj, residual1; ln2, fc1, gelu, fc2, residual2), ln_f and an LM head
+// tied to the token embedding. The kinds of model/model_spec.hpp that change the block's arithmetic
+// are the same operators computing otherwise: RMSNorm for LayerNorm, grouped key/value heads (the qkv
+// projection makes NH query heads and KVH key/value heads, each shared by NH/KVH query heads),
+// rotary positions (applied to q and k inside qkv, no position table), a gated feed-forward (fc1
+// makes gate and up, C -> 2I; the activation is SiLU(gate) * up or GeLU(gate) * up), linear layers
+// without biases, and an LM head with its own (V, C) weights. Every operator has a forward (also used
+// to recompute a checkpointed block) and a backward entry point that is handed the fp32 weights of
+// that operator (or of one tile of it, Sec. 5.1.3) and the fp32 buffer its parameter gradient
+// accumulates into: whoever calls them (exec/engine, driven by the schedule) decides where parameters
+// and gradients live. This file owns the activations: a workspace the caller provides, carved here
+// into per-micro-batch buffers. It owns no parameters, no optimizer, no data. Thread-safety: one
+// thread drives a GptOps (and its backend).
 //
-// Key: B batch (per micro-batch), T sequence, C channels, NH heads, V vocabulary, L layers, BT = B*T.
+// Key: B batch (per micro-batch), T sequence, C channels, NH heads, KVH key/value heads, hs = C/NH
+// head size, I feed-forward size, V vocabulary, L layers, BT = B*T, QW = C + 2*KVH*hs (a qkv row).
 #pragma once
 
 #include <cstddef>
@@ -30,7 +37,29 @@ struct GptConfig {
   int heads = 4;        // NH
   int max_seq = 64;     // maxT: rows of the position embedding
   int vocab = 256;      // V: byte-level
+  // The block's kind: ModelSpec's fields of the same names (model/model_spec.hpp); the defaults are
+  // the paper's GPT.
+  int kv_heads = 0;     // KVH; 0: heads
+  FfnKind ffn = FfnKind::gelu;
+  int intermediate = 0; // I; 0: 4C
+  NormKind norm = NormKind::layernorm;
+  PositionKind positions = PositionKind::learned;
+  bool tied_embeddings = true;
+  BiasKind bias = BiasKind::all;
+  double rope_theta = 10000;  // rotary: the base of the frequencies, theta^(-2i/hs) (Llama 3: 500000)
+
+  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int ffn_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
+  bool gated() const { return ffn != FfnKind::gelu; }
+  int qkv_width() const { return hidden + 2 * kv() * (hidden / heads); }  // QW
 };
+
+// The executor's config of a model (max_seq = its seq) and back: the one translation between them.
+GptConfig gpt_config(const ModelSpec& m);
+// Whether the executor trains `m`: a mixture of experts and sliding-window attention are refused
+// with the reason (memwall plans and simulates them), as are shapes its kernels do not take (a
+// head size that is odd with rotary positions, a vocabulary other than the byte-level 256).
+Result<bool> executor_trains(const ModelSpec& m);
 
 // One tensor of the parameter array (torch's layout: Linear weights are (out, in)).
 struct ParamTensor {
@@ -45,7 +74,8 @@ struct ParamGroup {
   std::string name;              // "embed", "block0.ln1", "block0.qkv", ..., "ln_f"
   std::size_t offset = 0;
   std::size_t elems = 0;
-  bool linear = false;           // weight (OC, IC) then bias (OC): may be tiled by output rows
+  bool linear = false;           // weight (OC, IC) then bias (OC) if any: may be tiled by output rows
+  bool bias = false;             // a linear group's bias, a norm's shift (LayerNorm's, not RMSNorm's)
   long in_features = 0, out_features = 0;
 };
 
@@ -66,7 +96,8 @@ void gpt_init_group(const GptConfig& cfg, std::uint64_t seed, const ParamGroup& 
 std::vector<float> gpt_init_params(const GptConfig& cfg, std::uint64_t seed);
 
 // A linear group tiled by output rows keeps tile t's weight rows and bias entries together, so
-// one tile is one contiguous range: [W_t (OC/tiles, IC), b_t (OC/tiles)] for t = 0 .. tiles-1.
+// one tile is one contiguous range: [W_t (OC/tiles, IC), b_t (OC/tiles)] for t = 0 .. tiles-1
+// (without a bias, [W_t]).
 // These move a group between the parameter array's order and that one (tiles 1: identity).
 void to_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
 void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out);
@@ -78,7 +109,7 @@ struct OpRef {
   OpKind kind = OpKind::embed;
   int block = -1;
 };
-// The parameter group an operator uses (the LM head: the embedding's), by its index in
+// The parameter group an operator uses (a tied LM head: the embedding's), by its index in
 // gpt_param_groups, or -1 for an operator without parameters.
 int param_group_of(const GptConfig& cfg, OpKind kind, int block);
 
@@ -136,9 +167,9 @@ class GptOps {
   // One block's activations, all kept for its backward.
   struct BlockActs {
     float* ln1;       // (B, T, C)
-    float* ln1_mean;  // (B, T)
+    float* ln1_mean;  // (B, T) (LayerNorm only)
     float* ln1_rstd;  // (B, T)
-    float* qkv;       // (B, T, 3C)
+    float* qkv;       // (B, T, QW), q and k rotated when positions are rotary
     float* att;       // (B, NH, T, T)
     float* atty;      // (B, T, C)
     float* attproj;   // (B, T, C)
@@ -146,8 +177,8 @@ class GptOps {
     float* ln2;       // (B, T, C)
     float* ln2_mean;  // (B, T)
     float* ln2_rstd;  // (B, T)
-    float* fch;       // (B, T, 4C)
-    float* fch_gelu;  // (B, T, 4C)
+    float* fch;       // (B, T, I), gated: (B, T, 2I), the gate then the up projection
+    float* fch_gelu;  // (B, T, I)
     float* fcproj;    // (B, T, C)
     float* res3;      // (B, T, C): the block's output in recompute
   };
@@ -166,8 +197,8 @@ class GptOps {
     float* losses;               // (B, T)
     float* dx;                   // (B, T, C) gradient of the residual stream
     float* dA;                   // (B, T, C) scratch gradients
-    float* dB;                   // (B, T, 4C), also d(qkv) (B, T, 3C)
-    float* dC;                   // (B, T, 4C)
+    float* dB;                   // d(fch_gelu) (B, T, I), also d(qkv) (B, T, QW)
+    float* dC;                   // d(fch) (B, T, I or 2I)
     float* datt;                 // (B, NH, T, T)
   };
   struct Layout;  // sizes and carving, shared by workspace_bytes and create
@@ -179,6 +210,10 @@ class GptOps {
   float* block_out(int block, int u, bool recompute);
   void linear_forward(const OpCall& c, float* out, const float* inp, long IC, long OC);
   void linear_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, long IC, long OC);
+  void norm_forward(const OpCall& c, float* out, float* mean, float* rstd, const float* inp);
+  void norm_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, const float* mean,
+                     const float* rstd);
+  bool has_bias(const OpCall& c) const;
 
   Backend& be_;
   GptConfig cfg_;
@@ -186,6 +221,7 @@ class GptOps {
   int ranks_ = 1;
   int micro_steps_ = 1;
   std::vector<MicroBatch> mb_;
+  std::vector<bool> role_bias_;  // by OpRole: whether that linear operator has a bias
   float* weight_staging_ = nullptr;
   float* grad_staging_ = nullptr;
   std::size_t staging_elems_ = 0;

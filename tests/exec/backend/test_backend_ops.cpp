@@ -155,36 +155,36 @@ std::vector<OpCase> cases() {
                }});
   c.push_back({"attention_scores_forward", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(randn(B * NH * T * T, 45));
-                 a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH);
+                 a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH, NH);
                  return Outputs{a.down(att, B * NH * T * T)};
                }, 4});
   c.push_back({"attention_context_forward", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto out = a.up(randn(BT * C, 47));
-                 a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH);
+                 a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH, NH);
                  return Outputs{a.down(out, BT * C)};
                }, 4});
   c.push_back({"attention_context_backward", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto datt = a.up(randn(B * NH * T * T, 48)), dqkv = a.up(randn(BT * 3 * C, 22));
-                 a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH);
+                 a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH, NH);
                  return Outputs{lower(a.down(datt, B * NH * T * T), T), a.down(dqkv, BT * 3 * C)};
                }, 4});
   c.push_back({"attention_scores_backward", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f)), att = a.up(causal(randn(B * NH * T * T, 46), T));
                  auto datt = a.up(randn(B * NH * T * T, 48)), dqkv = a.up(randn(BT * 3 * C, 22));
-                 a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH);
+                 a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH, NH);
                  return Outputs{a.down(dqkv, BT * 3 * C)};
                }, 4});
   c.push_back({"attention_composed", [](Arena& a) {
                  auto qkv = a.up(randn(BT * 3 * C, 21, 2.0f));
                  auto out = a.up(std::vector<float>(BT * C)), att = a.up(std::vector<float>(B * NH * T * T));
-                 a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH);
-                 a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH);
+                 a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH, NH);
+                 a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH, NH);
                  auto dqkv = a.up(randn(BT * 3 * C, 22)), datt = a.up(std::vector<float>(B * NH * T * T));
-                 a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH);
+                 a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH, NH);
                  std::vector<float> datt_h = lower(a.down(datt, B * NH * T * T), T);  // scratch after the next
-                 a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH);
+                 a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH, NH);
                  return Outputs{a.down(out, BT * C), a.down(att, B * NH * T * T), datt_h, a.down(dqkv, BT * 3 * C)};
                }, 4});
   c.push_back({"gelu", [](Arena& a) {
@@ -195,6 +195,50 @@ std::vector<OpCase> cases() {
                  a.k().gelu_backward(a.cx(), dx, x, a.up(randn(std::size_t(N), 26)), N);
                  return Outputs{a.down(out, std::size_t(N)), a.down(dx, std::size_t(N))};
                }});
+  c.push_back({"encoder_without_positions", [](Arena& a) {
+                 auto tok = a.up(randi(BT, V, 4));
+                 auto wte = a.up(randn(V * C, 5)), out = a.up(std::vector<float>(BT * C));
+                 a.k().encoder_forward(a.cx(), out, tok, wte, nullptr, B, T, C);
+                 auto dwte = a.up(randn(V * C, 7));
+                 a.k().encoder_backward(a.cx(), dwte, nullptr, a.up(randn(BT * C, 9)), tok, B, T, C);
+                 return Outputs{a.down(out, BT * C), a.down(dwte, V * C)};
+               }});
+  c.push_back({"rmsnorm", [](Arena& a) {
+                 auto x = a.up(randn(BT * C, 10, 3.0f)), w = a.up(randn(C, 11));
+                 auto out = a.up(std::vector<float>(BT * C)), rstd = a.up(std::vector<float>(BT));
+                 a.k().rmsnorm_forward(a.cx(), out, rstd, x, w, BT, C);
+                 auto dx = a.up(randn(BT * C, 13)), dw = a.up(randn(C, 14));
+                 a.k().rmsnorm_backward(a.cx(), dx, dw, a.up(randn(BT * C, 16)), x, w, rstd, BT, C);
+                 return Outputs{a.down(out, BT * C), a.down(rstd, BT), a.down(dx, BT * C), a.down(dw, C)};
+               }});
+  c.push_back({"rope_gqa", [](Arena& a) {
+                 const int KVH = 1, W = C + 2 * KVH * (C / NH);
+                 auto qkv = a.up(randn(std::size_t(BT) * W, 34, 2.0f));
+                 a.k().rope(a.cx(), qkv, B, T, C, NH, KVH, 10000.0f, false);
+                 const std::vector<float> turned = a.down(qkv, std::size_t(BT) * W);
+                 a.k().rope(a.cx(), qkv, B, T, C, NH, KVH, 500000.0f, true);
+                 return Outputs{turned, a.down(qkv, std::size_t(BT) * W)};
+               }});
+  c.push_back({"attention_composed_gqa", [](Arena& a) {
+                 const int KVH = 1, W = C + 2 * KVH * (C / NH);
+                 auto qkv = a.up(randn(std::size_t(BT) * W, 21, 2.0f));
+                 auto out = a.up(std::vector<float>(BT * C)), att = a.up(std::vector<float>(B * NH * T * T));
+                 a.k().attention_scores_forward(a.cx(), att, qkv, B, T, C, NH, KVH);
+                 a.k().attention_context_forward(a.cx(), out, att, qkv, B, T, C, NH, KVH);
+                 auto dqkv = a.up(randn(std::size_t(BT) * W, 22)), datt = a.up(std::vector<float>(B * NH * T * T));
+                 a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(randn(BT * C, 23)), att, qkv, B, T, C, NH, KVH);
+                 a.k().attention_scores_backward(a.cx(), dqkv, datt, att, qkv, B, T, C, NH, KVH);
+                 return Outputs{a.down(out, BT * C), a.down(att, B * NH * T * T), a.down(dqkv, std::size_t(BT) * W)};
+               }, 4});
+  for (bool gelu : {false, true})
+    c.push_back({gelu ? "geglu" : "swiglu", [gelu](Arena& a) {
+                   const int I = 2 * C;
+                   auto x = a.up(randn(std::size_t(BT) * 2 * I, 24, 4.0f)), out = a.up(std::vector<float>(BT * I));
+                   a.k().glu_forward(a.cx(), out, x, BT, I, gelu);
+                   auto dx = a.up(randn(std::size_t(BT) * 2 * I, 25));
+                   a.k().glu_backward(a.cx(), dx, x, a.up(randn(BT * I, 26)), BT, I, gelu);
+                   return Outputs{a.down(out, BT * I), a.down(dx, std::size_t(BT) * 2 * I)};
+                 }});
   c.push_back({"residual_accumulate", [](Arena& a) {
                  auto x = a.up(randn(BT * C, 27)), y = a.up(randn(BT * C, 28)), out = a.up(std::vector<float>(BT * C));
                  a.k().residual_forward(a.cx(), out, x, y, BT * C);
@@ -397,12 +441,17 @@ TEST_P(BackendTest, AsyncCopiesOnStreamsWithEvents) {
 
 // ---- independent references: plain loops in double precision ----
 
-// qkv (B, T, 3C): q, k, v of head h at [0:C], [C:2C], [2C:3C] + h*hs of each position.
+// qkv (B, T, QW), QW = C + 2*KVH*hs: query head h at h*hs of [0:C], its key and value head
+// h / (NH/KVH) at that times hs in [C:C+KVH*hs] and [C+KVH*hs:QW] of each position (KVH 0: NH).
 struct Shape {
-  int B, T, C, NH;
+  int B, T, C, NH, KVH = 0;
   int hs() const { return C / NH; }
+  int kvh() const { return KVH > 0 ? KVH : NH; }
+  std::size_t width() const { return std::size_t(C) + 2 * std::size_t(kvh()) * hs(); }
   std::size_t qkv(int b, int t, int part, int h, int i) const {
-    return (std::size_t(b) * T + std::size_t(t)) * 3 * C + std::size_t(part) * C + std::size_t(h) * hs() + i;
+    const std::size_t head = part == 0 ? std::size_t(h) : std::size_t(h / (NH / kvh()));
+    const std::size_t at = part == 0 ? 0 : std::size_t(C) + std::size_t(part - 1) * kvh() * hs();
+    return (std::size_t(b) * T + std::size_t(t)) * width() + at + head * hs() + i;
   }
   std::size_t att(int b, int h, int t, int t2) const {
     return ((std::size_t(b) * NH + std::size_t(h)) * T + std::size_t(t)) * T + std::size_t(t2);
@@ -410,7 +459,7 @@ struct Shape {
   std::size_t out(int b, int t, int h, int i) const {
     return (std::size_t(b) * T + std::size_t(t)) * C + std::size_t(h) * hs() + i;
   }
-  std::size_t n_qkv() const { return std::size_t(B) * T * 3 * C; }
+  std::size_t n_qkv() const { return std::size_t(B) * T * width(); }
   std::size_t n_att() const { return std::size_t(B) * NH * T * T; }
   std::size_t n_out() const { return std::size_t(B) * T * C; }
 };
@@ -537,9 +586,10 @@ TEST_P(BackendTest, StridedBiasMatchesANaiveReference) {
 TEST_P(BackendTest, AttentionKernelsMatchANaiveReference) {
   OPEN_OR_SKIP(be, ComputeType::fp32);
   // the second shape has rows longer than a warp (T > 32)
-  for (const Shape s : {Shape{B, T, C, NH}, Shape{1, 45, 16, 2}}) {
+  // the second shape has rows longer than a warp (T > 32); the last two share key/value heads (MQA, GQA)
+  for (const Shape s : {Shape{B, T, C, NH}, Shape{1, 45, 16, 2}, Shape{B, T, C, NH, 1}, Shape{2, 37, 32, 4, 2}}) {
     SCOPED_TRACE("B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " C " + std::to_string(s.C) + " NH " +
-                 std::to_string(s.NH));
+                 std::to_string(s.NH) + " KVH " + std::to_string(s.kvh()));
     const std::vector<float> qkv = randn(s.n_qkv(), 60, 2.0f), dout = randn(s.n_out(), 61);
     const std::vector<float> dqkv0 = randn(s.n_qkv(), 62), datt0 = randn(s.n_att(), 63);
     Arena a(*be);
@@ -547,22 +597,22 @@ TEST_P(BackendTest, AttentionKernelsMatchANaiveReference) {
     float* d_dout = a.up(dout);
     // each kernel on its own, from the same float inputs as the reference
     float* att = a.up(randn(s.n_att(), 64));
-    a.k().attention_scores_forward(a.cx(), att, d_qkv, s.B, s.T, s.C, s.NH);
+    a.k().attention_scores_forward(a.cx(), att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
     const std::vector<float> att_f = a.down(att, s.n_att());
     EXPECT_LE(rel_error(att_f, ref_scores(s, qkv)), 1e-5) << "attention_scores_forward";
     float* out = a.up(randn(s.n_out(), 65));
-    a.k().attention_context_forward(a.cx(), out, att, d_qkv, s.B, s.T, s.C, s.NH);
+    a.k().attention_context_forward(a.cx(), out, att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
     EXPECT_LE(rel_error(a.down(out, s.n_out()), ref_context(s, att_f, qkv)), 1e-5) << "attention_context_forward";
     float* datt = a.up(datt0);
     float* dqkv = a.up(dqkv0);
-    a.k().attention_context_backward(a.cx(), datt, dqkv, d_dout, att, d_qkv, s.B, s.T, s.C, s.NH);
+    a.k().attention_context_backward(a.cx(), datt, dqkv, d_dout, att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
     std::vector<double> datt_ref = widen(datt0), dqkv_ref = widen(dqkv0);
     ref_context_backward(s, datt_ref, dqkv_ref, dout, att_f, qkv);
     const std::vector<float> datt_f = a.down(datt, s.n_att());
     EXPECT_LE(rel_error(lower(datt_f, s.T), lower(datt_ref, s.T)), 1e-5) << "attention_context_backward datt";
     EXPECT_LE(rel_error(a.down(dqkv, s.n_qkv()), dqkv_ref), 1e-5) << "attention_context_backward dqkv";
     float* dqkv2 = a.up(dqkv0);
-    a.k().attention_scores_backward(a.cx(), dqkv2, datt, att, d_qkv, s.B, s.T, s.C, s.NH);
+    a.k().attention_scores_backward(a.cx(), dqkv2, datt, att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
     std::vector<double> dqkv2_ref = widen(dqkv0);
     ref_scores_backward(s, dqkv2_ref, datt_f, att_f, qkv);
     EXPECT_LE(rel_error(a.down(dqkv2, s.n_qkv()), dqkv2_ref), 1e-5) << "attention_scores_backward";
@@ -571,8 +621,8 @@ TEST_P(BackendTest, AttentionKernelsMatchANaiveReference) {
 
 TEST_P(BackendTest, ComposedAttentionIsAttentionInDoublePrecision) {
   OPEN_OR_SKIP(be, ComputeType::fp32);
-  for (const Shape s : {Shape{B, T, C, NH}, Shape{2, 40, 32, 4}}) {
-    SCOPED_TRACE("T " + std::to_string(s.T));
+  for (const Shape s : {Shape{B, T, C, NH}, Shape{2, 40, 32, 4}, Shape{2, 40, 32, 4, 1}, Shape{2, 40, 64, 8, 2}}) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + " KVH " + std::to_string(s.kvh()));
     const std::vector<float> qkv = randn(s.n_qkv(), 70, 2.0f), dout = randn(s.n_out(), 71);
     // forward: att = causal softmax(q . k / sqrt(hs)), out = att . v; backward from dout, all in double
     const std::vector<double> att_ref = ref_scores(s, qkv), out_ref = ref_context(s, att_ref, qkv);
@@ -586,16 +636,108 @@ TEST_P(BackendTest, ComposedAttentionIsAttentionInDoublePrecision) {
     float* out = a.up(std::vector<float>(s.n_out()));
     float* datt = a.up(std::vector<float>(s.n_att()));
     float* dqkv = a.up(std::vector<float>(s.n_qkv()));
-    a.k().attention_scores_forward(a.cx(), att, d_qkv, s.B, s.T, s.C, s.NH);
-    a.k().attention_context_forward(a.cx(), out, att, d_qkv, s.B, s.T, s.C, s.NH);
-    a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(dout), att, d_qkv, s.B, s.T, s.C, s.NH);
-    a.k().attention_scores_backward(a.cx(), dqkv, datt, att, d_qkv, s.B, s.T, s.C, s.NH);
+    a.k().attention_scores_forward(a.cx(), att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
+    a.k().attention_context_forward(a.cx(), out, att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
+    a.k().attention_context_backward(a.cx(), datt, dqkv, a.up(dout), att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
+    a.k().attention_scores_backward(a.cx(), dqkv, datt, att, d_qkv, s.B, s.T, s.C, s.NH, s.kvh());
     EXPECT_LE(rel_error(a.down(out, s.n_out()), out_ref), 1e-5) << "out";
     EXPECT_LE(rel_error(a.down(dqkv, s.n_qkv()), dqkv_ref), 1e-5) << "dqkv";
     // zeros above the diagonal
     const std::vector<float> att_f = a.down(att, s.n_att());
     for (int t = 0; t < s.T; ++t)
       for (int t2 = t + 1; t2 < s.T; ++t2) ASSERT_EQ(att_f[s.att(s.B - 1, s.NH - 1, t, t2)], 0.0f);
+  }
+}
+
+// RMSNorm, rotary positions and the gated activations against their definitions in double:
+// rmsnorm and its gradients (checked against a central difference of the double forward), rope
+// against the rotation of each channel pair written out, SwiGLU / GeGLU and their gradients.
+TEST_P(BackendTest, LlamaBlockKernelsMatchTheirDefinitionsInDouble) {
+  OPEN_OR_SKIP(be, ComputeType::fp32);
+  Arena a(*be);
+  {  // RMSNorm
+    const int rows = 9, cols = 40;
+    const std::vector<float> x = randn(std::size_t(rows) * cols, 80, 3.0f), w = randn(cols, 81),
+                             dout = randn(std::size_t(rows) * cols, 82);
+    float *out = a.up(std::vector<float>(x.size())), *rstd = a.up(std::vector<float>(rows));
+    float *dx = a.up(std::vector<float>(x.size())), *dw = a.up(std::vector<float>(cols));
+    float *d_x = a.up(x), *d_w = a.up(w);
+    a.k().rmsnorm_forward(a.cx(), out, rstd, d_x, d_w, rows, cols);
+    a.k().rmsnorm_backward(a.cx(), dx, dw, a.up(dout), d_x, d_w, rstd, rows, cols);
+    // f(x, w) = sum over the row of dout * x * w / sqrt(mean(x^2) + eps): its gradients by central differences
+    auto loss = [&](const std::vector<double>& xr, const std::vector<double>& wr, int r) {
+      double ss = 0;
+      for (int i = 0; i < cols; ++i) ss += xr[std::size_t(i)] * xr[std::size_t(i)];
+      const double s = 1.0 / std::sqrt(ss / cols + 1e-5);
+      double l = 0;
+      for (int i = 0; i < cols; ++i) l += double(dout[std::size_t(r) * cols + i]) * xr[std::size_t(i)] * s * wr[std::size_t(i)];
+      return l;
+    };
+    std::vector<double> out_ref(x.size()), dx_ref(x.size()), dw_ref(cols, 0.0);
+    const std::vector<double> wd(w.begin(), w.end());
+    for (int r = 0; r < rows; ++r) {
+      std::vector<double> xr(x.begin() + long(r) * cols, x.begin() + long(r + 1) * cols);
+      double ss = 0;
+      for (double v : xr) ss += v * v;
+      const double s = 1.0 / std::sqrt(ss / cols + 1e-5);
+      for (int i = 0; i < cols; ++i) out_ref[std::size_t(r) * cols + i] = xr[std::size_t(i)] * s * wd[std::size_t(i)];
+      const double h = 1e-5;
+      for (int i = 0; i < cols; ++i) {
+        std::vector<double> up = xr, dn = xr;
+        up[std::size_t(i)] += h, dn[std::size_t(i)] -= h;
+        dx_ref[std::size_t(r) * cols + i] = (loss(up, wd, r) - loss(dn, wd, r)) / (2 * h);
+        std::vector<double> wu = wd, wdn = wd;
+        wu[std::size_t(i)] += h, wdn[std::size_t(i)] -= h;
+        dw_ref[std::size_t(i)] += (loss(xr, wu, r) - loss(xr, wdn, r)) / (2 * h);
+      }
+    }
+    EXPECT_LE(rel_error(a.down(out, x.size()), out_ref), 1e-6) << "rmsnorm_forward";
+    EXPECT_LE(rel_error(a.down(dx, x.size()), dx_ref), 1e-5) << "rmsnorm_backward dinp";
+    EXPECT_LE(rel_error(a.down(dw, std::size_t(cols)), dw_ref), 1e-5) << "rmsnorm_backward dweight";
+  }
+  {  // rotary positions: NH 4 query heads, KVH 2, hs 6; v untouched
+    const int b = 2, t = 5, c = 24, nh = 4, kvh = 2, hs = c / nh, w = c + 2 * kvh * hs;
+    const double theta = 500000;
+    const std::vector<float> x = randn(std::size_t(b) * t * w, 83);
+    float* d = a.up(x);
+    a.k().rope(a.cx(), d, b, t, c, nh, kvh, float(theta), false);
+    const std::vector<float> got = a.down(d, x.size());
+    std::vector<double> ref(x.begin(), x.end());
+    for (int bt = 0; bt < b * t; ++bt)
+      for (int h = 0; h < nh + kvh; ++h)
+        for (int i = 0; i < hs / 2; ++i) {
+          const double ang = double(bt % t) * std::pow(theta, -2.0 * i / hs);
+          const std::size_t p1 = std::size_t(bt) * w + std::size_t(h) * hs + i, p2 = p1 + hs / 2;
+          ref[p1] = double(x[p1]) * std::cos(ang) - double(x[p2]) * std::sin(ang);
+          ref[p2] = double(x[p2]) * std::cos(ang) + double(x[p1]) * std::sin(ang);
+        }
+    EXPECT_LE(rel_error(got, ref), 1e-6) << "rope";
+    a.k().rope(a.cx(), d, b, t, c, nh, kvh, float(theta), true);
+    EXPECT_LE(rel_error(a.down(d, x.size()), widen(x)), 1e-6) << "rope inverse undoes it";
+  }
+  for (bool gelu : {false, true}) {  // SwiGLU, GeGLU
+    const long rows = 7;
+    const int I = 33;
+    const std::vector<float> x = randn(std::size_t(rows) * 2 * I, 84, 4.0f), dout = randn(std::size_t(rows) * I, 85);
+    float* d_x = a.up(x);
+    float* out = a.up(std::vector<float>(std::size_t(rows) * I));
+    float* dx = a.up(std::vector<float>(x.size()));
+    a.k().glu_forward(a.cx(), out, d_x, rows, I, gelu);
+    a.k().glu_backward(a.cx(), dx, d_x, a.up(dout), rows, I, gelu);
+    auto act = [gelu](double g) {
+      return gelu ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
+    };
+    std::vector<double> out_ref(std::size_t(rows) * I), dx_ref(x.size());
+    for (long r = 0; r < rows; ++r)
+      for (int i = 0; i < I; ++i) {
+        const double g = x[std::size_t(r * 2 * I + i)], u = x[std::size_t(r * 2 * I + I + i)], d = dout[std::size_t(r * I + i)];
+        out_ref[std::size_t(r * I + i)] = act(g) * u;
+        const double h = 1e-6;
+        dx_ref[std::size_t(r * 2 * I + i)] = d * u * (act(g + h) - act(g - h)) / (2 * h);
+        dx_ref[std::size_t(r * 2 * I + I + i)] = d * act(g);
+      }
+    EXPECT_LE(rel_error(a.down(out, out_ref.size()), out_ref), 1e-6) << (gelu ? "geglu" : "swiglu") << " forward";
+    EXPECT_LE(rel_error(a.down(dx, x.size()), dx_ref), 1e-5) << (gelu ? "geglu" : "swiglu") << " backward";
   }
 }
 

@@ -1,10 +1,13 @@
-// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]]: trains a tiny GPT for
-// 10 steps (or STEPS) with exec/engine, its CPU optimizer run as OVERLAP says (none, backward, dpu), in
-// fp32 (default strategy zero_inf_nvme, swap files in OUT_DIR/swap) and writes what
-// torch_reference.py compares against PyTorch: meta.json (config, parameter layout, the loss of
-// batch 0 and the losses of the 10 AdamW steps), params.bin (initial fp32 parameters), tokens.bin /
-// targets.bin (int32 (steps, B, T)), logits.bin ((B, T, V) of batch 0) and grads.bin (the gradients
-// of batch 0, as the optimizer read them). CI 0 means one checkpoint for the whole stack.
+// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]] [--kind=K] [--tiling=N]:
+// trains a tiny GPT for 10 steps (or STEPS) with exec/engine, its CPU optimizer run as OVERLAP says
+// (none, backward, dpu), in fp32 (default strategy zero_inf_nvme, swap files in OUT_DIR/swap) and
+// writes what torch_reference.py compares against PyTorch: meta.json (config, parameter layout, the
+// loss of batch 0 and the losses of the 10 AdamW steps), params.bin (initial fp32 parameters),
+// tokens.bin / targets.bin (int32 (steps, B, T)), logits.bin ((B, T, V) of batch 0) and grads.bin
+// (the gradients of batch 0, as the optimizer read them). CI 0 means one checkpoint for the whole
+// stack. K is the block's kind: gpt (the paper's, default), llama (RMSNorm, rotary attention with 2
+// key/value heads for 4 query heads, SwiGLU, untied LM head, no biases) or mixed (MQA, GeGLU,
+// LayerNorm, rotary, tied, biases on qkv only: the remaining combinations).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,14 +30,46 @@ void write_bin(const std::string& path, const std::vector<T>& v) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc_in, char** argv_in) {
+  std::vector<char*> args;  // the positional arguments; --kind= and --tiling= taken out
+  std::string kind = "gpt";
+  int tiling = 1;
+  for (int i = 0; i < argc_in; ++i) {
+    const std::string a = argv_in[i];
+    if (a.starts_with("--kind=")) kind = a.substr(7);
+    else if (a.starts_with("--tiling=")) tiling = std::stoi(a.substr(9));
+    else args.push_back(argv_in[i]);
+  }
+  const int argc = int(args.size());
+  char** argv = args.data();
   if (argc < 3) {
-    std::cerr << "usage: gpt_ref_tool OUT_DIR CI [cpu|cuda [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]]\n";
+    std::cerr << "usage: gpt_ref_tool OUT_DIR CI [cpu|cuda [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]] [--kind=gpt|llama|mixed]"
+                 " [--tiling=N]\n";
     return 2;
   }
   const std::string dir = argv[1];
   EngineOptions o;
   o.model = GptConfig{3, 32, 4, 16, 256};  // L, C, NH, maxT, V
+  if (kind == "llama") {
+    o.model.kv_heads = 2;
+    o.model.ffn = FfnKind::swiglu;
+    o.model.intermediate = 48;
+    o.model.norm = NormKind::rmsnorm;
+    o.model.positions = PositionKind::rotary;
+    o.model.tied_embeddings = false;
+    o.model.bias = BiasKind::none;
+    o.model.rope_theta = 500000;
+  } else if (kind == "mixed") {
+    o.model.kv_heads = 1;
+    o.model.ffn = FfnKind::geglu;
+    o.model.intermediate = 40;
+    o.model.positions = PositionKind::rotary;
+    o.model.bias = BiasKind::qkv;
+  } else if (kind != "gpt") {
+    std::cerr << "gpt_ref_tool: --kind: expected gpt, llama or mixed, got " << kind << "\n";
+    return 2;
+  }
+  o.config.tiling_factor = tiling;
   const int ci = std::stoi(argv[2]);
   o.config.bsz = 3;
   o.config.ci = ci == 0 ? o.model.layers : ci;
@@ -94,6 +129,15 @@ int main(int argc, char** argv) {
   meta["heads"] = o.model.heads;
   meta["max_seq"] = o.model.max_seq;
   meta["vocab"] = o.model.vocab;
+  meta["kind"] = kind;
+  meta["kv_heads"] = o.model.kv();
+  meta["ffn"] = to_string(o.model.ffn);
+  meta["intermediate"] = o.model.ffn_size();
+  meta["norm"] = to_string(o.model.norm);
+  meta["positions"] = to_string(o.model.positions);
+  meta["tied_embeddings"] = o.model.tied_embeddings;
+  meta["rope_theta"] = o.model.rope_theta;
+  meta["tiling"] = tiling;
   meta["B"] = int(o.config.bsz);
   meta["T"] = o.model.max_seq;
   meta["ci"] = ci;

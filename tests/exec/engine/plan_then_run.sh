@@ -42,3 +42,37 @@ assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
 print(f"mpirun -np 4 run --plan: {j['strategy']}, losses {[round(s['loss'], 4) for s in j['steps']]}, every rank's "
       f"bytes = its schedule's")
 PY
+
+# Today's block (issue 27): a Llama-shaped model file (grouped-query attention, SwiGLU, RMSNorm,
+# rotary, untied head, no biases) planned for two devices of this machine and run by mpirun -np 2:
+# the plan's model reaches the executor, the loss falls, every rank moves its schedule's bytes.
+cat >"$dir/llama.yaml" <<'EOF'
+layers: 6
+hidden: 512
+heads: 8
+kv_heads: 2
+ffn: swiglu
+intermediate: 1408
+norm: rmsnorm
+positions: rotary
+tied_embeddings: false
+bias: none
+seq: 64
+vocab: 256
+EOF
+"$mw" plan --profile local-cpu --gpus 2 --model "$dir/llama.yaml" -o "$dir/pl.yaml" >"$dir/planl.txt"
+grep -q "ffn: swiglu" "$dir/pl.yaml" || { cat "$dir/pl.yaml"; exit 1; }
+timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 "$mw" run --plan "$dir/pl.yaml" \
+  --steps 4 --nvme-dir "$dir" --json >"$dir/runl.json"
+python3 - "$dir/runl.json" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert j["dp"] == 2, j["dp"]
+losses = [s["loss"] for s in j["steps"]]
+assert losses[-1] < losses[0], losses
+for rank, links in enumerate(j["ranks"]):
+    for name, v in links.items():
+        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
+print(f"Llama block, mpirun -np 2 run --plan: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
+PY

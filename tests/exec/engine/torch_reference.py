@@ -1,6 +1,14 @@
-"""torch_reference.py GPT_REF_TOOL [BACKEND [STRATEGY]]: memwall's GPT trained by its engine
+"""torch_reference.py GPT_REF_TOOL [BACKEND [STRATEGY]] [--kind K]: memwall's GPT trained by its engine
 (exec/engine running the schedule, fp32, by default zero_inf_nvme: parameters, gradients and
 optimizer states through real swap files) against the same GPT in PyTorch.
+
+--kind llama: the Llama block (RMSNorm, rotary attention with 2 key/value heads for 4 query heads,
+SwiGLU, an untied LM head, no biases); --kind mixed: multi-query attention, GeGLU, LayerNorm, rotary,
+tied, biases on qkv only. The reference is plain torch (no transformers library): RMSNorm as
+x * rsqrt(mean(x^2) + 1e-5) * w, rotary positions as Hugging Face's Llama writes them (rotate_half,
+cos/sin of t * theta^(-2i/hs)), key/value heads repeated over their query heads, SiLU(gate) * up.
+For a kind other than gpt the same 10 steps also run under every placement preset and with tiling 2,
+and their losses must equal the default run's (rel 1e-6).
 
 Run with /usr/bin/python3 (Debian's python3-torch); installs nothing. For each checkpoint interval
 ci in CIS (0: one checkpoint, the whole stack recomputed) the tool trains a tiny GPT (3 layers,
@@ -33,9 +41,16 @@ except ImportError:
     sys.exit("torch_reference.py: cannot import torch; run with /usr/bin/python3 after ./setup.sh "
              "(Debian's python3-torch)")
 
-TOOL = sys.argv[1] if len(sys.argv) > 1 else None
-BACKEND = sys.argv[2] if len(sys.argv) > 2 else "cpu"
-STRATEGY = sys.argv[3] if len(sys.argv) > 3 else "zero_inf_nvme"
+ARGS = [a for a in sys.argv[1:]]
+KIND = "gpt"
+if "--kind" in ARGS:
+    i = ARGS.index("--kind")
+    KIND = ARGS[i + 1]
+    del ARGS[i:i + 2]
+TOOL = ARGS[0] if len(ARGS) > 0 else None
+BACKEND = ARGS[1] if len(ARGS) > 1 else "cpu"
+STRATEGY = ARGS[2] if len(ARGS) > 2 else "zero_inf_nvme"
+PRESETS = ["data_parallel", "zero2", "zero_offload", "zero3", "zero_inf_cpu", "zero_inf_nvme", "three_d", "l2l"]
 CIS = [0, 1, 2]
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-4
@@ -43,7 +58,8 @@ failures = []
 
 
 def run_tool(ci, d, tool=None, backend=None, strategy=None, extra=()):
-    rc = subprocess.run([tool or TOOL, d, str(ci), backend or BACKEND, strategy or STRATEGY, *extra]).returncode
+    rc = subprocess.run([tool or TOOL, d, str(ci), backend or BACKEND, strategy or STRATEGY, *extra,
+                         f"--kind={KIND}"]).returncode
     if rc == 77:
         print(f"torch_reference.py: SKIPPED: the {BACKEND} backend has no device here")
         sys.exit(77)
@@ -63,27 +79,61 @@ def unpack(meta, flat, dtype):
     return out
 
 
+def rotary(x, theta):
+    """Hugging Face Llama's apply_rotary_pos_emb on (B, heads, T, hs): rotate_half pairs (i, i + hs/2)."""
+    T, hs = x.shape[2], x.shape[3]
+    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).to(x.dtype)
+    x1, x2 = x[..., :hs // 2], x[..., hs // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
 def gpt_forward(meta, P, idx, targets):
-    """The GPT of exec/gpt/gpt.cpp, written with torch's own operators."""
+    """The model of exec/gpt/gpt.cpp, written with torch's own operators."""
     B, T = idx.shape
     C, NH, L = meta["hidden"], meta["heads"], meta["layers"]
-    x = P["embed.wte"][idx] + P["embed.wpe"][:T]
+    KVH = meta.get("kv_heads", NH)
+    hs = C // NH
+    I = meta.get("intermediate", 4 * C)
+    ffn, rms = meta.get("ffn", "gelu"), meta.get("norm", "layernorm") == "rmsnorm"
+    rope = meta.get("positions", "learned") == "rotary"
+
+    def norm(x, name):
+        if rms:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * P[name + ".weight"]
+        return F.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"], eps=1e-5)
+
+    def linear(x, name):
+        return F.linear(x, P[name + ".weight"], P.get(name + ".bias"))
+
+    x = P["embed.wte"][idx]
+    if "embed.wpe" in P:
+        x = x + P["embed.wpe"][:T]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for l in range(L):
         p = f"block{l}."
-        h = F.layer_norm(x, (C,), P[p + "ln1.weight"], P[p + "ln1.bias"], eps=1e-5)
-        qkv = F.linear(h, P[p + "qkv.weight"], P[p + "qkv.bias"])
-        q, k, v = qkv.split(C, dim=2)
-        q, k, v = [z.view(B, T, NH, C // NH).transpose(1, 2) for z in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) / (C // NH) ** 0.5
+        qkv = linear(norm(x, p + "ln1"), p + "qkv")
+        q, k, v = qkv.split([C, KVH * hs, KVH * hs], dim=2)
+        q = q.view(B, T, NH, hs).transpose(1, 2)
+        k, v = [z.view(B, T, KVH, hs).transpose(1, 2) for z in (k, v)]
+        if rope:
+            q, k = rotary(q, meta["rope_theta"]), rotary(k, meta["rope_theta"])
+        k, v = [z.repeat_interleave(NH // KVH, dim=1) for z in (k, v)]  # each key/value head serves NH/KVH queries
+        att = (q @ k.transpose(-2, -1)) / hs ** 0.5
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.linear(y, P[p + "proj.weight"], P[p + "proj.bias"])
-        h = F.layer_norm(x, (C,), P[p + "ln2.weight"], P[p + "ln2.bias"], eps=1e-5)
-        h = F.gelu(F.linear(h, P[p + "fc1.weight"], P[p + "fc1.bias"]), approximate="tanh")
-        x = x + F.linear(h, P[p + "fc2.weight"], P[p + "fc2.bias"])
-    x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], eps=1e-5)
-    logits = x @ P["embed.wte"].t()  # tied LM head
+        x = x + linear(y, p + "proj")
+        h = linear(norm(x, p + "ln2"), p + "fc1")
+        if ffn == "gelu":
+            h = F.gelu(h, approximate="tanh")
+        else:
+            gate, up = h.split(I, dim=2)
+            h = (F.silu(gate) if ffn == "swiglu" else F.gelu(gate, approximate="tanh")) * up
+        x = x + linear(h, p + "fc2")
+    x = norm(x, "ln_f")
+    logits = x @ P["lm_head.weight" if "lm_head.weight" in P else "embed.wte"].t()  # untied or tied LM head
     loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T).long())
     return logits, loss
 
@@ -146,6 +196,23 @@ def main():
                   f"{e_logits:.2e}; max grad rel {worst_grad:.2e} ({worst_name}) over {len(meta['tensors'])} tensors; "
                   f"10 Adam steps: losses {meta['losses'][0]:.4f} -> {meta['losses'][-1]:.4f} "
                   f"(torch {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), max rel {worst_step:.2e}")
+
+    if KIND != "gpt":
+        # the same model under every placement and with tiling 2: the losses of the default run
+        with tempfile.TemporaryDirectory() as tmp:
+            base = None
+            runs = [(STRATEGY, ())] + [(p, ()) for p in PRESETS] + [(STRATEGY, ("--tiling=2",))]
+            for n, (strategy, extra) in enumerate(runs):
+                d = os.path.join(tmp, f"{n}.{strategy}")
+                os.mkdir(d)
+                meta = run_tool(1, d, strategy=strategy, extra=extra)[0]
+                if base is None:
+                    base = meta["losses"]
+                    continue
+                worst = max(abs(a - b) / abs(b) for a, b in zip(meta["losses"], base))
+                print(f"{strategy}{' tiling 2' if extra else ''}: losses {meta['losses'][0]:.6f} -> "
+                      f"{meta['losses'][-1]:.6f}, max rel {worst:.2e} against {STRATEGY}")
+                check(f"{strategy} {' '.join(extra)} losses", worst, 1e-6)
 
     for ci in CIS[1:]:
         same = np.array_equal(results[ci], results[0])

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "exec/gpt/gpt.hpp"
+#include "model/analysis.hpp"
 #include "model/model_spec.hpp"
 #include "model/operator_graph.hpp"
 
@@ -71,8 +72,25 @@ struct Rig {
 
 }  // namespace
 
+// The paper's GPT, the Llama block (GQA, SwiGLU, RMSNorm, rotary, untied, no biases) and the other
+// dense kinds (MQA, GeGLU, LayerNorm with rotary, qkv biases) at a given size.
+std::vector<GptConfig> kinds(GptConfig g) {
+  GptConfig llama = g, mixed = g;
+  llama.kv_heads = g.heads / 2, llama.ffn = FfnKind::swiglu, llama.intermediate = 3 * g.hidden;
+  llama.norm = NormKind::rmsnorm, llama.positions = PositionKind::rotary, llama.tied_embeddings = false;
+  llama.bias = BiasKind::none;
+  mixed.kv_heads = 1, mixed.ffn = FfnKind::geglu, mixed.intermediate = 2 * g.hidden;
+  mixed.positions = PositionKind::rotary, mixed.bias = BiasKind::qkv;
+  return {g, llama, mixed};
+}
+std::string kind_of(const GptConfig& g) {
+  const std::string k = gpt_model_spec(g).kind_words();
+  return k.empty() ? "GPT" : k;
+}
+
 TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
-  const GptConfig g{2, 64, 4, 32, 256};
+  for (const GptConfig& g : kinds(GptConfig{2, 64, 4, 32, 256})) {
+  SCOPED_TRACE(kind_of(g));
   OperatorGraph graph = build_gpt_graph(gpt_model_spec(g), 1, g.max_seq);
   std::vector<std::pair<std::string, double>> owners;
   for (std::size_t v : graph.order)
@@ -86,12 +104,16 @@ TEST(Gpt, ParameterGroupsAreTheOperatorGraphsOwners) {
     EXPECT_EQ(groups[i].offset, offset) << "groups are contiguous, in graph order";
     offset += groups[i].elems;
   }
+  // every parameter the model counts (model/analysis), and no other
+  EXPECT_EQ(double(offset), model_param_count(gpt_model_spec(g)));
+  }
 }
 
 // Every operator of the graph has an entry point, and the parameter group it uses (by role and
 // block) is the one its graph node owns (the LM head: the embedding's).
 TEST(Gpt, EveryOperatorOfTheGraphHasAnEntryPoint) {
-  const GptConfig g{3, 64, 4, 32, 256};
+  for (const GptConfig& g : kinds(GptConfig{3, 64, 4, 32, 256})) {
+  SCOPED_TRACE(kind_of(g));
   const std::vector<ParamGroup> groups = gpt_param_groups(g);
   OperatorGraph graph = build_gpt_graph(gpt_model_spec(g), 1, g.max_seq);
   for (std::size_t v : graph.order) {
@@ -105,10 +127,12 @@ TEST(Gpt, EveryOperatorOfTheGraphHasAnEntryPoint) {
     }
   }
   EXPECT_EQ(param_group_of(g, OpRole::qkv, 3), -1) << "no block 3 in a 3-layer GPT";
+  EXPECT_EQ(groups[std::size_t(param_group_of(g, OpRole::lm_head, -1))].name, g.tied_embeddings ? "embed" : "lm_head");
+  }
 }
 
 TEST(Gpt, TileMajorLayoutRoundTrips) {
-  const GptConfig g{1, 32, 4, 16, 256};
+  for (const GptConfig& g : kinds(GptConfig{1, 32, 4, 16, 256}))
   for (const ParamGroup& grp : gpt_param_groups(g)) {
     const std::vector<float> in = randn(grp.elems, 3);
     for (int tiles : {1, 2, 4}) {
@@ -119,8 +143,11 @@ TEST(Gpt, TileMajorLayoutRoundTrips) {
       if (grp.linear && tiles == 2) {
         // tile 1 starts with weight row OC/2, and its bias follows its weight rows
         const std::size_t IC = std::size_t(grp.in_features), OCt = std::size_t(grp.out_features) / 2;
-        EXPECT_EQ(tiled[OCt * (IC + 1)], in[OCt * IC]) << grp.name;
-        EXPECT_EQ(tiled[OCt * IC], in[std::size_t(grp.out_features) * IC]) << grp.name;
+        EXPECT_EQ(tiled[OCt * (IC + (grp.bias ? 1 : 0))], in[OCt * IC]) << grp.name;
+        if (grp.bias) {
+          EXPECT_EQ(tiled[OCt * IC], in[std::size_t(grp.out_features) * IC]) << grp.name;
+        }
+        EXPECT_EQ(grp.elems, std::size_t(grp.out_features) * (IC + (grp.bias ? 1 : 0))) << grp.name;
       }
     }
   }
@@ -197,7 +224,8 @@ std::pair<std::vector<float>, std::vector<float>> one_pass(const GptConfig& g, c
 // parameter. The tiles' output columns are the same dot products; their input gradients add up in
 // another order than the untiled GEMM's, hence a tolerance instead of bit equality.
 TEST(Gpt, TiledLinearEqualsTheUntiledOperator) {
-  const GptConfig g{1, 64, 4, 16, 256};
+  for (const GptConfig& g : kinds(GptConfig{1, 64, 4, 16, 256})) {
+  SCOPED_TRACE(kind_of(g));
   const auto [loss0, grads0] = one_pass(g, "", 1);
   for (const char* name : {"block0.qkv", "block0.proj", "block0.fc1", "block0.fc2"})
     for (int tiles : {2, 4}) {
@@ -213,6 +241,7 @@ TEST(Gpt, TiledLinearEqualsTheUntiledOperator) {
     }
   // and the checkpointed recompute reproduces the forward: the same pass twice is bit-identical
   EXPECT_EQ(one_pass(g, "", 1).second, grads0);
+  }
 }
 
 TEST(Gpt, WorkspaceIsExactlyWhatIsCarved) {
