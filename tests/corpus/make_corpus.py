@@ -547,6 +547,23 @@ run_field("corpus", "/proc/self/mem", r"/proc/self/mem: cannot read the corpus f
 run_field("corpus", "/dev/zero", r"", "dev_zero")
 run_field("corpus", "/", r"", "folder")
 run_field("corpus", "nope.txt", r".*/nope.txt: no such corpus file", "missing")
+# the block's kind (model YAML's fields) and what the executor does not train of it
+run_field("kv_heads", "3", r"expected a divisor of heads 4", "not_divisor")
+run_field("kv_heads", "8", r"expected an integer from 1 to 4", "above_heads")
+run_field("ffn", "relu", r"expected one of gelu, swiglu, geglu, got \"relu\"", "relu")
+run_field("intermediate", "0", r"expected an integer from 1 to", "zero")
+run_field("norm", "batchnorm", r"expected one of layernorm, rmsnorm", "batchnorm")
+run_field("positions", "alibi", r"expected one of learned, rotary", "alibi")
+run_field("bias", "some", r"expected one of all, none, qkv, attention", "some")
+run_field("tied_embeddings", "maybe", r"", "maybe")
+run_field("rope_theta", "0", r"expected a number > 0", "zero")
+run_field("rope_theta", "nan", r"expected a number > 0", "nan")
+run_field("attention_window", "8", r"the executor's attention is causal over the whole sequence; a window of 8 keys",
+          "sliding")
+run_case("run_moe.yaml", RUN + "moe: {experts: 4, experts_per_token: 2, expert_intermediate: 64}\n",
+         r":8: moe: the executor has no router or expert dispatch")
+run_case("run_rope_odd_head.yaml", set_line(RUN, "hidden:", "hidden: 36") + "positions: rotary\n",
+         r":8: positions: rotary positions turn channel pairs, so the head size hidden/heads must be even, got 9")
 run_case("run_unknown.yaml", RUN + "dropout: 0.1\n", r":8: dropout: unknown field")
 run_case("run_duplicate.yaml", RUN + "lr: 1e-3\n", r":8: lr: given twice \(first at line 7\)")
 run_case("run_map_key.yaml", RUN + "? {a: 1}\n: 2\n", r":8: key: expected a field name")

@@ -1,5 +1,6 @@
 // libFuzzer target: `memwall run` config YAML (exec::parse_run_config). Accepted configs hold a
-// model the executor can build (hidden a multiple of heads, every count >= 1) and a finite lr.
+// model the executor can build (hidden a multiple of heads, kv_heads a divisor of heads, every count
+// >= 1, a kind it trains) and a finite lr.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,5 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::fail("accepted a run config the executor cannot build", "");
   if (!std::isfinite(c.lr) || !(c.lr > 0) || !std::isfinite(c.weight_decay) || c.weight_decay < 0)
     fuzz::fail("accepted a non-finite or non-positive lr / weight decay", "");
+  // the block's kind: what GptOps::create checks again, and what the executor trains
+  if (c.model.kv_heads < 0 || c.model.heads % c.model.kv() != 0 || c.model.intermediate < 0 ||
+      !std::isfinite(c.model.rope_theta) || !(c.model.rope_theta > 0))
+    fuzz::fail("accepted a kind the executor cannot build", "");
+  if (!exec::executor_trains(exec::gpt_model_spec(c.model)))
+    fuzz::fail("accepted a model the executor refuses to train", "");
   return 0;
 }
