@@ -451,7 +451,7 @@ Command add_plan(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--fix", f->fix,
                   "Pin one dimension: strategy=zero3, param16|grad16|optim32|act_ckpt=gpu|cpu|nvme, fetch=allgather|"
-                  "broadcast, bsz=N, ci=N, tiling=N, mp=N, prefetch_depth=N, optimizer_overlap=none|backward|dpu "
+                  "broadcast, bsz=N, ci=N, tiling=N, mp=N, pp=N, ep=N, prefetch_depth=N, optimizer_overlap=none|backward|dpu "
                   "(repeatable)");
   sub->add_flag("--allow-dpu", f->allow_dpu,
                 "Also search ZeRO-Offload's delayed parameter update (--optimizer-overlap dpu): faster when CPU Adam "

@@ -100,6 +100,9 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   if (!m.tied_embeddings) flag("--untie-embeddings-and-output-weights");
   if (m.bias == BiasKind::none || m.bias == BiasKind::qkv) flag("--disable-bias-linear");
   if (m.bias == BiasKind::qkv) flag("--add-qkv-bias");
+  // sliding-window attention: TransformerConfig.window_size (left, right), Transformer Engine's
+  // convention that query i attends to keys i - left .. i + right; W keys per query, causal: (W-1, 0)
+  if (m.attention_window > 0 && m.attention_window < m.seq) flag("--window-size", num(m.attention_window - 1) + ",0");
   if (m.is_moe()) {
     flag("--num-experts", num(m.moe.experts));
     flag("--moe-router-topk", num(m.moe.experts_per_token));

@@ -192,9 +192,19 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
     }
   }
   // ---- ep: expert parallelism for a mixture of experts (powers of two dividing its experts) ----
-  if (m.is_moe())
+  if (fx.ep) {
+    if (*fx.ep > 1 && !m.is_moe())
+      return make_error("--fix ep=" + std::to_string(*fx.ep) + ": expert parallelism splits a mixture of experts' "
+                        "experts, and " + m.name + " is dense");
+    if (*fx.ep > 1 && (m.moe.experts % *fx.ep != 0 || p.total_gpus() % *fx.ep != 0))
+      return make_error("--fix ep=" + std::to_string(*fx.ep) + ": expected a divisor of the model's " +
+                        std::to_string(m.moe.experts) + " experts and of the profile's " +
+                        std::to_string(p.total_gpus()) + " GPUs");
+    s.ep = {*fx.ep};
+  } else if (m.is_moe()) {
     for (int e = 2; e <= m.moe.experts && e <= p.total_gpus(); e *= 2)
       if (m.moe.experts % e == 0) s.ep.push_back(e);
+  }
   // ---- bsz, ci, tiling ----
   if (fx.bsz) s.bsz = {*fx.bsz};
   else

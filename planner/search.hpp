@@ -26,7 +26,7 @@ struct Fixes {
   std::map<State, Tier> tiers;
   std::optional<ParamFetch> fetch;
   std::optional<double> bsz;
-  std::optional<int> ci, tiling, mp, pp, prefetch_depth;
+  std::optional<int> ci, tiling, mp, pp, ep, prefetch_depth;
   std::optional<OptimizerOverlap> overlap;  // optimizer_overlap=none|backward|dpu
 };
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@
 namespace memwall::planner {
 namespace {
 
-enum class ArgKind { flag, integer, number, choice };
+enum class ArgKind { flag, integer, number, choice, int_tuple };  // int_tuple: tuple_type, "a,b" (args:377)
 struct ArgSpec {
   ArgKind kind;
   std::set<std::string> choices = {};
@@ -79,6 +80,7 @@ const std::map<std::string, ArgSpec> kFlags = {
     {"--moe-router-topk", {ArgKind::integer}},               // TC:760
     {"--moe-ffn-hidden-size", {ArgKind::integer}},           // TC:740
     {"--moe-shared-expert-intermediate-size", {ArgKind::integer}},  // TC:701
+    {"--window-size", {ArgKind::int_tuple}},                 // args:2384, TC:247 (left, right)
 };
 
 // The flags as argparse would read them: name -> value ("" for store_true), or the problems.
@@ -107,6 +109,15 @@ std::map<std::string, std::string> parse_args(const std::vector<std::string>& ar
       case ArgKind::integer: ok = std::strtol(v.c_str(), &end, 10) >= 0 && *end == 0; break;
       case ArgKind::number: ok = std::isfinite(std::strtod(v.c_str(), &end)) && *end == 0; break;
       case ArgKind::choice: ok = it->second.choices.count(v) > 0; break;
+      case ArgKind::int_tuple: {  // int(i) for i in x.strip('()').split(',')
+        std::stringstream in(v);
+        std::string part;
+        while (ok && std::getline(in, part, ',')) {
+          std::strtol(part.c_str(), &end, 10);
+          ok = !part.empty() && *end == 0;
+        }
+        break;
+      }
       case ArgKind::flag: break;
     }
     if (!ok) bad.push_back(name + ": value \"" + v + "\" is not what Megatron-LM accepts");
@@ -151,6 +162,11 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
   const bool all_bias = !has("--disable-bias-linear"), qkv_bias = all_bias || has("--add-qkv-bias");
   if (all_bias != (m.bias == BiasKind::all || m.bias == BiasKind::attention) || qkv_bias != (m.bias != BiasKind::none))
     bad.push_back("biases are not the model's");
+  // a window of W keys per query is (W-1, 0): keys i - (W-1) .. i (Transformer Engine's convention)
+  const bool windowed = m.attention_window > 0 && m.attention_window < m.seq;
+  if (has("--window-size") != windowed) bad.push_back("sliding-window attention is not the model's");
+  if (windowed && has("--window-size") && a.at("--window-size") != std::to_string(m.attention_window - 1) + ",0")
+    bad.push_back("--window-size is not the model's window of " + std::to_string(m.attention_window) + " keys");
   if (has("--num-experts") != m.is_moe()) bad.push_back("experts are not the model's");
   if (m.is_moe() && (n("--num-experts") != m.moe.experts || n("--moe-router-topk") != m.moe.experts_per_token ||
                      n("--moe-ffn-hidden-size") != m.moe.expert_intermediate))
@@ -182,7 +198,7 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
 TEST(Megatron, EveryExportedFlagIsOneMegatronParses) {
   const HardwareProfile p = *load_profile("dgx2");
   int exported = 0, refused = 0;
-  for (const char* model : {"table1-10B", "table4-13B", "table1-50B", "llama3-8B", "qwen2-72B", "mixtral-8x7B"}) {
+  for (const char* model : {"table1-10B", "table4-13B", "table1-50B", "llama3-8B", "qwen2-72B", "mixtral-8x7B", "mistral-7B"}) {
     const ModelSpec m = *load_model(model);
     for (const std::string& name : preset_names()) {
       const Placement pl = *preset(name);
