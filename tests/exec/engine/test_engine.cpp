@@ -754,13 +754,18 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
 // anywhere (a compute whose completion comes 3 s late, nothing else able to run) is stopped once
 // the limit passes, and the error names the step, its resource and how long it waited.
 TEST_P(EngineOn, TheWatchdogTellsSlowFromStuck) {
+  // A unit's read moves one 4 KiB block per 120 ms (queue depth 1), so the largest unit (9 blocks)
+  // takes over a second: longer than the 0.9 s stall limit, yet never 0.9 s without progress. The
+  // gap between blocks leaves 0.78 s for the io thread to be scheduled on a loaded machine
+  // (stress-ng beside ctest -j2 on 2 cores kept it off the CPU for more than 0.26 s, the gap a 40 ms
+  // block and a 0.3 s limit left).
   EngineOptions slow = tiny("zero_inf_nvme");
-  slow.stall_timeout_s = 0.3;
+  slow.stall_timeout_s = 0.9;
   slow.io.block_bytes = 4096;
-  slow.io.queue_depth = 1;  // one block at a time: a unit's read moves a block per 40 ms
+  slow.io.queue_depth = 1;
   slow.io.inject = [](io::IoOp op, const std::string& path, std::uint64_t, std::size_t, long res) {
     if (op == io::IoOp::read && path.find("param16") != std::string::npos)
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(120));
     return res;
   };
   slow.trace = true;
