@@ -54,7 +54,7 @@ void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   // on the last stage too
   if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
     f(OpRole::embed, -1, -1, embed_param_elems(m, c.seq) / mp, false);
-  const std::vector<BlockParamOp> ops = block_param_ops(m);
+  const BlockParamOps ops = block_param_ops(m);
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockParamOp& op : ops) {
       const int per = op.linear ? t : 1;

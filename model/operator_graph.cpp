@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <boost/graph/topological_sort.hpp>
 #include <iterator>
+#include <optional>
+#include <tuple>
+#include <utility>
 #include <stdexcept>
 
 namespace memwall {
@@ -52,7 +55,13 @@ double embed_param_elems(const ModelSpec& m, long seq) {
 
 double head_param_elems(const ModelSpec& m) { return m.tied_embeddings ? 0.0 : double(m.vocab) * double(m.hidden); }
 
-std::vector<BlockParamOp> block_param_ops(const ModelSpec& m) {
+void BlockParamOps::push_back(const BlockParamOp& op) {
+  if (n_ == kMax) throw std::logic_error("block_param_ops: more than " + std::to_string(kMax) + " operators");
+  ops_[n_++] = op;
+}
+
+namespace {
+BlockParamOps make_block_param_ops(const ModelSpec& m) {
   const long C = m.hidden, kv_out = 2L * m.kv() * m.head_dim();
   const bool qkv_bias = m.bias != BiasKind::none, attn_bias = m.bias == BiasKind::all || m.bias == BiasKind::attention;
   const bool mlp_bias = m.bias == BiasKind::all;
@@ -69,12 +78,26 @@ std::vector<BlockParamOp> block_param_ops(const ModelSpec& m) {
   const long inner = m.is_moe() ? m.moe.expert_intermediate : m.ffn_size();
   const int copies = m.is_moe() ? m.moe.experts + m.moe.shared_experts : 1;
   const int active = m.is_moe() ? m.moe.experts_per_token + m.moe.shared_experts : 1;
-  std::vector<BlockParamOp> ops = {norm(OpRole::ln1), linear(OpRole::qkv, C, C + kv_out, qkv_bias),
-                                   linear(OpRole::proj, C, C, attn_bias), norm(OpRole::ln2)};
+  BlockParamOps ops;
+  for (const BlockParamOp& op : {norm(OpRole::ln1), linear(OpRole::qkv, C, C + kv_out, qkv_bias),
+                                 linear(OpRole::proj, C, C, attn_bias), norm(OpRole::ln2)})
+    ops.push_back(op);
   if (m.is_moe()) ops.push_back(linear(OpRole::router, C, m.moe.experts, false));
   ops.push_back(linear(OpRole::fc1, C, (m.gated() ? 2 : 1) * inner, mlp_bias, copies, active));
   ops.push_back(linear(OpRole::fc2, inner, C, mlp_bias, copies, active));
   return ops;
+}
+}  // namespace
+
+BlockParamOps block_param_ops(const ModelSpec& m) {
+  // The planner asks for one model's list in its inner loops (every candidate's time and fit): the
+  // last list made is kept per thread, keyed by every field it reads.
+  using Key = std::tuple<long, int, int, FfnKind, long, BiasKind, NormKind, int, int, long, int>;
+  const Key key{m.hidden,   m.heads, m.kv(),       m.ffn,  m.ffn_size(), m.bias, m.norm, m.moe.experts,
+                m.moe.experts_per_token, m.moe.expert_intermediate, m.moe.shared_experts};
+  thread_local std::optional<std::pair<Key, BlockParamOps>> last;
+  if (!last || last->first != key) last.emplace(key, make_block_param_ops(m));
+  return last->second;
 }
 
 double active_block_weight_elems(const ModelSpec& m) {
@@ -212,7 +235,7 @@ class Builder {
   double bsz_;
   long seq_;
   double share_;
-  std::vector<BlockParamOp> ops_;
+  BlockParamOps ops_;
   OpGraph g_;
 };
 

@@ -6,6 +6,8 @@
 // placement or schedule. Immutable after construction; safe to share between threads.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -56,7 +58,23 @@ struct BlockParamOp {
   double bias = 0;       // bias elements of one copy
   double elems = 0;      // every parameter: copies x (in x out + bias), or a norm's
 };
-std::vector<BlockParamOp> block_param_ops(const ModelSpec& m);
+// At most 7 (ln1, qkv, proj, ln2, router, fc1, fc2), held in place: the planner asks for them in
+// its inner loops (estimate_time, the memory model), where a heap vector per call was a sixth of
+// `memwall plan`'s time.
+class BlockParamOps {
+ public:
+  static constexpr std::size_t kMax = 7;
+  void push_back(const BlockParamOp& op);  // throws std::logic_error past kMax
+  const BlockParamOp* begin() const { return ops_.data(); }
+  const BlockParamOp* end() const { return ops_.data() + n_; }
+  std::size_t size() const { return n_; }
+  const BlockParamOp& operator[](std::size_t i) const { return ops_[i]; }
+
+ private:
+  std::array<BlockParamOp, kMax> ops_{};
+  std::size_t n_ = 0;
+};
+BlockParamOps block_param_ops(const ModelSpec& m);
 double norm_param_elems(const ModelSpec& m);   // 2C LayerNorm, C RMSNorm
 double embed_param_elems(const ModelSpec& m, long seq);  // (V + T) x C learned, V x C rotary
 double head_param_elems(const ModelSpec& m);   // V x C untied, 0 tied (the embedding's)

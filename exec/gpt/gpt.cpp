@@ -81,7 +81,7 @@ std::vector<ParamTensor> gpt_param_tensors(const GptConfig& c) {
   add("embed.wte", {V, C});
   if (c.positions == PositionKind::learned) add("embed.wpe", {c.max_seq, C});
   // the block's parameters as the operator graph lists them (model/operator_graph.hpp)
-  const std::vector<BlockParamOp> ops = block_param_ops(spec);
+  const BlockParamOps ops = block_param_ops(spec);
   for (int l = 0; l < c.layers; ++l)
     for (const BlockParamOp& op : ops) {
       const std::string name = op_name(op.role, l);
@@ -235,7 +235,7 @@ void from_tile_major(const ParamGroup& g, int tiles, const float* in, float* out
 int param_group_of(const GptConfig& cfg, OpKind kind, int block) {
   // gpt_param_groups' order: embed, then per block the operator graph's block_param_ops, then
   // ln_f, then an untied lm_head
-  const std::vector<BlockParamOp> ops = block_param_ops(gpt_model_spec(cfg));
+  const BlockParamOps ops = block_param_ops(gpt_model_spec(cfg));
   const int per_block = int(ops.size()), after_blocks = 1 + per_block * cfg.layers;
   switch (kind) {
     case OpKind::embed: return 0;
