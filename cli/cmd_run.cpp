@@ -70,8 +70,8 @@ Command add_run(CLI::App& app) {
       "The executor trains the paper's GPT block and today's dense kinds: grouped-query attention (kv_heads),\n"
       "SwiGLU / GeGLU feed-forward (ffn, intermediate), RMSNorm, rotary positions (rope_theta), untied LM head,\n"
       "linear layers without biases (a Llama block), from a plan's model or the run config's fields. A mixture\n"
-      "of experts (no router or expert dispatch in the executor) and sliding-window attention are refused with\n"
-      "the reason, though plan and simulate handle them.\n"
+      "of experts (no router or expert dispatch in the executor), sliding-window attention and a head_dim other\n"
+      "than hidden/heads are refused with the reason, though plan and simulate handle them.\n"
       "  memwall run --config exec/data/run.yaml --strategy zero_inf_nvme --nvme-dir /tmp/swap\n"
       "  memwall plan --profile local-cpu --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 -o p.yaml\n"
       "  memwall run --plan p.yaml --nvme-dir /tmp/swap");

@@ -121,11 +121,11 @@ Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string&
     if (s.seq < context)
       s.note = "seq: " + std::to_string(s.seq) + " of the config's context " + std::to_string(context) +
                " (--seq sets it)";
-    if (root["head_dim"].IsDefined() && !root["head_dim"].IsNull() &&
-        r.integer(root, "", "head_dim", 1, kMaxHidden) != s.hidden / s.heads)
-      r.fail(root["head_dim"], "head_dim",
-             "memwall models head_dim = hidden_size / num_attention_heads = " + std::to_string(s.hidden / s.heads) +
-                 "; a different head size is not modelled");
+    // an explicit head size (Mistral NeMo: 128, where 5120 / 32 = 160): q is heads x head_dim wide
+    if (root["head_dim"].IsDefined() && !root["head_dim"].IsNull()) {
+      s.head_size = r.integer(root, "", "head_dim", 1, kMaxHidden);
+      if (s.head_size == s.hidden / s.heads) s.head_size = 0;
+    }
 
     if (gpt2 || neox) {
       s.ffn = FfnKind::gelu;

@@ -160,6 +160,7 @@ Result<ModelSpec> validate(ModelSpec s, const std::string& where) {
   if (s.kv_heads > 0 && s.heads % s.kv_heads != 0)
     return make_error(where + "kv_heads: expected a divisor of heads " + std::to_string(s.heads) + ", got " +
                       std::to_string(s.kv_heads));
+  if (auto e = range("head_dim", s.head_size, 0, kMaxHidden)) return *e;
   if (auto e = range("intermediate", s.intermediate, 0, 64 * kMaxHidden)) return *e;
   if (auto e = range("attention_window", s.attention_window, 0, kMaxSeq)) return *e;
   if (auto e = range("moe.experts", s.moe.experts, 0, kMaxExperts)) return *e;
@@ -208,7 +209,7 @@ const char* to_string(BiasKind k) {
 }
 
 bool ModelSpec::paper_gpt() const {
-  return kv() == heads && ffn == FfnKind::gelu && ffn_size() == 4 * hidden && norm == NormKind::layernorm &&
+  return kv() == heads && attention_width() == hidden && ffn == FfnKind::gelu && ffn_size() == 4 * hidden && norm == NormKind::layernorm &&
          positions == PositionKind::learned && tied_embeddings && bias == BiasKind::all && attention_window == 0 &&
          !is_moe();
 }
@@ -217,6 +218,7 @@ std::string ModelSpec::kind_words() const {
   std::vector<std::string> w;
   if (kv() == 1) w.push_back("MQA");
   else if (kv() != heads) w.push_back("GQA " + std::to_string(kv()) + " KV heads");
+  if (attention_width() != hidden) w.push_back("head size " + std::to_string(head_dim()));
   if (attention_window > 0) w.push_back("window " + std::to_string(attention_window));
   if (is_moe())
     w.push_back("MoE " + std::to_string(moe.experts) + " experts, top " + std::to_string(moe.experts_per_token) +
@@ -239,8 +241,8 @@ Result<ModelSpec> validate_model(ModelSpec s, const std::string& where) { return
 
 const std::vector<std::string>& model_yaml_fields() {
   static const std::vector<std::string> f = {"name", "layers", "hidden", "heads", "seq", "vocab", "note", "kv_heads",
-                                             "ffn", "intermediate", "norm", "positions", "tied_embeddings", "bias",
-                                             "attention_window", "moe"};
+                                             "head_dim", "ffn", "intermediate", "norm", "positions",
+                                             "tied_embeddings", "bias", "attention_window", "moe"};
   return f;
 }
 
@@ -267,6 +269,8 @@ void read_model_kind(const YamlReader& r, const YAML::Node& map, const std::stri
   s.kv_heads = int(r.integer_or(map, path, "kv_heads", 1, s.heads, s.kv_heads));
   if (s.kv_heads > 0 && s.heads % s.kv_heads != 0)
     r.fail(map["kv_heads"], at("kv_heads"), "expected a divisor of heads " + std::to_string(s.heads));
+  s.head_size = r.integer_or(map, path, "head_dim", 1, kMaxHidden, s.head_size);
+  if (s.head_size == s.hidden / s.heads) s.head_size = 0;  // the default, written as such
   s.ffn = parse_enum(r, map, path, "ffn", std::array{FfnKind::gelu, FfnKind::swiglu, FfnKind::geglu}, s.ffn);
   s.intermediate = r.integer_or(map, path, "intermediate", 1, 64 * kMaxHidden, s.intermediate);
   s.norm = parse_enum(r, map, path, "norm", std::array{NormKind::layernorm, NormKind::rmsnorm}, s.norm);
@@ -296,6 +300,7 @@ std::string model_yaml(const ModelSpec& m, const std::string& in) {
   line("seq", std::to_string(m.seq));
   line("vocab", std::to_string(m.vocab));
   if (m.kv_heads > 0 && m.kv_heads != m.heads) line("kv_heads", std::to_string(m.kv_heads));
+  if (m.attention_width() != m.hidden) line("head_dim", std::to_string(m.head_dim()));
   if (m.ffn != FfnKind::gelu) line("ffn", to_string(m.ffn));
   if (m.intermediate > 0 && m.intermediate != 4 * m.hidden) line("intermediate", std::to_string(m.intermediate));
   if (m.norm != NormKind::layernorm) line("norm", to_string(m.norm));

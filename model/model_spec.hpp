@@ -65,6 +65,7 @@ struct ModelSpec {
   std::string note;    // caveats, e.g. "heads not given in Table 1: hidden/128"
   // Today's kinds; the defaults are the paper's GPT.
   int kv_heads = 0;          // key/value heads: 0 or heads is MHA, 1 MQA, between GQA; divides heads
+  long head_size = 0;        // channels per attention head; 0: hidden / heads (Mistral NeMo: 128 of 5120 / 32)
   FfnKind ffn = FfnKind::gelu;
   long intermediate = 0;     // feed-forward inner size I; 0: 4·hidden
   NormKind norm = NormKind::layernorm;
@@ -75,7 +76,8 @@ struct ModelSpec {
   MoeSpec moe;
 
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
-  long head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  long head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
+  long attention_width() const { return long(heads) * head_dim(); }  // q's and the context's channels
   long ffn_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
   bool gated() const { return ffn != FfnKind::gelu; }
   bool is_moe() const { return moe.experts > 0; }

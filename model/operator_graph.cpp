@@ -62,7 +62,7 @@ void BlockParamOps::push_back(const BlockParamOp& op) {
 
 namespace {
 BlockParamOps make_block_param_ops(const ModelSpec& m) {
-  const long C = m.hidden, kv_out = 2L * m.kv() * m.head_dim();
+  const long C = m.hidden, A = m.attention_width(), kv_out = 2L * m.kv() * m.head_dim();
   const bool qkv_bias = m.bias != BiasKind::none, attn_bias = m.bias == BiasKind::all || m.bias == BiasKind::attention;
   const bool mlp_bias = m.bias == BiasKind::all;
   auto linear = [](OpRole role, long in, long out, bool bias, int copies = 1, int active = 1) {
@@ -79,8 +79,8 @@ BlockParamOps make_block_param_ops(const ModelSpec& m) {
   const int copies = m.is_moe() ? m.moe.experts + m.moe.shared_experts : 1;
   const int active = m.is_moe() ? m.moe.experts_per_token + m.moe.shared_experts : 1;
   BlockParamOps ops;
-  for (const BlockParamOp& op : {norm(OpRole::ln1), linear(OpRole::qkv, C, C + kv_out, qkv_bias),
-                                 linear(OpRole::proj, C, C, attn_bias), norm(OpRole::ln2)})
+  for (const BlockParamOp& op : {norm(OpRole::ln1), linear(OpRole::qkv, C, A + kv_out, qkv_bias),
+                                 linear(OpRole::proj, A, C, attn_bias), norm(OpRole::ln2)})
     ops.push_back(op);
   if (m.is_moe()) ops.push_back(linear(OpRole::router, C, m.moe.experts, false));
   ops.push_back(linear(OpRole::fc1, C, (m.gated() ? 2 : 1) * inner, mlp_bias, copies, active));
@@ -92,9 +92,10 @@ BlockParamOps make_block_param_ops(const ModelSpec& m) {
 BlockParamOps block_param_ops(const ModelSpec& m) {
   // The planner asks for one model's list in its inner loops (every candidate's time and fit): the
   // last list made is kept per thread, keyed by every field it reads.
-  using Key = std::tuple<long, int, int, FfnKind, long, BiasKind, NormKind, int, int, long, int>;
-  const Key key{m.hidden,   m.heads, m.kv(),       m.ffn,  m.ffn_size(), m.bias, m.norm, m.moe.experts,
-                m.moe.experts_per_token, m.moe.expert_intermediate, m.moe.shared_experts};
+  using Key = std::tuple<long, int, int, long, FfnKind, long, BiasKind, NormKind, int, int, long, int>;
+  const Key key{m.hidden, m.heads,  m.kv(),       m.head_dim(),        m.ffn,        m.ffn_size(),
+                m.bias,   m.norm,   m.moe.experts, m.moe.experts_per_token, m.moe.expert_intermediate,
+                m.moe.shared_experts};
   thread_local std::optional<std::pair<Key, BlockParamOps>> last;
   if (!last || last->first != key) last.emplace(key, make_block_param_ops(m));
   return last->second;
@@ -182,16 +183,18 @@ class Builder {
       // (B, NH, T, T) = (B, NH, T, C/NH) x (B, NH, C/NH, T): 2·B·T²·C FLOPs, and the same for context;
       // block-sparse attention and a sliding window compute and store only `share_` of the (T, T) blocks.
       Operator scores{op_name(OpRole::attn_scores, b), OpKind::attention_scores, b, OpRole::attn_scores};
-      scores.fwd_flops = 2.0 * bsz_ * double(seq_) * double(seq_) * C * share_;
+      // (with an explicit head size, heads x head_dim channels in place of C)
+      const double A = double(m_.attention_width()), TA = tokens_ * A;
+      scores.fwd_flops = 2.0 * bsz_ * double(seq_) * double(seq_) * A * share_;
       scores.bwd_flops = 2.0 * scores.fwd_flops;
-      scores.act_read_bytes = kAct * (1 + kv_share) * TC;  // queries and keys
+      scores.act_read_bytes = kAct * (1 + kv_share) * TA;  // queries and keys
       scores.act_write_bytes = kAct * bsz_ * m_.heads * double(seq_) * double(seq_) * share_;
       size_t sc = add(scores, {qkv});
       Operator context{op_name(OpRole::attn_context, b), OpKind::attention_context, b, OpRole::attn_context};
       context.fwd_flops = scores.fwd_flops;
       context.bwd_flops = scores.bwd_flops;
-      context.act_read_bytes = scores.act_write_bytes + kAct * kv_share * TC;  // and values
-      context.act_write_bytes = kAct * TC;
+      context.act_read_bytes = scores.act_write_bytes + kAct * kv_share * TA;  // and values
+      context.act_write_bytes = kAct * TA;
       size_t ctx = add(context, {sc, qkv});
       size_t proj = add(linear(OpRole::proj, b), {ctx});
       size_t res1 = add(elementwise(OpRole::residual1, OpKind::residual_add, b, TC, 1, 0, 2), {x, proj});

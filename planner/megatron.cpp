@@ -90,6 +90,7 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   flag("--seq-length", num(m.seq));
   flag("--max-position-embeddings", num(m.seq));
   // the model's kind, as Megatron-LM's arguments name it
+  if (m.attention_width() != m.hidden) flag("--kv-channels", num(m.head_dim()));  // TransformerConfig.kv_channels
   if (m.kv() != m.heads) {
     flag("--group-query-attention");
     flag("--num-query-groups", num(m.kv()));

@@ -53,6 +53,10 @@ Result<bool> executor_trains(const ModelSpec& m) {
   if (m.attention_window > 0 && m.attention_window < m.seq)
     return make_error("attention_window: the executor's attention is causal over the whole sequence; a window of " +
                       std::to_string(m.attention_window) + " keys is sliding-window attention" + plans);
+  if (m.attention_width() != m.hidden)
+    return make_error("head_dim: the executor's attention kernels take heads x hidden/heads channels (" +
+                      std::to_string(m.hidden / m.heads) + " per head); a head size of " +
+                      std::to_string(m.head_dim()) + plans);
   if (m.positions == PositionKind::rotary && m.head_dim() % 2 != 0)
     return make_error("positions: rotary positions turn channel pairs, so the head size hidden/heads must be even, got " +
                       std::to_string(m.head_dim()));

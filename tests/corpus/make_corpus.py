@@ -347,7 +347,7 @@ for fname, old, new, frag in [
      r":15: num_key_value_heads: expected a divisor of num_attention_heads 32"),
     ("hf_act_relu.json", '"hidden_act": "silu"', '"hidden_act": "relu"', r":7: hidden_act: expected silu"),
     ("hf_mlp_bias.json", '"attention_bias": false', '"mlp_bias": true', r":3: mlp_bias: biases in the MLP"),
-    ("hf_head_dim.json", '"use_cache": true', '"head_dim": 64', r":23: head_dim: memwall models head_dim"),
+    ("hf_head_dim.json", '"use_cache": true', '"head_dim": 0', r":23: head_dim: expected an integer from 1 to"),
     ("hf_hidden_text.json", '"hidden_size": 4096', '"hidden_size": "big"', r":8: hidden_size: expected an integer"),
     ("hf_no_layers.json", '"num_hidden_layers": 32,', '', r":1: num_hidden_layers: missing field"),
     ("hf_truncated.json", HF, HF[:200], r":[0-9]+: malformed JSON"),

@@ -39,6 +39,7 @@ inline void check_model_kind(const ModelSpec& m) {
       m.hidden % m.heads != 0 || m.seq < 1 || m.seq > kMaxSeq || m.vocab < 1 || m.vocab > kMaxVocab)
     fail("model out of range", m.name);
   if (m.kv() < 1 || m.heads % m.kv() != 0) fail("kv_heads does not divide heads", m.name);
+  if (m.head_size < 0 || m.head_dim() < 1 || m.head_dim() > kMaxHidden) fail("head_dim out of range", m.name);
   if (m.is_moe() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts ||
                      m.moe.expert_intermediate < 1))
     fail("moe fields disagree", m.name);

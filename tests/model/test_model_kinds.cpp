@@ -287,7 +287,8 @@ TEST(ModelKinds, HuggingFaceConfigsLoad) {
   };
   for (const Case& k : {Case{"llama3-8b.json", 8.03e9, 0}, Case{"mistral-7b.json", 7.24e9, 0},
                         Case{"mixtral-8x7b.json", 46.7e9, 12.9e9}, Case{"qwen2-72b.json", 72.7e9, 0},
-                        Case{"gpt2.json", 124e6, 0}, Case{"gpt-neox-20b.json", 20554567680.0, 0}}) {
+                        Case{"gpt2.json", 124e6, 0}, Case{"gpt-neox-20b.json", 20554567680.0, 0},
+                        Case{"mistral-nemo-12b.json", 12.2e9, 0}}) {
     Result<ModelSpec> m = load_model(config_path(k.file));
     ASSERT_TRUE(m.ok()) << k.file << ": " << m.error();
     EXPECT_NEAR(model_param_count(*m) / k.published, 1.0, 0.005) << k.file;
@@ -306,6 +307,24 @@ TEST(ModelKinds, HuggingFaceConfigsLoad) {
   EXPECT_EQ(mistral.seq, 8192);  // the config's 32768, capped, and said
   EXPECT_NE(mistral.note.find("32768"), std::string::npos);
   EXPECT_EQ(load_model(config_path("qwen2-72b.json"))->bias, BiasKind::qkv);
+  // an explicit head size: q and the attention projection are heads x head_dim = 4096 wide, not 5120
+  const ModelSpec nemo = *load_model(config_path("mistral-nemo-12b.json"));
+  EXPECT_EQ(nemo.head_dim(), 128);
+  EXPECT_EQ(nemo.attention_width(), 4096);
+  EXPECT_NE(nemo.kind_words().find("head size 128"), std::string::npos) << nemo.kind_words();
+  const double C = 5120, A = 32 * 128, KV = 8 * 128, I = 14336, V = 131072;
+  const double per_layer = C * A + 2 * C * KV + A * C + 3 * C * I + 2 * C;  // q, k and v, o, gate/up/down, norms
+  EXPECT_DOUBLE_EQ(model_param_count(nemo), 40 * per_layer + 2 * V * C + C);  // 12,247,782,400
+  // the attention's FLOPs follow the 4096 channels: 2 B T^2 A per operator
+  const OperatorGraph g = build_gpt_graph(nemo, 1, 1024);
+  for (std::size_t v : g.order)
+    if (g.op(v).role == OpRole::attn_scores && g.op(v).block == 0) {
+      EXPECT_DOUBLE_EQ(g.op(v).fwd_flops, 2.0 * 1024 * 1024 * A);
+    }
+  // and a model YAML carries it
+  const ModelSpec back = *parse_model_spec(model_yaml(nemo, ""), "nemo.yaml");
+  EXPECT_EQ(back.head_dim(), 128);
+  EXPECT_DOUBLE_EQ(model_param_count(back), model_param_count(nemo));
 }
 
 TEST(ModelKinds, ConfigsWithWhatIsNotModelledAreRefusedByName) {

@@ -81,6 +81,7 @@ const std::map<std::string, ArgSpec> kFlags = {
     {"--moe-ffn-hidden-size", {ArgKind::integer}},           // TC:740
     {"--moe-shared-expert-intermediate-size", {ArgKind::integer}},  // TC:701
     {"--window-size", {ArgKind::int_tuple}},                 // args:2384, TC:247 (left, right)
+    {"--kv-channels", {ArgKind::integer}},                   // TC:184 (default hidden / heads, args:1331)
 };
 
 // The flags as argparse would read them: name -> value ("" for store_true), or the problems.
@@ -162,6 +163,9 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
   const bool all_bias = !has("--disable-bias-linear"), qkv_bias = all_bias || has("--add-qkv-bias");
   if (all_bias != (m.bias == BiasKind::all || m.bias == BiasKind::attention) || qkv_bias != (m.bias != BiasKind::none))
     bad.push_back("biases are not the model's");
+  // an explicit head size is kv_channels; without it Megatron takes hidden / heads
+  const long kv_channels = has("--kv-channels") ? n("--kv-channels") : n("--hidden-size") / n("--num-attention-heads");
+  if (kv_channels != m.head_dim()) bad.push_back("kv-channels is not the model's head size");
   // a window of W keys per query is (W-1, 0): keys i - (W-1) .. i (Transformer Engine's convention)
   const bool windowed = m.attention_window > 0 && m.attention_window < m.seq;
   if (has("--window-size") != windowed) bad.push_back("sliding-window attention is not the model's");
@@ -198,8 +202,10 @@ std::vector<std::string> check_command(const MegatronExport& e, const ModelSpec&
 TEST(Megatron, EveryExportedFlagIsOneMegatronParses) {
   const HardwareProfile p = *load_profile("dgx2");
   int exported = 0, refused = 0;
-  for (const char* model : {"table1-10B", "table4-13B", "table1-50B", "llama3-8B", "qwen2-72B", "mixtral-8x7B", "mistral-7B"}) {
-    const ModelSpec m = *load_model(model);
+  for (const char* model : {"table1-10B", "table4-13B", "table1-50B", "llama3-8B", "qwen2-72B", "mixtral-8x7B", "mistral-7B",
+                            "llama3-8B head 64"}) {
+    ModelSpec m = *load_model(std::string(model).substr(0, std::string(model).find(' ')));
+    if (std::string(model).ends_with("head 64")) m.head_size = 64;  // an explicit head size: --kv-channels 64
     for (const std::string& name : preset_names()) {
       const Placement pl = *preset(name);
       for (int mp : {1, 2, 4})
