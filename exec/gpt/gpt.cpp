@@ -17,6 +17,7 @@ GptConfig gpt_config(const ModelSpec& m) {
   g.max_seq = int(m.seq);
   g.vocab = int(m.vocab);
   g.kv_heads = m.kv_heads;
+  g.head_size = int(m.head_size);
   g.ffn = m.ffn;
   g.intermediate = int(m.intermediate);
   g.norm = m.norm;
@@ -36,6 +37,7 @@ ModelSpec gpt_model_spec(const GptConfig& g) {
   m.seq = g.max_seq;
   m.vocab = g.vocab;
   m.kv_heads = g.kv_heads;
+  m.head_size = g.head_size;
   m.ffn = g.ffn;
   m.intermediate = g.intermediate;
   m.norm = g.norm;
@@ -53,12 +55,8 @@ Result<bool> executor_trains(const ModelSpec& m) {
   if (m.attention_window > 0 && m.attention_window < m.seq)
     return make_error("attention_window: the executor's attention is causal over the whole sequence; a window of " +
                       std::to_string(m.attention_window) + " keys is sliding-window attention" + plans);
-  if (m.attention_width() != m.hidden)
-    return make_error("head_dim: the executor's attention kernels take heads x hidden/heads channels (" +
-                      std::to_string(m.hidden / m.heads) + " per head); a head size of " +
-                      std::to_string(m.head_dim()) + plans);
   if (m.positions == PositionKind::rotary && m.head_dim() % 2 != 0)
-    return make_error("positions: rotary positions turn channel pairs, so the head size hidden/heads must be even, got " +
+    return make_error("positions: rotary positions turn channel pairs, so the head size must be even, got " +
                       std::to_string(m.head_dim()));
   if (m.ffn_size() > (1L << 30) || m.hidden > (1L << 20))
     return make_error("intermediate: the executor's kernels index (B, T, I) in 32 bits; got hidden " +
@@ -256,13 +254,13 @@ int param_group_of(const GptConfig& cfg, OpKind kind, int block) {
 // ---- workspace -------------------------------------------------------------------------------
 
 struct GptOps::Layout {
-  std::size_t BT, C, V, NH, T, QW, I, F1;  // F1: fc1's outputs, I or (gated) 2I
+  std::size_t BT, C, V, NH, T, A, QW, I, F1;  // F1: fc1's outputs, I or (gated) 2I
   int ci, mbs;
   std::size_t staging = 0;  // floats
 
   Layout(const GptConfig& c, int B, int T_, int ci_, int mbs_, int tiles)
       : BT(std::size_t(B) * T_), C(std::size_t(c.hidden)), V(std::size_t(c.vocab)), NH(std::size_t(c.heads)),
-        T(std::size_t(T_)), QW(std::size_t(c.qkv_width())), I(std::size_t(c.ffn_size())),
+        T(std::size_t(T_)), A(std::size_t(c.attention_width())), QW(std::size_t(c.qkv_width())), I(std::size_t(c.ffn_size())),
         F1(std::size_t(c.gated() ? 2 : 1) * I), ci(std::max(1, std::min(ci_, c.layers))), mbs(mbs_) {
     for (const ParamGroup& g : gpt_param_groups(c))
       staging = std::max(staging, g.linear ? g.elems / std::size_t(std::max(1, tiles)) : g.elems);
@@ -283,14 +281,14 @@ struct GptOps::Layout {
       m.ws.resize(std::size_t(ci));
       for (BlockActs& a : m.ws) {
         a.ln1 = take(BT * C), a.ln1_mean = take(BT), a.ln1_rstd = take(BT), a.qkv = take(BT * QW);
-        a.att = take(att()), a.atty = take(BT * C), a.attproj = take(BT * C), a.res2 = take(BT * C);
+        a.att = take(att()), a.atty = take(BT * A), a.attproj = take(BT * C), a.res2 = take(BT * C);
         a.ln2 = take(BT * C), a.ln2_mean = take(BT), a.ln2_rstd = take(BT), a.fch = take(BT * F1);
         a.fch_gelu = take(BT * I), a.fcproj = take(BT * C), a.res3 = take(BT * C);
       }
       m.segment_input = nullptr;
       m.lnf = take(BT * C), m.lnf_mean = take(BT), m.lnf_rstd = take(BT);
       m.logits = take(BT * V), m.probs = take(BT * V), m.dlogits = take(BT * V), m.losses = take(BT);
-      m.dx = take(BT * C), m.dA = take(BT * C), m.dB = take(BT * std::max(I, QW)), m.dC = take(BT * F1);
+      m.dx = take(BT * C), m.dA = take(BT * std::max(C, A)), m.dB = take(BT * std::max(I, QW)), m.dC = take(BT * F1);
       m.datt = take(att());
     }
   }
@@ -412,6 +410,7 @@ void GptOps::forward(const OpCall& c) {
   const BackendOps& k = be_.ops();
   void* cx = be_.ctx();
   const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, KVH = cfg_.kv(), I = cfg_.ffn_size();
+  const int A = cfg_.attention_width();
   const int b = c.op.block, u = c.micro_batch;
   MicroBatch& m = mb_[std::size_t(u)];
   // the last tile of a linear operator in forward order (tiles run first to last) completes it
@@ -432,15 +431,15 @@ void GptOps::forward(const OpCall& c) {
       linear_forward(c, acts(b, u).qkv, acts(b, u).ln1, C, cfg_.qkv_width());
       // rotary: q and k turned by their positions once every tile has written its columns
       if (cfg_.positions == PositionKind::rotary && last_part)
-        k.rope(cx, acts(b, u).qkv, B_, T_, C, NH, KVH, float(cfg_.rope_theta), false);
+        k.rope(cx, acts(b, u).qkv, B_, T_, A, NH, KVH, float(cfg_.rope_theta), false);
       return;
     case OpKind::attn_scores:
-      k.attention_scores_forward(cx, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
+      k.attention_scores_forward(cx, acts(b, u).att, acts(b, u).qkv, B_, T_, A, NH, KVH);
       return;
     case OpKind::attn_context:
-      k.attention_context_forward(cx, acts(b, u).atty, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
+      k.attention_context_forward(cx, acts(b, u).atty, acts(b, u).att, acts(b, u).qkv, B_, T_, A, NH, KVH);
       return;
-    case OpKind::proj: linear_forward(c, acts(b, u).attproj, acts(b, u).atty, C, C); return;
+    case OpKind::proj: linear_forward(c, acts(b, u).attproj, acts(b, u).atty, A, C); return;
     case OpKind::residual1:
       k.residual_forward(cx, acts(b, u).res2, block_in(b, u, c.recompute), acts(b, u).attproj, long(BT) * C);
       return;
@@ -473,6 +472,7 @@ void GptOps::backward(const OpCall& c) {
   const BackendOps& k = be_.ops();
   void* cx = be_.ctx();
   const int BT = B_ * T_, C = cfg_.hidden, V = cfg_.vocab, NH = cfg_.heads, KVH = cfg_.kv(), I = cfg_.ffn_size();
+  const int A = cfg_.attention_width();
   const int b = c.op.block, u = c.micro_batch;
   const long F1 = (cfg_.gated() ? 2L : 1L) * I;
   const std::size_t f = sizeof(float), btc = std::size_t(BT) * C;
@@ -523,24 +523,24 @@ void GptOps::backward(const OpCall& c) {
       return;
     }
     case OpKind::proj:
-      // attproj = proj(atty): d(atty) into dA
-      if (first_part) k.memset_zero(cx, m.dA, btc * f);
-      linear_backward(c, m.dA, m.dx, acts(b, u).atty, C, C);
+      // attproj = proj(atty): d(atty) (B, T, A) into dA
+      if (first_part) k.memset_zero(cx, m.dA, std::size_t(BT) * std::size_t(A) * f);
+      linear_backward(c, m.dA, m.dx, acts(b, u).atty, A, C);
       return;
     case OpKind::attn_context:
       // atty = att . v: d(att) into datt, d(v) into the v part of d(qkv) (dB)
       k.memset_zero(cx, m.datt, std::size_t(B_) * NH * T_ * T_ * f);
       k.memset_zero(cx, m.dB, std::size_t(BT) * std::size_t(cfg_.qkv_width()) * f);
-      k.attention_context_backward(cx, m.datt, m.dB, m.dA, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
+      k.attention_context_backward(cx, m.datt, m.dB, m.dA, acts(b, u).att, acts(b, u).qkv, B_, T_, A, NH, KVH);
       return;
     case OpKind::attn_scores:
       // att = softmax(q . k / sqrt(hs)): d(q), d(k) into d(qkv) (dB)
-      k.attention_scores_backward(cx, m.dB, m.datt, acts(b, u).att, acts(b, u).qkv, B_, T_, C, NH, KVH);
+      k.attention_scores_backward(cx, m.dB, m.datt, acts(b, u).att, acts(b, u).qkv, B_, T_, A, NH, KVH);
       return;
     case OpKind::qkv:
       // rotary: q and k were turned after the projection, so their gradients are turned back first
       if (cfg_.positions == PositionKind::rotary && first_part)
-        k.rope(cx, m.dB, B_, T_, C, NH, KVH, float(cfg_.rope_theta), true);
+        k.rope(cx, m.dB, B_, T_, A, NH, KVH, float(cfg_.rope_theta), true);
       // qkv = qkv(ln1): d(ln1) into dA
       if (first_part) k.memset_zero(cx, m.dA, btc * f);
       linear_backward(c, m.dA, m.dB, acts(b, u).ln1, C, cfg_.qkv_width());

@@ -14,8 +14,9 @@
 // into per-micro-batch buffers. It owns no parameters, no optimizer, no data. Thread-safety: one
 // thread drives a GptOps (and its backend).
 //
-// Key: B batch (per micro-batch), T sequence, C channels, NH heads, KVH key/value heads, hs = C/NH
-// head size, I feed-forward size, V vocabulary, L layers, BT = B*T, QW = C + 2*KVH*hs (a qkv row).
+// Key: B batch (per micro-batch), T sequence, C channels, NH heads, KVH key/value heads, hs head size
+// (C/NH unless given), A = NH*hs attention channels, I feed-forward size, V vocabulary, L layers,
+// BT = B*T, QW = A + 2*KVH*hs (a qkv row).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,7 @@ struct GptConfig {
   // The block's kind: ModelSpec's fields of the same names (model/model_spec.hpp); the defaults are
   // the paper's GPT.
   int kv_heads = 0;     // KVH; 0: heads
+  int head_size = 0;    // hs; 0: C / NH (Mistral NeMo: 128 where C / NH = 160)
   FfnKind ffn = FfnKind::gelu;
   int intermediate = 0; // I; 0: 4C
   NormKind norm = NormKind::layernorm;
@@ -51,7 +53,9 @@ struct GptConfig {
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
   bool gated() const { return ffn != FfnKind::gelu; }
-  int qkv_width() const { return hidden + 2 * kv() * (hidden / heads); }  // QW
+  int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  int attention_width() const { return heads * head_dim(); }               // A: q and the context
+  int qkv_width() const { return attention_width() + 2 * kv() * head_dim(); }  // QW
 };
 
 // The executor's config of a model (max_seq = its seq) and back: the one translation between them.
@@ -171,7 +175,7 @@ class GptOps {
     float* ln1_rstd;  // (B, T)
     float* qkv;       // (B, T, QW), q and k rotated when positions are rotary
     float* att;       // (B, NH, T, T)
-    float* atty;      // (B, T, C)
+    float* atty;      // (B, T, A)
     float* attproj;   // (B, T, C)
     float* res2;      // (B, T, C)
     float* ln2;       // (B, T, C)
@@ -196,7 +200,7 @@ class GptOps {
     float* dlogits;              // (B, T, V)
     float* losses;               // (B, T)
     float* dx;                   // (B, T, C) gradient of the residual stream
-    float* dA;                   // (B, T, C) scratch gradients
+    float* dA;                   // (B, T, max(C, A)) scratch gradients
     float* dB;                   // d(fch_gelu) (B, T, I), also d(qkv) (B, T, QW)
     float* dC;                   // d(fch) (B, T, I or 2I)
     float* datt;                 // (B, NH, T, T)

@@ -563,7 +563,7 @@ run_field("attention_window", "8", r"the executor's attention is causal over the
 run_case("run_moe.yaml", RUN + "moe: {experts: 4, experts_per_token: 2, expert_intermediate: 64}\n",
          r":8: moe: the executor has no router or expert dispatch")
 run_case("run_rope_odd_head.yaml", set_line(RUN, "hidden:", "hidden: 36") + "positions: rotary\n",
-         r":8: positions: rotary positions turn channel pairs, so the head size hidden/heads must be even, got 9")
+         r":8: positions: rotary positions turn channel pairs, so the head size must be even, got 9")
 run_case("run_unknown.yaml", RUN + "dropout: 0.1\n", r":8: dropout: unknown field")
 run_case("run_duplicate.yaml", RUN + "lr: 1e-3\n", r":8: lr: given twice \(first at line 7\)")
 run_case("run_map_key.yaml", RUN + "? {a: 1}\n: 2\n", r":8: key: expected a field name")

@@ -6,8 +6,8 @@
 // tokens.bin / targets.bin (int32 (steps, B, T)), logits.bin ((B, T, V) of batch 0) and grads.bin
 // (the gradients of batch 0, as the optimizer read them). CI 0 means one checkpoint for the whole
 // stack. K is the block's kind: gpt (the paper's, default), llama (RMSNorm, rotary attention with 2
-// key/value heads for 4 query heads, SwiGLU, untied LM head, no biases) or mixed (MQA, GeGLU,
-// LayerNorm, rotary, tied, biases on qkv only: the remaining combinations).
+// key/value heads for 4 query heads, SwiGLU, untied LM head, no biases) or mixed (MQA with a head
+// size of 12 (not 32/4), GeGLU, LayerNorm, rotary, tied, biases on qkv only: the remaining combinations).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -61,6 +61,7 @@ int main(int argc_in, char** argv_in) {
     o.model.rope_theta = 500000;
   } else if (kind == "mixed") {
     o.model.kv_heads = 1;
+    o.model.head_size = 12;  // an explicit head size: q is 4 x 12 = 48 channels on a 32-channel model
     o.model.ffn = FfnKind::geglu;
     o.model.intermediate = 40;
     o.model.positions = PositionKind::rotary;
@@ -131,6 +132,7 @@ int main(int argc_in, char** argv_in) {
   meta["vocab"] = o.model.vocab;
   meta["kind"] = kind;
   meta["kv_heads"] = o.model.kv();
+  meta["head_dim"] = o.model.head_dim();
   meta["ffn"] = to_string(o.model.ffn);
   meta["intermediate"] = o.model.ffn_size();
   meta["norm"] = to_string(o.model.norm);

@@ -3,8 +3,9 @@
 optimizer states through real swap files) against the same GPT in PyTorch.
 
 --kind llama: the Llama block (RMSNorm, rotary attention with 2 key/value heads for 4 query heads,
-SwiGLU, an untied LM head, no biases); --kind mixed: multi-query attention, GeGLU, LayerNorm, rotary,
-tied, biases on qkv only. The reference is plain torch (no transformers library): RMSNorm as
+SwiGLU, an untied LM head, no biases); --kind mixed: multi-query attention with a head size of 12 (q
+48 channels wide on a 32-channel model, as Mistral NeMo's 32 x 128 on 5120), GeGLU, LayerNorm,
+rotary, tied, biases on qkv only. The reference is plain torch (no transformers library): RMSNorm as
 x * rsqrt(mean(x^2) + 1e-5) * w, rotary positions as Hugging Face's Llama writes them (rotate_half,
 cos/sin of t * theta^(-2i/hs)), key/value heads repeated over their query heads, SiLU(gate) * up.
 For a kind other than gpt the same 10 steps also run under every placement preset and with tiling 2,
@@ -95,7 +96,8 @@ def gpt_forward(meta, P, idx, targets):
     B, T = idx.shape
     C, NH, L = meta["hidden"], meta["heads"], meta["layers"]
     KVH = meta.get("kv_heads", NH)
-    hs = C // NH
+    hs = meta.get("head_dim", C // NH)
+    A = NH * hs  # q's and the context's channels (C unless the head size is given)
     I = meta.get("intermediate", 4 * C)
     ffn, rms = meta.get("ffn", "gelu"), meta.get("norm", "layernorm") == "rmsnorm"
     rope = meta.get("positions", "learned") == "rotary"
@@ -115,7 +117,7 @@ def gpt_forward(meta, P, idx, targets):
     for l in range(L):
         p = f"block{l}."
         qkv = linear(norm(x, p + "ln1"), p + "qkv")
-        q, k, v = qkv.split([C, KVH * hs, KVH * hs], dim=2)
+        q, k, v = qkv.split([A, KVH * hs, KVH * hs], dim=2)
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k, v = [z.view(B, T, KVH, hs).transpose(1, 2) for z in (k, v)]
         if rope:
@@ -123,7 +125,7 @@ def gpt_forward(meta, P, idx, targets):
         k, v = [z.repeat_interleave(NH // KVH, dim=1) for z in (k, v)]  # each key/value head serves NH/KVH queries
         att = (q @ k.transpose(-2, -1)) / hs ** 0.5
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = (att @ v).transpose(1, 2).reshape(B, T, A)
         x = x + linear(y, p + "proj")
         h = linear(norm(x, p + "ln2"), p + "fc1")
         if ffn == "gelu":

@@ -73,13 +73,15 @@ struct Rig {
 }  // namespace
 
 // The paper's GPT, the Llama block (GQA, SwiGLU, RMSNorm, rotary, untied, no biases) and the other
-// dense kinds (MQA, GeGLU, LayerNorm with rotary, qkv biases) at a given size.
+// dense kinds (MQA with a head size 1.5 x hidden/heads, GeGLU, LayerNorm with rotary, qkv biases) at
+// a given size.
 std::vector<GptConfig> kinds(GptConfig g) {
   GptConfig llama = g, mixed = g;
   llama.kv_heads = g.heads / 2, llama.ffn = FfnKind::swiglu, llama.intermediate = 3 * g.hidden;
   llama.norm = NormKind::rmsnorm, llama.positions = PositionKind::rotary, llama.tied_embeddings = false;
   llama.bias = BiasKind::none;
-  mixed.kv_heads = 1, mixed.ffn = FfnKind::geglu, mixed.intermediate = 2 * g.hidden;
+  mixed.kv_heads = 1, mixed.head_size = 3 * g.hidden / g.heads / 2, mixed.ffn = FfnKind::geglu;
+  mixed.intermediate = 2 * g.hidden;
   mixed.positions = PositionKind::rotary, mixed.bias = BiasKind::qkv;
   return {g, llama, mixed};
 }
