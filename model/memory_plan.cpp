@@ -62,17 +62,31 @@ std::uint64_t pack_offsets(Schedule& s, const std::vector<int>& ids, int distanc
     if (x.arena_bytes != y.arena_bytes) return x.arena_bytes > y.arena_bytes;
     return x.made_at != y.made_at ? x.made_at < y.made_at : a < b;
   });
-  std::vector<int> placed;  // by made_at: those alive at a buffer's start are a prefix's tail
+  // The buffers placed so far, in two lists by made_at: those alive longer than `span` steps, all
+  // looked at for each new buffer, and the short-lived ones, of which only those made at most
+  // span + distance steps before the new one starts can overlap it (a 1T plan's thousands of
+  // buffers were each compared with every one placed before: a fifth of `memwall plan`'s time).
+  // Which buffers overlap does not depend on the split, so neither do the offsets.
+  const int span = std::max(64, int(s.steps.size()) / 64);
+  std::vector<int> placed_long, placed_short;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
   std::uint64_t extent = 0;
+  auto by_made = [&](int x, int y) { return s.buffers[size_t(x)].made_at < s.buffers[size_t(y)].made_at; };
   for (int id : order) {
     Buffer& b = s.buffers[size_t(id)];
     taken.clear();
-    for (int q : placed) {  // lifetimes [made_at - distance, freed_at] that overlap
-      const Buffer& p = s.buffers[size_t(q)];
-      if (long(p.made_at) - distance > long(b.freed_at)) break;
-      if (long(p.freed_at) >= long(b.made_at) - distance) taken.push_back({p.offset, p.offset + p.arena_bytes});
-    }
+    auto overlapping = [&](auto from, auto to) {  // lifetimes [made_at - distance, freed_at] that overlap
+      for (auto it = from; it != to; ++it) {
+        const Buffer& p = s.buffers[size_t(*it)];
+        if (long(p.made_at) - distance > long(b.freed_at)) break;
+        if (long(p.freed_at) >= long(b.made_at) - distance) taken.push_back({p.offset, p.offset + p.arena_bytes});
+      }
+    };
+    overlapping(placed_long.begin(), placed_long.end());
+    const long earliest = long(b.made_at) - distance - span;  // a short one made before it is freed before b
+    overlapping(std::partition_point(placed_short.begin(), placed_short.end(),
+                                     [&](int q) { return long(s.buffers[size_t(q)].made_at) < earliest; }),
+                placed_short.end());
     std::sort(taken.begin(), taken.end());
     std::uint64_t at = 0;
     for (const auto& [from, to] : taken) {
@@ -81,9 +95,8 @@ std::uint64_t pack_offsets(Schedule& s, const std::vector<int>& ids, int distanc
     }
     b.offset = at;
     extent = std::max(extent, at + b.arena_bytes);
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), id,
-                                   [&](int x, int y) { return s.buffers[size_t(x)].made_at < s.buffers[size_t(y)].made_at; }),
-                  id);
+    std::vector<int>& list = b.freed_at - b.made_at > span ? placed_long : placed_short;
+    list.insert(std::upper_bound(list.begin(), list.end(), id, by_made), id);
   }
   return extent;
 }
