@@ -35,11 +35,13 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // until about 60 ms were spent, at most 50; one untimed run first. The best, not the median:
 // another process can only add time to a run, so the fastest is the one it disturbed least.
 template <typename F>
-double time_it(F&& fn) {
+double time_it(F&& fn, std::size_t fixed_runs = 0) {
   fn();
   std::vector<double> t;
   double total = 0;
-  while (t.size() < 3 || (total < 0.06 && t.size() < 50)) {
+  // fixed_runs > 0: that many, whatever the times (a collective: every rank must call it as often as
+  // the others, and a count that followed each rank's own clock let them disagree on a loaded machine)
+  while (fixed_runs > 0 ? t.size() < fixed_runs : t.size() < 3 || (total < 0.06 && t.size() < 50)) {
     const auto t0 = Clock::now();
     fn();
     t.push_back(since(t0));
@@ -455,7 +457,7 @@ Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibratio
         if (!done) { failed = done.error(); return; }
         if (*done) break;
       }
-    });
+    }, 5);
     if (!failed.empty()) return make_error("calibrate: all-reduce: " + failed);
     if (b.caps().name == "cuda")
       c.fields.push_back({"gpu.reserve.communicator", double((*coll)->device_bytes()),
