@@ -178,6 +178,25 @@ void add_what_if_flags(CLI::App& app, WhatIf& w) {
              "scales attention FLOPs and Eq. 5's score-matrix term");
 }
 
+void add_grad_clip_flag(CLI::App& app, double& clip) {
+  app.add_option_function<std::string>(
+         "--grad-clip",
+         [&clip](const std::string& text) {
+           double v = -1;
+           auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+           if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v >= 0) || !(v <= kMaxGradClip) ||
+               (v > 0 && !std::isnormal(v)))
+             throw CLI::ValidationError("--grad-clip", "expected the largest global gradient norm, a number > 0 and at most " +
+                                                           format_g(kMaxGradClip) + " (0: no clipping), got \"" + text + "\"");
+           clip = v;
+         },
+         "Gradient-norm clipping: scale each step's gradients by min(1, N / (global L2 norm + 1e-6)), as\n"
+         "torch.nn.utils.clip_grad_norm_ (0: off, the default); the norm needs every gradient, so\n"
+         "--optimizer-overlap backward is refused with it")
+      ->type_name("N")
+      ->default_str("0");
+}
+
 void StrategyFlags::add(CLI::App& app) {
   const std::size_t before = app.get_options().size();
   app.add_option("--strategy", strategy,
@@ -212,6 +231,7 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, kMaxOptimizerChunks,
           "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
   add_what_if_flags(app, config.what_if);
+  add_grad_clip_flag(app, config.grad_clip);
   flags.clear();
   const std::vector<CLI::Option*> now = app.get_options();
   for (std::size_t i = before; i < now.size(); ++i) flags.push_back("--" + now[i]->get_lnames().front());

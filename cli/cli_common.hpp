@@ -77,7 +77,8 @@ struct ModelFlags {
 // --strategy, --place and the training flags shared by `schedule`, `simulate` and `run`.
 // Seed 004's what-ifs (--onebit-adam, --onebit-adam-warmup, --attention-density), range-checked.
 void add_what_if_flags(CLI::App& app, WhatIf& what_if);
-
+// --grad-clip N (TrainingConfig::grad_clip): plan's and the commands that take StrategyFlags
+void add_grad_clip_flag(CLI::App& app, double& clip);
 struct StrategyFlags {
   std::string overlap = "none";  // --optimizer-overlap
   std::string strategy = "zero_inf_nvme";

@@ -53,6 +53,7 @@ struct PlanFlags {
   bool exhaustive = false;  // --exhaustive: check every candidate's memory fit (no branch and bound)
   long global_batch = 0;  // 0: unconstrained
   WhatIf what_if;
+  double grad_clip = 0;
   TokensFlag tokens;
 };
 
@@ -79,6 +80,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"dp", c.dp}, {"pp", c.pp}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
                               {"prefetch_depth", c.prefetch_depth},
                               {"optimizer_overlap", to_string(c.optimizer_overlap)},
+                              {"grad_clip", c.grad_clip},
                               {"onebit_adam", c.what_if.onebit_adam},
                               {"attention_density", c.what_if.attention_density},
                               {"tflops_per_gpu", e.time.tflops_per_gpu}, {"iteration_s", e.time.iteration_s},
@@ -88,6 +90,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                                           {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
                                           {"all_to_all", e.time.all_to_all_s},
                                           {"pipeline_p2p", e.time.p2p_s}, {"pipeline_bubble", e.time.bubble_s},
+                                          {"grad_norm", e.time.grad_norm_s},
                                           {"exposed", e.time.exposed_s}}},
                               {"fits", e.fit.fits()}, {"binding", resource_key(e.fit.binding().resource)},
                               {"checks", checks}};
@@ -209,7 +212,10 @@ int run_plan(const PlanFlags& f) {
     fix.push_back("strategy=" + f.strategy);
   }
   Fixes fixes = take(parse_fixes(fix));
-  SearchSpace space = take(make_space(m, p, fixes));
+  if (f.grad_clip > 0 && fixes.overlap == OptimizerOverlap::backward)
+    throw UsageError("--fix optimizer_overlap=backward: not with --grad-clip: clipping needs the global gradient norm, "
+                     "known only once backward has made the last gradient, and this overlap updates before that");
+SearchSpace space = take(make_space(m, p, fixes));
   if (f.target.empty() && !f.deepspeed.empty() && !f.megatron.empty())
     throw UsageError("--for: --deepspeed and --megatron plan for different runners; say which with --for deepspeed, "
                      "--for megatron or --for memwall");
@@ -230,7 +236,8 @@ int run_plan(const PlanFlags& f) {
   ds_options.nvme_path = f.nvme_path;
   ds_options.precision = take(deepspeed_precision(p, f.precision));
   space.what_if = f.what_if;
-  if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
+  space.grad_clip = f.grad_clip;
+if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
   SearchOptions so;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
   so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
@@ -458,6 +465,7 @@ Command add_plan(CLI::App& app) {
                 "is the longest phase, but the parameters are one step stale after the warm-up, which changes the "
                 "training dynamics (the default search keeps none and backward, both exact)");
   add_what_if_flags(*sub, f->what_if);
+  add_grad_clip_flag(*sub, f->grad_clip);
   sub->add_option("-o,--output", f->output,
                   "Plan YAML to write (with --reproduce: the directory for CSV and Markdown, e.g. results/planner)");
   sub->add_option("--deepspeed", f->deepspeed,

@@ -164,6 +164,7 @@ Command add_run(CLI::App& app) {
                   << (o.lr_schedule.decay != adam::LrDecay::constant || o.lr_schedule.warmup_steps > 0
                           ? " (" + adam::describe(o.lr_schedule) + ")"
                           : "")
+                  << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
                   << engine->ranks() << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
                   << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
@@ -172,7 +173,8 @@ Command add_run(CLI::App& app) {
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
                   << " steps, peak gpu " << format_bytes(s.peak_bytes[0]) << ", cpu " << format_bytes(s.peak_bytes[1])
                   << ", nvme " << format_bytes(s.peak_bytes[2]) << "\n  " << threads_line(engine->stats())
-                  << "\n\n   step      loss   tokens/s   step ms  hidden\n";
+                  << "\n\n   step      loss   tokens/s   step ms  hidden" << (o.config.grad_clip > 0 ? "  grad norm" : "")
+                  << "\n";
             }
             const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
             exec::TrainOptions to;
@@ -209,6 +211,8 @@ Command add_run(CLI::App& app) {
                   << std::setprecision(1) << r.iteration_s * 1e3;
               if (moved_s > 0) out << std::setw(7) << std::setprecision(0) << 100 * r.overlap.hidden_fraction << " %";
               else out << "      -";
+              if (std::isfinite(r.grad_norm))  // * where it was clipped
+                out << std::setw(10) << std::setprecision(3) << r.grad_norm << (r.grad_norm > o.config.grad_clip ? "*" : " ");
               if (rc.steps > 50) out << "  " << progress_bar(i, rc.steps);
               out << std::endl;
               return true;
@@ -325,6 +329,7 @@ Command add_run(CLI::App& app) {
                   {"other_processes_cores", st.load.others},
                   {"dp", engine->ranks()},
                   {"grad_accum", std::max(1, s.grad_accum)},
+                  {"grad_clip", o.config.grad_clip},
                   {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},
                   {"ranks", ranks_json}};
               if (lead) print_line(j);

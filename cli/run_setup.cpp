@@ -93,6 +93,15 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     rc.seq = int(plan.model.seq);
     o.placement = plan.candidate.placement;
     o.config = plan.candidate.config;
+    if (rc.grad_clip > 0 && o.config.grad_clip > 0 && rc.grad_clip != o.config.grad_clip)
+      throw UsageError(in.config + ": grad_clip: " + format_g(rc.grad_clip) + ", but the plan " + in.plan + " has " +
+                       format_g(o.config.grad_clip) + " (give one of them, or make them agree)");
+    if (rc.grad_clip > 0 && o.config.grad_clip == 0) {  // the run config's, where the plan has none
+      if (Result<bool> ok = check_optimizer_overlap(o.placement, o.config.optimizer_overlap, rc.grad_clip); !ok)
+        throw UsageError(in.config + ": grad_clip: the plan " + in.plan + " runs the optimizer beside backward "
+                         "(optimizer_overlap backward), which needs no global norm; plan again with --grad-clip");
+      o.config.grad_clip = rc.grad_clip;
+    }
     if (o.config.bsz != std::floor(o.config.bsz))
       throw UsageError(in.plan + ": bsz: the executor needs a whole micro-batch, got " + format_g(o.config.bsz));
     rc.bsz = int(o.config.bsz);
@@ -103,6 +112,7 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     o.config.optimizer_overlap = take(parse_optimizer_overlap(in.run.overlap));
     if (sub.count("--bsz") == 0) o.config.bsz = rc.bsz;
     if (sub.count("--ci") == 0) o.config.ci = rc.ci == 0 ? rc.model.layers : rc.ci;
+    if (sub.count("--grad-clip") == 0) o.config.grad_clip = rc.grad_clip;
     o.config.seq = rc.seq;
     o.config = take(validate(o.config, rc.model.layers));
     in.run.check_ckpt_partition(o.placement, o.config.mp);
@@ -138,15 +148,17 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
 }
 
 nlohmann::ordered_json step_line(int step, const exec::IterationReport& r, double tokens_per_s) {
-  return {{"type", "step"},
-          {"step", step},
-          {"loss", r.loss},
-          {"lr", r.lr},
-          {"iteration_s", r.iteration_s},
-          {"tokens_per_s", tokens_per_s},
-          {"compute_s", r.overlap.compute_s},
-          {"hidden_fraction", r.overlap.hidden_fraction},
-          {"threads", r.threads}};
+  nlohmann::ordered_json j = {{"type", "step"},
+                              {"step", step},
+                              {"loss", r.loss},
+                              {"lr", r.lr},
+                              {"iteration_s", r.iteration_s},
+                              {"tokens_per_s", tokens_per_s},
+                              {"compute_s", r.overlap.compute_s},
+                              {"hidden_fraction", r.overlap.hidden_fraction},
+                              {"threads", r.threads}};
+  if (std::isfinite(r.grad_norm)) j["grad_norm"] = r.grad_norm;  // clipping: the norm before it
+  return j;
 }
 
 const char* const kCpuBusyCaveat =

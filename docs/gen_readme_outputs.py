@@ -136,6 +136,17 @@ RUN_JSON = ["./build/memwall", "run", "--config", "exec/data/run.yaml", "--steps
 RUN_LLAMA = ["./build/memwall", "run", "--config", "exec/data/llama.yaml", "--steps", "100"]
 
 
+RUN_CLIP = ["./build/memwall", "run", "--config", "exec/data/run.yaml", "--steps", "8", "--strategy", "zero_inf_cpu",
+            "--grad-clip", "1"]
+
+
+def block_run_clip(build):
+    """Gradient clipping: the step table with each step's global norm (* where it was clipped)."""
+    out = run(RUN_CLIP, build)
+    header = index_of(out, r"^ +step +loss")
+    return [shown(RUN_CLIP)] + out[header:index_of(out, r"^$", header)]
+
+
 def block_run_llama(build):
     return [shown(RUN_LLAMA)] + run_table(run(RUN_LLAMA, build))
 
@@ -244,7 +255,8 @@ BLOCKS = {
     "run_nvme": block_run_nvme,
     "run_json": block_run_json,
     "run_llama": block_run_llama,
-    "validate": block_validate,
+    "run_clip": block_run_clip,
+"validate": block_validate,
     "calibrated": block_calibrated,
     "plan_run": block_plan_run,
     "plan_batch": block_plan_batch,
@@ -253,7 +265,7 @@ BLOCKS = {
     "plan_llama": block_plan_llama,
     "bad_profile": block_bad_profile,
 }
-TIMED = {"run", "run_nvme", "run_json", "run_llama", "plan_run", "ranks", "validate"}
+TIMED = {"run", "run_nvme", "run_json", "run_llama", "run_clip", "plan_run", "ranks", "validate"}
 # validate's rows: the measured column and the error vary with the machine's speed; simulated is exact
 VALIDATE_ROW = re.compile(r"^(\s+\S.*?)\s+[0-9.]+ ms\s+([0-9.]+ ms)\s+[+-][0-9.]+ %$")
 JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads|tokens_per_s_per_gpu|'

@@ -59,7 +59,7 @@ PanelData panel_data(const Session& s, Fig3Panel panel) {
 Result<MemoryData> memory_data(const Session& s) {
   Result<Placement> pl = preset(s.placement);
   if (!pl) return make_error(pl.error());
-  if (Result<bool> ok = check_optimizer_overlap(*pl, s.config.optimizer_overlap); !ok) return make_error(ok.error());
+  if (Result<bool> ok = check_optimizer_overlap(*pl, s.config.optimizer_overlap, s.config.grad_clip); !ok) return make_error(ok.error());
   Result<TrainingConfig> c = fit_to_profile(s.config, s.profile);
   if (!c) return make_error(c.error());
   MemoryData m;

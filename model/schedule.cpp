@@ -77,9 +77,13 @@ Schedule generate(const ModelSpec& model, const Placement& placement, const Trai
 
 }  // namespace
 
-Result<bool> check_optimizer_overlap(const Placement& pl, OptimizerOverlap ov) {
+Result<bool> check_optimizer_overlap(const Placement& pl, OptimizerOverlap ov, double grad_clip) {
   if (ov == OptimizerOverlap::none) return true;
   const std::string flag = std::string("--optimizer-overlap ") + to_string(ov) + ": ";
+  if (ov == OptimizerOverlap::backward && grad_clip > 0)
+    return make_error(flag + "not with --grad-clip: clipping scales every gradient by the global norm, known only "
+                             "once backward has made the last gradient, and this overlap updates chunks before "
+                             "that (none or dpu compute the norm first)");
   if (pl.optim32.tier == Tier::gpu)
     return make_error(flag + "needs the optimizer states off the GPU (the CPU runs Adam while the GPU computes)");
   if (pl.grad16.tier == Tier::gpu)
@@ -123,7 +127,7 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
                       "partition_activations); with mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
-  if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap); !ok) return make_error(ok.error());
+  if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap, config.grad_clip); !ok) return make_error(ok.error());
   TrainingConfig resolved_config = config;
   resolved_config.dp = dp;
   if (Result<bool> ok = check_expert_parallel(model, placement, resolved_config); !ok) return make_error(ok.error());

@@ -142,9 +142,10 @@ struct Schedule {
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;  // when the CPU optimizer runs
 };
 
-// Whether a placement allows running the CPU optimizer as `ov` says; the error names the flag and
-// says why (the generator and the planner both ask here).
-Result<bool> check_optimizer_overlap(const Placement& placement, OptimizerOverlap ov);
+// Whether a placement allows running the CPU optimizer as `ov` says, with gradients clipped at
+// `grad_clip` (0: not clipped; TrainingConfig::grad_clip); the error names the flag and says why
+// (the generator and the planner both ask here).
+Result<bool> check_optimizer_overlap(const Placement& placement, OptimizerOverlap ov, double grad_clip);
 
 // `rank` in [0, dp), `stage` in [0, pp). Fails only on inconsistent input (dp x mp x pp larger than
 // the profile, ...). A schedule that does not fit is returned with `overflow` set: that is a

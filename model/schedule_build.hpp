@@ -174,6 +174,7 @@ struct Optim {
   int pending_alloc = -1;  // a chunk buffer no read made: the update makes it
   int grads16 = -1;        // every gradient staged in CPU memory (grads on the GPU)
   int last_refresh = -1;
+  int norm = -1;           // gradient clipping: the step after which the global norm is known
 };
 
 // The context every phase works in.

@@ -121,7 +121,7 @@ void emit_update(Builder& b, int k, const std::vector<int>& after) {
   st.chunk = k;
   st.params = chunk_size(b, k);
   st.src = st.dst = Tier::cpu;
-  st.deps = deps({o.prev_adam});
+  st.deps = deps({o.prev_adam, o.norm});  // clipping: the reads may start before the norm is known
   const std::vector<int>& r = o.reads[size_t(k)];
   st.deps.insert(st.deps.end(), r.begin(), r.end());
   if (r.empty()) st.deps.insert(st.deps.end(), after.begin(), after.end());
@@ -241,6 +241,34 @@ void run_chunks(Builder& b, const std::vector<int>& after) {
   }
 }
 
+// Gradient clipping: once every gradient is final (`after`), this rank's sum of squares over its
+// optimizer partition's gradients, then (the partition spread over dp ranks) every rank's sum to
+// every rank. The updates wait for the step returned (-1: no clipping). Gradients on NVMe were
+// summed as their final values were written (the pinned copy the write reads): nothing to read here.
+int gradient_norm(Builder& b, const std::vector<int>& after) {
+  const Shape& sh = b.sh;
+  if (!(sh.c.grad_clip > 0)) return -1;
+  const Tier gt = sh.pl.grad16.tier;
+  Step st;
+  st.kind = StepKind::grad_norm;
+  st.phase = Phase::optimizer;
+  st.name = "grad_norm";
+  st.state = State::grad16;
+  st.src = st.dst = gt == Tier::gpu ? Tier::gpu : Tier::cpu;
+  st.bytes = gt == Tier::nvme ? 0 : sh.z.param_bytes * b.opt.n;
+  st.deps = after;
+  int id = b.e.emit(std::move(st));
+  if (sh.dp > 1 && sh.pl.optim32.partitioned) {
+    // two fp32 words per rank: the sum split into a float and the float of the rest
+    Step x = transfer({StepKind::grad_norm, Phase::optimizer, Hop::gg, State::grad16, 8.0 * (sh.dp - 1), Tier::gpu,
+                       Tier::gpu, sh.collective_link},
+                      "grad_norm", deps({id}));
+    x.collective = {CollectiveKind::all_gather, CommGroup::dp, sh.dp, -1, 8.0};
+    id = b.e.emit(std::move(x));
+  }
+  return id;
+}
+
 }  // namespace
 
 void plan_optimizer(Builder& b) {
@@ -319,8 +347,13 @@ void optimizer(Builder& b) {
   Optim& o = b.opt;
   std::vector<int> all_grads = b.grads.offloads;
   all_grads.push_back(b.chain.last);
+  if (sh.c.grad_clip > 0 && sh.c.optimizer_overlap == OptimizerOverlap::backward)
+    throw std::logic_error("gradient clipping with the backward overlap (check_optimizer_overlap refuses it)");
+  // dpu: the norm of this iteration's gradients, for the update the next iteration runs
+  const int norm = gradient_norm(b, all_grads);
+  o.norm = norm;
   if (ot(sh) == Tier::gpu) {
-    optimizer_on_gpu(b, all_grads);
+    optimizer_on_gpu(b, norm >= 0 ? std::vector<int>{norm} : all_grads);
     return;
   }
   const Tier pt = sh.pl.param16.tier;

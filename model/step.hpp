@@ -26,11 +26,16 @@ namespace memwall {
 // all_to_all: a mixture of experts' token exchange over the expert-parallel group (TrainingConfig::ep):
 // each rank sends every other member the tokens routed to its experts (dispatch, before the experts)
 // and gets their outputs back (combine, after), and the same for the gradients in backward.
+// grad_norm: gradient clipping (TrainingConfig::grad_clip). Without a collective spec, this rank's
+// sum of squares over the gradients of its optimizer partition, where they are (`src`: a pass over
+// `bytes` of HBM or CPU memory; gradients on NVMe were summed from the pinned buffer as each final
+// one was written, so nothing is left to read); with one (all_gather over dp), every rank's sum to
+// every rank, each then adding them in rank order: the same norm, bit for bit, on every rank.
 enum class StepKind : std::uint8_t {
   fetch, compute, release, reduce_scatter, allreduce, offload, save_ckpt, load_ckpt, optimizer, p2p, accumulate,
-  all_to_all
+  all_to_all, grad_norm
 };
-inline constexpr int kStepKinds = 12;
+inline constexpr int kStepKinds = 13;
 enum class Phase : std::uint8_t { forward, recompute, backward, optimizer };
 // Where bytes travel: NVMe<->CPU memory, CPU memory<->GPU (PCIe), GPU<->GPU in a node (NVLink),
 // between nodes (InfiniBand), or nowhere (a step on one device).
@@ -114,6 +119,7 @@ constexpr const char* to_string(StepKind k) {
     case StepKind::p2p: return "p2p";
     case StepKind::accumulate: return "accumulate";
     case StepKind::all_to_all: return "all_to_all";
+    case StepKind::grad_norm: return "grad_norm";
   }
   return "?";
 }
@@ -194,6 +200,9 @@ inline const char* step_resource(const Step& s) {
     case StepKind::compute: return "gpu_compute";
     case StepKind::optimizer:
     case StepKind::accumulate: return s.src == Tier::cpu ? "cpu" : "gpu_compute";
+    case StepKind::grad_norm:
+      if (!is_collective(s)) return s.bytes <= 0 ? "" : s.src == Tier::cpu ? "cpu" : "gpu_compute";
+      break;
     case StepKind::release: return "";
     default: break;
   }

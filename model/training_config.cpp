@@ -153,6 +153,9 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
     return make_error(range_error("--grad-accum", "a number of micro-steps", 1, kMaxGradAccum, c.grad_accum));
   if (c.dpu_warmup < 0 || c.dpu_warmup > kMaxDpuWarmup)
     return make_error(range_error("--dpu-warmup", "a number of steps", 0, kMaxDpuWarmup, c.dpu_warmup));
+  if (!(c.grad_clip >= 0) || !(c.grad_clip <= kMaxGradClip))
+    return make_error("--grad-clip: expected the largest global gradient norm, > 0 (0: no clipping) and at most " +
+                      format_g(kMaxGradClip) + ", got " + format_sig(c.grad_clip));
   if (c.optimizer_chunks < 0 || c.optimizer_chunks > kMaxOptimizerChunks)
     return make_error(
         range_error("--optimizer-chunks", "a chunk count (0: automatic)", 0, kMaxOptimizerChunks, c.optimizer_chunks));

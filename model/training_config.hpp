@@ -56,7 +56,11 @@ struct TrainingConfig {
   int dpu_warmup = 40;     // dpu: ordinary steps before the delayed update starts (ZeRO-Offload's)
   int optimizer_chunks = 0;  // chunks of the NVMe optimizer pipeline (Sec. 5.2.2); 0: enough that
                              // reads, updates and writes overlap, within the pinned budget
-  WhatIf what_if;
+  // Gradient-norm clipping (torch.nn.utils.clip_grad_norm_): the gradients of a step are scaled by
+  // min(1, grad_clip / (||g|| + 1e-6)), ||g|| the L2 norm over every parameter of the model, before
+  // any update. 0: off. The norm needs every gradient final, so the backward overlap is refused.
+  double grad_clip = 0;
+WhatIf what_if;
 };
 
 // Samples per optimizer step over all ranks: micro-batch x gradient-accumulation steps x dp
@@ -90,7 +94,7 @@ inline constexpr int kMaxGradAccum = 65536;
 inline constexpr int kMaxPp = 1024;
 inline constexpr int kMaxDpuWarmup = 1000000;
 inline constexpr int kMaxOptimizerChunks = 100000;
-
+inline constexpr double kMaxGradClip = 1e9;
 // Checks ranges; `layers` bounds ci. Messages name the flag ("--ci: ..."). Also refuses a config
 // whose schedule (about layers x tiling x micro-batches steps) would not fit in an eighth of this
 // machine's memory, naming the largest value of the flag that would (schedule_size_check).

@@ -183,6 +183,7 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
   if (opt.precision == "bf16") out.config["bf16"] = {{"enabled", true}};
   else out.config["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
   if (super_offload) out.config["gradient_clipping"] = 0.0;
+  else if (k.grad_clip > 0) out.config["gradient_clipping"] = k.grad_clip;  // the global norm, as the plan's
   if (nvme)
     out.config["aio"] = {{"block_size", 1048576}, {"queue_depth", 8}, {"intra_op_parallelism", 1},
                          {"single_submit", false}, {"overlap_events", true}};

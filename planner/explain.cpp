@@ -169,7 +169,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     std::string line = std::string("optimizer overlap ") + to_string(k.optimizer_overlap) + ":";
     for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu}) {
       if (ov == k.optimizer_overlap) continue;
-      if (!check_optimizer_overlap(c.placement, ov)) continue;  // not with this placement
+      if (!check_optimizer_overlap(c.placement, ov, k.grad_clip)) continue;  // not with this placement or clipping
       Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.optimizer_overlap = ov; });
       const bool searched = std::find(space.overlaps.begin(), space.overlaps.end(), ov) != space.overlaps.end();
       line += std::string(" ") + to_string(ov) + " " + outcome(v, best) +

@@ -229,6 +229,15 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;
     tb.p2p_s = transfer_s(2.0 * 2.0 * k.bsz * double(k.seq) * double(m.hidden) / mp, bw);
   }
+  // Gradient clipping: the norm of this rank's gradient partition, read once where it lives, between
+  // the last gradient and the first update (the schedule's grad_norm step)
+  if (k.grad_clip > 0) {
+    const double mine = 0.25 * pg_bytes / (pl.optim32.partitioned ? dp : 1.0);
+    // every rank of the node reads its part at once: CPU memory is shared, HBM is each GPU's own
+    const double rate = pl.grad16.tier == Tier::gpu ? p.gpu_memory_Bps
+                                                    : p.cpu_memory_Bps / p.ranks_per_node(long(dp * mp * pp));
+    if (pl.grad16.tier != Tier::nvme && rate > 0) tb.grad_norm_s = mine / rate;
+  }
   // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
   double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
   switch (k.optimizer_overlap) {
@@ -255,7 +264,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.all_to_all_s *= ga;
     tb.p2p_s *= ga;
   }
-  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
+  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.grad_norm_s + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
   tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
   tb.samples_per_s = global_batch(k) / tb.iteration_s;

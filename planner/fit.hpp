@@ -97,7 +97,9 @@ struct TimeBreakdown {
   double all_to_all_s = 0;   // expert parallelism: the tokens' all-to-alls, exposed
   double p2p_s = 0;          // pipeline stages: activations and their gradients between stages, exposed
   double bubble_s = 0;       // pipeline stages: 1F1B's idle pp - 1 micro-steps ((pp-1)/(m+pp-1) of the passes)
-  double exposed_s = 0;      // everything added to compute
+  double grad_norm_s = 0;    // gradient clipping: one pass over this rank's gradient partition before any
+                             // update (HBM or CPU memory; on NVMe summed as they were written), exposed
+double exposed_s = 0;      // everything added to compute
   double iteration_s = 0;
   double tflops_per_gpu = 0;  // Eq. 7-8 FLOPs per GPU / iteration time
   double samples_per_s = 0;   // bsz x dp / iteration time

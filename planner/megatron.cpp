@@ -138,7 +138,7 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   flag("--lr-decay-style", "cosine");
   flag("--lr-warmup-iters", "100");
   flag("--weight-decay", "0.1");
-  flag("--clip-grad", "1.0");
+  flag("--clip-grad", k.grad_clip > 0 ? format_g(k.grad_clip) : "1.0");  // the plan's, else Megatron's default
   flag("--log-interval", "1");
   flag("--eval-iters", "0");
   // args.py:1453-1479: tensor (or context) parallelism on Hopper and older needs one connection

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/schedule.hpp"
 #include "model/units.hpp"
 #include "model/yaml_reader.hpp"
 
@@ -55,7 +56,8 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "ep"});
+               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "ep",
+               "grad_clip"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -85,7 +87,12 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.optimizer_overlap = *ov;
   c.dpu_warmup = int(r.integer_or(tn, "training", "dpu_warmup", 0, kMaxDpuWarmup, 40));
   c.optimizer_chunks = int(r.integer_or(tn, "training", "optimizer_chunks", 0, kMaxOptimizerChunks, 0));
-  c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
+  if (YAML::Node gc = tn["grad_clip"]; gc.IsDefined() && !gc.IsNull()) {
+    c.grad_clip = r.positive_number(tn, "training", "grad_clip", kMaxGradClip);
+    if (Result<bool> ok = check_optimizer_overlap(pl, c.optimizer_overlap, c.grad_clip); !ok)
+      r.fail(tn["optimizer_overlap"], "training.optimizer_overlap", ok.error());
+  }
+c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
   c.what_if.attention_density = r.positive_number_or(tn, "training", "attention_density", 1.0, 1.0);
   const long gpus = long(c.dp) * c.mp * c.pp;
   if (gpus != plan.gpus)
@@ -191,7 +198,9 @@ std::string plan_yaml(const Plan& plan) {
                                                       : "\n");
   if (c.optimizer_overlap == OptimizerOverlap::dpu) o << "  dpu_warmup: " << c.dpu_warmup << "\n";
   if (c.optimizer_chunks > 0) o << "  optimizer_chunks: " << c.optimizer_chunks << "\n";
-  if (c.what_if.onebit_adam)
+  if (c.grad_clip > 0)
+    o << "  grad_clip: " << format_g(c.grad_clip) << "   # gradients scaled to this global L2 norm at most (clip_grad_norm_)\n";
+if (c.what_if.onebit_adam)
     o << "  onebit_adam: true     # what-if (seed 004): compressed gradient collectives; plan and simulate only\n";
   if (c.what_if.attention_density < 1)
     o << "  attention_density: " << format_g(c.what_if.attention_density)

@@ -32,14 +32,14 @@ std::string candidate_key(const Candidate& c) {
          std::to_string(k.pp) + "/" + std::to_string(k.ep) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
          std::to_string(k.prefetch_depth) + "/" + std::to_string(k.optimizer_chunks) + "/" +
          to_string(k.optimizer_overlap) + "/" + std::to_string(k.dpu_warmup) + "/" + format_g(k.what_if.attention_density) +
-         (k.what_if.onebit_adam ? "/1bit" : "");
+         (k.what_if.onebit_adam ? "/1bit" : "") + (k.grad_clip > 0 ? "/clip" + format_g(k.grad_clip) : "");
 }
 
 size_t SearchSpace::size() const {
   size_t n = 0;
   for (const Placement& p : placements) {
     size_t allowed = 0;
-    for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov).ok();
+    for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov, grad_clip).ok();
     const size_t mps = p.act_ckpt.partitioned ? size_t(std::count_if(mp.begin(), mp.end(), [](int x) { return x > 1; }))
                                               : mp.size();
     n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1) * mps;
@@ -444,7 +444,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
         std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {
-            if (!check_optimizer_overlap(pl, ov)) continue;
+            if (!check_optimizer_overlap(pl, ov, space.grad_clip)) continue;
             // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
             // Not with a global batch: dp then changes with bsz, and with it each rank's share.
             std::vector<Evaluated> row;
@@ -452,7 +452,8 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
               std::optional<TrainingConfig> k =
                   config_for(m, p, space.bsz[bi], ci, t, mp, pp, ep, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
-              if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
+              k->grad_clip = space.grad_clip;
+if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
               Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};
               e.candidate.config.optimizer_overlap = ov;
               e.time = estimate_time(m, e.candidate, p, *eff_by_bsz[bi]);

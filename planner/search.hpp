@@ -46,7 +46,9 @@ struct SearchSpace {
   std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none};  // tried where the placement allows
   int prefetch_depth = 3;
   WhatIf what_if;             // seed 004's what-ifs: the user's, copied into every candidate, never searched
-  // `--global-batch N`: every candidate trains N samples per optimizer step, bsz x grad_accum x dp
+  double grad_clip = 0;       // the user's gradient clipping (TrainingConfig::grad_clip), copied into every
+                              // candidate: it rules out the backward overlap
+// `--global-batch N`: every candidate trains N samples per optimizer step, bsz x grad_accum x dp
   // (split_global_batch); micro-batches that do not divide N are skipped. Nothing: dp is every GPU
   // not used by mp, no accumulation, and the global batch is whatever bsz x dp gives.
   std::optional<long> global_batch;

@@ -433,16 +433,26 @@ class Replayer {
     }
   }
 
-  // Gradient accumulation's sum: the two gradients read and the sum written, through DRAM and the
-  // CPU cores (the link CPU Adam's flows take) or through HBM.
-  void accumulate(const Step& st, const Gpu& g, StepActs& a) {
-    const double bytes = 3 * st.bytes;
+  // A pass of `bytes` over memory on the step's tier: through DRAM and the CPU cores (the link CPU
+  // Adam's flows take) or through HBM.
+  void memory_pass(const Step& st, const Gpu& g, StepActs& a, double bytes) {
+    if (bytes <= 0) return;
     if (st.src == Tier::cpu) {
       own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], bytes));
     } else {
       const double t = p_.gpu_memory_Bps > 0 ? bytes / p_.gpu_memory_Bps : 0;
       own(a, exec(g.host, t * peak_));
     }
+  }
+
+  // Gradient accumulation's sum: the two gradients read and the sum written.
+  void accumulate(const Step& st, const Gpu& g, StepActs& a) { memory_pass(st, g, a, 3 * st.bytes); }
+
+  // Gradient clipping: the sums of squares read the rank's gradients once; the exchange of the sums
+  // is a collective of 8 bytes per rank.
+  void grad_norm(const Step& st, const Gpu& g, StepActs& a) {
+    if (is_collective(st)) collective(st, g, a);
+    else memory_pass(st, g, a, st.bytes);
   }
 
   // Bytes over the links the step's link class crosses, or the collective it takes part in.
@@ -600,6 +610,7 @@ const std::array<Replayer::Handler, kStepKinds> Replayer::kHandlers = {
     &Replayer::p2p,        // p2p
     &Replayer::accumulate, // accumulate
     &Replayer::transfer,   // all_to_all
+    &Replayer::grad_norm,  // grad_norm
 };
 
 // What one member's idle routes give when `busy_per_node` GPUs of each node run the same collective.

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "exec/backend/half.hpp"
 namespace memwall::exec {
 
 Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o);
@@ -33,6 +34,15 @@ Result<ComputeType> parse_compute_type(const std::string& s) {
 std::size_t backend_reserved_bytes(const std::string& name, std::size_t capacity_bytes) {
   if (name != "cuda") return 0;
   return std::min(std::size_t(32) << 20, capacity_bytes / 16 / 256 * 256);
+}
+
+double host_sum_squares(const void* x, adam::DType t, std::size_t n) {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = half::element_f32(x, t, long(i));
+    sum += v * v;
+  }
+  return sum;
 }
 
 std::vector<std::string> compiled_backends() {

@@ -202,8 +202,12 @@ struct BackendOps {
   // roundings in CUDA's IEEE-rounded intrinsics. Invalid arguments (step < 1, param16_type fp32)
   // are reported through sticky_error and update nothing.
   void (*adam_update)(void* ctx, const DeviceAdam& a);
-
-  // optional: the first failure of a call that returns nothing (a kernel or copy that went wrong
+  // Sums of squares of n elements of type t, each widened to fp32 and squared and summed in double,
+  // into partials[0..parts) (device memory; parts >= 1): part p of a partition fixed by n and parts
+  // alone, so a call gives the same bits every time; the caller adds the parts in order (gradient
+  // clipping's global norm). On the compute stream.
+  void (*sum_squares)(void* ctx, double* partials, int parts, const void* x, adam::DType t, long n);
+// optional: the first failure of a call that returns nothing (a kernel or copy that went wrong
   // after its call returned, an adam_update refused), with file:line where there is one; nullptr
   // when there was none. Checked after each training step.
   const char* (*sticky_error)(void* ctx);
@@ -243,6 +247,11 @@ class Backend {
 // cuBLAS's workspace, 32 MiB as NVIDIA recommends on Hopper, or 1/16 of a capacity under 512 MiB
 // (in 256-byte units; the tests' 64 MiB devices keep 4 MiB, cuBLAS's own default pool). cpu: none.
 std::size_t backend_reserved_bytes(const std::string& name, std::size_t capacity_bytes);
+
+// The sum of squares of n elements of type t in host memory, each widened to fp32, squared and
+// summed in double, in order: what the engine adds for gradients it holds in CPU memory, and each
+// part of the cpu backend's sum_squares.
+double host_sum_squares(const void* x, adam::DType t, std::size_t n);
 
 // Backends compiled into this build ("cpu", and "cuda" when the toolkit was found).
 std::vector<std::string> compiled_backends();

@@ -670,6 +670,17 @@ void cpu_accumulate_to(void*, void* dst, const float* src, adam::DType t, long n
   for (long i = 0; i < n; ++i) d[i] = half::half_from_f32(half::add_f32(half::f32_from_half(d[i], t), src[i]), t);
 }
 
+// Contiguous parts, [p n / parts, (p + 1) n / parts), each summed in order.
+void cpu_sum_squares(void*, double* partials, int parts, const void* x, adam::DType t, long n) {
+  if (parts < 1) return;
+  const std::size_t es = adam::dtype_bytes(t);
+#pragma omp parallel for if(n >= kParallelWork)
+  for (int p = 0; p < parts; ++p) {
+    const long from = long(double(p) * double(n) / parts), to = long(double(p + 1) * double(n) / parts);
+    partials[p] = host_sum_squares(static_cast<const char*>(x) + std::size_t(from) * es, t, std::size_t(to - from));
+  }
+}
+
 // CpuAdam on the pointers (the cpu device is host memory). A CpuAdam is made for one set of
 // options and keeps a worker pool: it is made again only when the options change (a learning
 // rate schedule: once per step, not once per chunk).
@@ -748,6 +759,7 @@ const BackendOps kCpuOps = {
     Threaded<cpu_from_fp32>::call,
     Threaded<cpu_accumulate_to>::call,
     cpu_adam_update,
+    Threaded<cpu_sum_squares>::call,
     cpu_sticky_error,  // every cpu kernel has finished when its call returns: only refusals
     nullptr,  // native_stream: copy streams are memwall's own threads
     cpu_set_host_threads,

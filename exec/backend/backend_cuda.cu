@@ -449,6 +449,23 @@ __global__ void adam_k(float* param, float* exp_avg, float* exp_avg_sq, const vo
 
 constexpr int kThreads = 256;
 
+// Block b sums the squares of elements b * 256 + t + k * blocks * 256 (thread t, k = 0, 1, ...) in
+// double, then the block's 256 sums in a fixed tree: the same bits on every call.
+__global__ void sum_squares_k(double* partials, const void* x, adam::DType t, long n) {
+  __shared__ double s[kThreads];
+  double acc = 0;
+  for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+    const double v = half::element_f32(x, t, i);
+    acc = fma(v, v, acc);
+  }
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = s[0];
+}
 // Every launch goes through here: nothing is launched for zero work (a grid of 0 blocks is an
 // error), and the launch is checked.
 template <typename Kernel, typename... Args>
@@ -628,6 +645,11 @@ void cu_accumulate_to(void* ctx, void* dst, const float* src, adam::DType t, lon
   launch_n(ctx, n, accumulate_to_k, static_cast<std::uint16_t*>(dst), src, t, n);
 }
 
+void cu_sum_squares(void* ctx, double* partials, int parts, const void* x, adam::DType t, long n) {
+  if (parts < 1) return;
+  launch(ctx, parts, kThreads, sum_squares_k, partials, x, t, n);
+}
+
 // The step's scalars in double (Python's float arithmetic), then cast where ATen casts them:
 // the same expressions as CpuAdam's (exec/adam/cpu_adam.cpp, step_scalars).
 void cu_adam_update(void* ctx, const DeviceAdam& d) {
@@ -720,6 +742,7 @@ cu_bias_fwd,
     cu_from_fp32,
     cu_accumulate_to,
     cu_adam_update,
+    cu_sum_squares,
     cu_sticky_error,
     cu_native_stream,
     nullptr,  // set_host_threads: the host runs no kernels

@@ -115,7 +115,8 @@ std::unique_ptr<Backend> delaying_backend(std::unique_ptr<Backend> inner, const 
   MEMWALL_FWD(from_fp32);
   MEMWALL_FWD(accumulate_to);
   MEMWALL_FWD(adam_update);
-  MEMWALL_FWD(sticky_error);
+  MEMWALL_FWD(sum_squares);
+MEMWALL_FWD(sticky_error);
   MEMWALL_FWD(native_stream);
   MEMWALL_FWD(set_host_threads);
   ops.event_record = event_record;

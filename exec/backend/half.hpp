@@ -105,4 +105,9 @@ MEMWALL_HD inline float f32_from_half(std::uint16_t h, adam::DType t) {
   return t == adam::DType::fp16 ? f32_from_fp16(h) : f32_from_bf16(h);
 }
 
+// Element i of an array of type t (fp32, fp16 or bf16), as fp32: a load and an exact widening.
+MEMWALL_HD inline float element_f32(const void* x, adam::DType t, long i) {
+  return t == adam::DType::fp32 ? static_cast<const float*>(x)[i]
+                                : f32_from_half(static_cast<const std::uint16_t*>(x)[i], t);
+}
 }  // namespace memwall::exec::half

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -59,7 +60,20 @@ struct EngineContext {
   bool skip_update = false; // its first iteration has no pending gradients: the updates only copy
   std::vector<Event> event_pool;
   std::vector<float> grads_kept;  // options.keep_gradients: the optimizer slices' order
-  // this iteration's batch (micro-step, then micro-batch, then B x T) and each position's loss
+  // Gradient clipping (TrainingConfig::grad_clip): the sums of squares behind the global norm, the
+  // norm of the iteration's gradients and the coefficient the next updates apply (1: no clipping;
+  // dpu's delayed update applies the one of the gradients it applies, taken an iteration earlier).
+  struct Norm {
+    std::vector<double> units;     // grad16 on nvme: per unit, this rank's part as its final value was written
+    std::vector<double> partials;  // grad16 on the device: per unit, sum_squares' parts
+    int parts = 1;                 // sum_squares' parts per unit (its scratch: the fp32 grad staging)
+    double mine = 0;               // this rank's optimizer partition
+    std::array<float, 2> words{};  // `mine` as two fp32 words (the float, and the float of the rest)
+    std::vector<float> all;        // every rank's two words, after the exchange
+    double global = std::numeric_limits<double>::quiet_NaN();  // the iteration's norm (NaN: none yet)
+    double clip_coef = 1.0;
+  } norm;
+// this iteration's batch (micro-step, then micro-batch, then B x T) and each position's loss
   const int* batch_tokens = nullptr;
   const int* batch_targets = nullptr;
   std::vector<float> step_losses;

@@ -25,6 +25,9 @@ double expected_time(const Step& s, const HardwareProfile& p, long hidden) {
       return s.src == Tier::cpu ? over(s.params, p.cpu_adam_params_per_s) : over(s.params * 30, p.gpu_memory_Bps);
     case StepKind::accumulate:
       return over(3 * s.bytes, s.src == Tier::cpu ? p.cpu_memory_Bps : p.gpu_memory_Bps);
+    case StepKind::grad_norm:
+      if (!is_collective(s)) return over(s.bytes, s.src == Tier::cpu ? p.cpu_memory_Bps : p.gpu_memory_Bps);
+      break;
     default: break;
   }
   switch (s.link) {

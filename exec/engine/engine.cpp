@@ -415,6 +415,9 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   }
   if (Result<bool> r = e.tiers.initialise(*e.adam); !r) return make_error(r.error());
   if (e.o.keep_gradients) e.grads_kept.assign(e.tiers.elems_of(State::optim32), 0.0f);
+  e.norm.units.assign(e.tiers.units().size(), 0.0);
+  // sum_squares' parts go through the fp32 gradient staging, idle once the gradients are final
+  e.norm.parts = int(std::clamp<std::size_t>(e.gpt->staging_elems() * sizeof(float) / sizeof(double), 1, 64));
   if (Result<bool> r = fit_host_threads(e, *load_window); !r) return make_error(r.error());
   apply_host_threads(e);
   return std::unique_ptr<Engine>(new Engine(std::move(ctx)));
@@ -460,6 +463,7 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   r.threads = e.host.threads;
   r.lr = e.skip_update ? 0 : adam::lr_at(e.o.lr_schedule, e.o.lr, e.adam_step);
   e.live_bytes = e.live_high_water = e.extent_high_water = {};  // this iteration's
+  e.norm.global = std::numeric_limits<double>::quiet_NaN();
   Result<bool> ok = run_schedule(e, *e.tables, r.times);
   if (!ok) {
     if (!e.skip_update) --e.adam_step;
@@ -477,6 +481,7 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
     mean = *all / e.dp;
   }
   r.loss = float(mean);
+  r.grad_norm = e.norm.global;
   r.iteration_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.bytes_moved = e.bytes_moved;
   r.overlap = overlap_report(*e.sched, r.times);

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +102,9 @@ struct IterationReport {
   std::vector<StepTime> times;     // every step, when options.trace
   int threads = 1;                 // host threads this iteration ran with
   double lr = 0;                   // the rate of this iteration's update (dpu: of the update it ran)
+  // Gradient clipping: the global L2 norm of this iteration's gradients before clipping (NaN when
+  // the run does not clip)
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct EngineStats {

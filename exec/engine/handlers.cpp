@@ -1,8 +1,9 @@
 #include "exec/engine/handlers.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
-
 #include "exec/backend/half.hpp"
 
 namespace memwall::exec {
@@ -226,11 +227,33 @@ Result<Token> offload_optimizer(EngineContext& e, const Step& s) {
   return io_token(t.io()->submit(piece_requests(e, ch, State::param16, io::IoOp::write, buf, ch.param_at)));
 }
 
+// Gradient clipping with gradients on NVMe: the sum of squares of a unit's final gradient (the last
+// micro-step's write), from the pinned copy the write has just read, on the host lane. Its slot
+// holds this rank's optimizer slice, as the optimizer will read it back.
+Result<Token> sum_written_gradient(EngineContext& e, const Step& s, const char* src) {
+  Token t;
+  t.kind = Token::host;
+  const std::size_t unit = std::size_t(s.unit), n = e.tiers.opt_len(unit_of(e, s));
+  const adam::DType dt = e.o.precision;
+  t.task = e.lane->post([&e, unit, src, n, dt]() -> std::string {
+    e.norm.units[unit] = host_sum_squares(src, dt, n);
+    return "";
+  });
+  return t;
+}
+
 Result<Token> offload(EngineContext& e, const Step& s) {
   if (s.phase == Phase::optimizer) return offload_optimizer(e, s);
   const UnitLayout& u = unit_of(e, s);
   char* src = e.buffer(s.src_buf);
-  if (s.hop == Hop::cn) return io_token(e.tiers.swap(State::grad16).write(size_t(s.unit), src));
+  if (s.hop == Hop::cn) {
+    Result<io::IoHandle> h = e.tiers.swap(State::grad16).write(size_t(s.unit), src);
+    if (!h) return make_error(h.error());
+    Token w = io_token(std::move(h).value());
+    const bool final = s.accum_step < 0 || s.accum_step == e.sched->grad_accum - 1;
+    if (final && e.o.config.grad_clip > 0) w.then = [&e, &s, src] { return sum_written_gradient(e, s, src); };
+    return w;
+  }
   char* dst = s.dst_buf >= 0 ? e.buffer(s.dst_buf) : e.tiers.unit_in(State::grad16, u);
   // after a reduce-scatter this rank's shard sits in its slice of the buffer
   const bool part = e.tiers.sharded(State::grad16);
@@ -285,7 +308,7 @@ void keep_gradients(EngineContext& e, const void* g, std::size_t at, std::size_t
 // `skip`: dpu's first delayed iteration has no pending gradients; its updates only copy the
 // parameters (rounded from the masters) for the refresh to bring to the device.
 std::string update_chunk(EngineContext& e, const ChunkLayout& ch, char* buf, char* staged_params, char* staged_grads,
-                         long step, bool skip) {
+                         long step, bool skip, double clip_coef) {
   Tiers& t = e.tiers;
   const Tier ot = t.tier(State::optim32), gt = t.tier(State::grad16), pt = t.tier(State::param16);
   const std::size_t n_opt = t.elems_of(State::optim32), ps = psz(e);
@@ -317,7 +340,7 @@ std::string update_chunk(EngineContext& e, const ChunkLayout& ch, char* buf, cha
       else if (Result<std::size_t> r = e.adam->convert(a.param, p16, e.o.precision, pc.count); !r) return "adam: " + r.error();
     } else {
       if (e.o.keep_gradients) keep_gradients(e, g, ch.start + done, pc.count);
-      Result<std::size_t> r = e.adam->step(a, step, {}, adam::lr_at(e.o.lr_schedule, e.o.lr, step));
+      Result<std::size_t> r = e.adam->step(a, step, adam::GradScaling{1.0, clip_coef}, adam::lr_at(e.o.lr_schedule, e.o.lr, step));
       if (!r) return "adam: " + r.error();
       if (e.o.precision == adam::DType::fp32) std::memcpy(p16, a.param, pc.count * 4);
     }
@@ -358,6 +381,7 @@ Result<Token> optimizer_on_device(EngineContext& e) {
     a.eps = e.o.eps;
     a.weight_decay = e.o.weight_decay;
     a.decoupled_weight_decay = true;
+    a.clip_coef = e.norm.clip_coef;
     e.k().adam_update(e.cx(), a);
     if (e.o.precision == adam::DType::fp32)
       e.k().copy_d2d_async(e.cx(), 0, t.slice_in(State::param16, u, 0), a.param, t.opt_len(u) * 4);
@@ -383,10 +407,96 @@ Result<Token> optimizer(EngineContext& e, const Step& s) {
     return make_error("internal error: the update names no buffer for its gradients");
   const long step = e.adam_step;
   const bool skip = e.skip_update;
+  const double clip_coef = e.norm.clip_coef;  // dpu: of the gradients this update applies
   Token t;
   t.kind = Token::host;
-  t.task = e.lane->post([&e, &ch, buf, staged_params, staged_grads, step, skip]() -> std::string {
-    return update_chunk(e, ch, buf, staged_params, staged_grads, step, skip);
+  t.task = e.lane->post([&e, &ch, buf, staged_params, staged_grads, step, skip, clip_coef]() -> std::string {
+    return update_chunk(e, ch, buf, staged_params, staged_grads, step, skip, clip_coef);
+  });
+  return t;
+}
+
+// ---- grad_norm: gradient clipping's global norm ----
+
+// torch.nn.utils.clip_grad_norm_'s coefficient from the global sum of squares: max_norm /
+// (total_norm + 1e-6), clamped at 1, in fp32 as torch forms it from its fp32 norm.
+void set_global_norm(EngineContext& e, double sum_squares) {
+  e.norm.global = std::sqrt(sum_squares);
+  const float coef = float(e.o.config.grad_clip) / (float(e.norm.global) + 1e-6f);
+  e.norm.clip_coef = std::min(1.0f, coef);
+}
+
+// This rank's sum; the global one at once when no other rank holds a part of the partition (the
+// schedule then has no exchange: dp 1, or optimizer states whole on every rank).
+void set_mine(EngineContext& e, double sum_squares) {
+  e.norm.mine = sum_squares;
+  if (!e.tiers.sharded(State::optim32)) set_global_norm(e, sum_squares);
+}
+
+// Gradients on the device: sum_squares per unit slice into the staging, each unit's parts copied
+// back behind it on the compute stream, added in unit order once they are here.
+Result<Token> norm_on_device(EngineContext& e) {
+  if (!e.k().sum_squares) return make_error("the " + e.be->caps().name + " backend has no sum_squares");
+  Tiers& t = e.tiers;
+  const int parts = e.norm.parts;
+  auto* scratch = reinterpret_cast<double*>(e.gpt->grad_staging());
+  e.norm.partials.assign(t.units().size() * std::size_t(parts), 0.0);
+  for (std::size_t i = 0; i < t.units().size(); ++i) {
+    const UnitLayout& u = t.units()[i];
+    if (t.opt_len(u) == 0) continue;
+    e.k().sum_squares(e.cx(), scratch, parts, t.slice_in(State::grad16, u, 0), e.o.precision, long(t.opt_len(u)));
+    e.k().copy_d2h_async(e.cx(), 0, e.norm.partials.data() + i * std::size_t(parts), scratch, std::size_t(parts) * sizeof(double));
+  }
+  Token tok = on_stream(e, 0);
+  tok.then = [&e]() -> Result<Token> {
+    double sum = 0;
+    for (double p : e.norm.partials) sum += p;
+    set_mine(e, sum);
+    return Token{};
+  };
+  return tok;
+}
+
+// Every rank's sum to every rank as two fp32 words (over MPI in host memory, also beside NCCL),
+// each adding them in rank order: every rank gets the same bits.
+Result<Token> exchange_norms(EngineContext& e) {
+  const float hi = float(e.norm.mine);
+  e.norm.words = {hi, float(e.norm.mine - double(hi))};
+  e.norm.all.assign(2 * std::size_t(e.dp), 0.0f);
+  Collectives& c = e.boot ? *e.boot : *e.coll;
+  Result<Token> tok = collective_token(c.all_gather(e.norm.all.data(), 2, 2, adam::DType::fp32, e.norm.words.data()));
+  if (!tok) return tok;
+  Token t = std::move(tok).value();
+  t.then = [&e]() -> Result<Token> {
+    double sum = 0;
+    for (std::size_t r = 0; r < std::size_t(e.dp); ++r) sum += double(e.norm.all[2 * r]) + double(e.norm.all[2 * r + 1]);
+    set_global_norm(e, sum);
+    return Token{};
+  };
+  return t;
+}
+
+Result<Token> grad_norm(EngineContext& e, const Step& s) {
+  if (is_collective(s)) return exchange_norms(e);
+  switch (e.tier(State::grad16)) {
+    case Tier::gpu: return norm_on_device(e);
+    case Tier::nvme: {  // summed unit by unit as they were written
+      double sum = 0;
+      for (double u : e.norm.units) sum += u;
+      set_mine(e, sum);
+      return Token{};
+    }
+    case Tier::cpu: break;
+  }
+  Token t;
+  t.kind = Token::host;
+  t.task = e.lane->post([&e]() -> std::string {
+    Tiers& tiers = e.tiers;
+    double sum = 0;
+    for (const UnitLayout& u : tiers.units())
+      sum += host_sum_squares(tiers.slice_in(State::grad16, u, 0), e.o.precision, tiers.opt_len(u));
+    set_mine(e, sum);
+    return "";
   });
   return t;
 }
@@ -458,6 +568,7 @@ const std::array<Handler, kStepKinds> kHandlers = {
     p2p,         // p2p
     accumulate,  // accumulate
     all_to_all,  // all_to_all
+    grad_norm,   // grad_norm
 };
 
 }  // namespace

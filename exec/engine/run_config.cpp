@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "exec/adam/cpu_adam.hpp"
+#include "model/training_config.hpp"
 #include "model/units.hpp"
 #include "model/yaml_reader.hpp"
 
@@ -43,7 +44,7 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     const YAML::Node& root = r.root();
     if (!root.IsMap()) r.fail(root, "", "expected a mapping of run settings (layers, hidden, heads, steps, ...)");
     std::vector<std::string> keys = {"layers", "hidden", "heads", "steps", "bsz", "seq", "ci", "lr", "lr_schedule",
-                                     "warmup_steps", "decay_steps", "min_lr", "weight_decay", "seed", "backend",
+                                     "warmup_steps", "decay_steps", "min_lr", "weight_decay", "grad_clip", "seed", "backend",
                                      "compute", "precision", "capacity", "corpus", "rope_theta"};
     keys.insert(keys.end(), model_kind_fields().begin(), model_kind_fields().end());  // kv_heads, ffn, ...
     r.only_keys(root, "", keys);
@@ -81,7 +82,8 @@ Result<RunConfig> parse_run_config(const std::string& source, std::string_view t
     c.lr_schedule.decay_steps = bounded(r, root, "decay_steps", c.lr_schedule.warmup_steps + 1, 100000000, 0);
     c.lr_schedule.min_lr = positive_real(r, root, "min_lr", 0, true, c.lr);
     c.weight_decay = positive_real(r, root, "weight_decay", c.weight_decay, true, kMaxRate);
-    c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, std::numeric_limits<long>::max(), long(c.seed)));
+    c.grad_clip = positive_real(r, root, "grad_clip", 0, true, kMaxGradClip);
+c.seed = std::uint64_t(r.integer_or(root, "", "seed", 0, std::numeric_limits<long>::max(), long(c.seed)));
     c.backend = r.text_or(root, "", "backend", c.backend);
     if (c.backend != "cpu" && c.backend != "cuda")
       r.fail(root["backend"], "backend", "expected cpu or cuda, got \"" + c.backend + "\"");

@@ -37,7 +37,8 @@ struct RunConfig {
   // lr_schedule (constant, linear, cosine), warmup_steps, decay_steps (0: the run's steps), min_lr
   adam::LrSchedule lr_schedule;
   double weight_decay = 0.0;         // AdamW's decoupled decay
-  std::uint64_t seed = 1337;         // initial weights and batch order
+  double grad_clip = 0.0;            // the largest global gradient L2 norm (clip_grad_norm_); 0 = no clipping
+std::uint64_t seed = 1337;         // initial weights and batch order
   std::string backend = "cpu";
   ComputeType compute = ComputeType::fp32;
   // What param16 and grad16 are stored as: bf16 / fp16 (mixed precision, the paper's) or fp32 (for

@@ -427,6 +427,13 @@ def plan_field(needle, new, frag, fname, commands=None):
 
 
 CHECK_ONLY = [("plan", "plan --check @"), ("simulate", "simulate --plan @")]
+# gradient clipping: a bad norm, and the overlap that updates before the norm exists
+_ov = line_of(PLAN, "  prefetch_depth:") + 1
+plan_case("plan_grad_clip_negative.yaml", set_line(PLAN, "  prefetch_depth:", "  prefetch_depth: 3\n  grad_clip: -1"),
+          ":%d: training.grad_clip: expected a number > 0" % _ov)
+plan_case("plan_grad_clip_backward.yaml",
+          set_line(PLAN, "  prefetch_depth:", "  prefetch_depth: 3\n  optimizer_overlap: backward\n  grad_clip: 1"),
+          ":%d: training.optimizer_overlap: --optimizer-overlap backward: not with --grad-clip" % _ov)
 plan_field("version:", "version: 2", r"version: expected an integer from 1 to 1, got \"2\"", "plan_version_2.yaml")
 plan_field("version:", "version: one", r"version: expected an integer from 1 to 1, got \"one\"", "plan_version_word.yaml")
 plan_field("nodes:", "nodes: 0", r"nodes: expected an integer from 1 to 65536, got \"0\"", "plan_nodes_zero.yaml")
@@ -533,6 +540,8 @@ run_field("lr", "nan", r"expected a number > 0", "nan")
 run_field("lr", "1e308", r"expected a number > 0 and at most 10", "huge")
 run_field("weight_decay", "-1", r"expected a number >= 0", "negative")
 run_field("weight_decay", "nan", r"expected a number >= 0", "nan")
+run_field("grad_clip", "-1", r"expected a number >= 0 and at most 1000000000", "negative")
+run_field("grad_clip", "nan", r"expected a number >= 0", "nan")
 run_field("seed", "-1", r"expected an integer from 0 to", "negative")
 run_field("seed", "abc", r"expected an integer from 0 to", "word")
 run_field("backend", "tpu", r"expected cpu or cuda, got \"tpu\"", "tpu")

@@ -143,7 +143,7 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
               if (ckpt > 0 && pn != "three_d") continue;
               Placement pl = *preset(pn);
               if (ckpt > 0) pl.act_ckpt = {ckpt == 1 ? Tier::gpu : Tier::cpu, true};
-              if (!check_optimizer_overlap(pl, ov)) continue;
+              if (!check_optimizer_overlap(pl, ov, 0)) continue;
               if (pp > 1 && (pl.layer_major || pl.param16.partitioned || pl.grad16.partitioned)) continue;
               TrainingConfig c;
               c.seq = m.seq;

@@ -43,7 +43,7 @@ std::vector<Case> cases() {
           for (OptimizerOverlap ov : {OptimizerOverlap::none, OptimizerOverlap::backward, OptimizerOverlap::dpu})
             for (bool exec : {false, true}) {
               Placement pl = *preset(name);
-              if (!check_optimizer_overlap(pl, ov).ok()) continue;
+              if (!check_optimizer_overlap(pl, ov, 0).ok()) continue;
               out.push_back({name, dp, tiling, ckpt, ov, exec});
             }
   return out;

@@ -353,6 +353,10 @@ TEST(DeepSpeed, PlanningForDeepSpeedKeepsWhatItRuns) {
   ASSERT_TRUE(ex.ok());
   EXPECT_TRUE(ex->differences.empty()) << ex->notes();
   EXPECT_FALSE(ex->config["zero_optimization"]["offload_optimizer"].contains("super_offload"));
+  EXPECT_FALSE(ex->config.contains("gradient_clipping"));  // DeepSpeed's default (constants.py): 0, none, as planned
+  Candidate clipped = b.candidate;
+  clipped.config.grad_clip = 0.7;
+  EXPECT_EQ(deepspeed_export(m, clipped)->config["gradient_clipping"], 0.7);
   // memwall's own plan: stage 3 with CPU Adam beside backward is SuperOffload, without clipping
   ex = deepspeed_export(m, a.candidate);
   ASSERT_TRUE(ex.ok());

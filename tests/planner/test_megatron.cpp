@@ -257,6 +257,10 @@ TEST(Megatron, ThreeDPlanForMegatron) {
   EXPECT_NE(script.find("torchrun --nnodes 1 --nproc-per-node 16 pretrain_gpt.py"), std::string::npos) << script;
   EXPECT_NE(script.find("--tensor-model-parallel-size " + std::to_string(c.config.mp)), std::string::npos);
   EXPECT_NE(e->notes().find("pads 50257 to"), std::string::npos) << e->notes();
+  EXPECT_NE(script.find("--clip-grad 1.0 "), std::string::npos) << script;  // Megatron's default: the plan has none
+  Candidate clipped = c;
+  clipped.config.grad_clip = 0.7;  // the plan's own
+  EXPECT_NE(megatron_export(m, clipped, p, "fp16")->script().find("--clip-grad 0.7 "), std::string::npos);
   Candidate partitioned = c;
   partitioned.placement.act_ckpt.partitioned = true;
   partitioned.config.mp = 4;

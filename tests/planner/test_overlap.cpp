@@ -21,23 +21,23 @@ using testing::ProfileSpec;
 
 TEST(Overlap, AllowedOnlyWhereTheCpuUpdatesWhileTheGpuComputes) {
   const Placement cpu = *preset("zero_inf_cpu"), nvme = *preset("zero_inf_nvme"), gpu = *preset("zero3");
-  EXPECT_TRUE(check_optimizer_overlap(gpu, OptimizerOverlap::none).ok());
-  Result<bool> r = check_optimizer_overlap(gpu, OptimizerOverlap::backward);
+  EXPECT_TRUE(check_optimizer_overlap(gpu, OptimizerOverlap::none, 0).ok());
+  Result<bool> r = check_optimizer_overlap(gpu, OptimizerOverlap::backward, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("optimizer states off the GPU"), std::string::npos) << r.error();
-  EXPECT_TRUE(check_optimizer_overlap(cpu, OptimizerOverlap::backward).ok());
-  EXPECT_TRUE(check_optimizer_overlap(nvme, OptimizerOverlap::backward).ok());
+  EXPECT_TRUE(check_optimizer_overlap(cpu, OptimizerOverlap::backward, 0).ok());
+  EXPECT_TRUE(check_optimizer_overlap(nvme, OptimizerOverlap::backward, 0).ok());
   // dpu keeps the parameters on the GPU (ZeRO-Offload); zero_inf_* moves them off
-  r = check_optimizer_overlap(cpu, OptimizerOverlap::dpu);
+  r = check_optimizer_overlap(cpu, OptimizerOverlap::dpu, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("param16 on gpu"), std::string::npos) << r.error();
   Placement offload = cpu;
   offload.param16.tier = Tier::gpu;
-  EXPECT_TRUE(check_optimizer_overlap(offload, OptimizerOverlap::dpu).ok());
+  EXPECT_TRUE(check_optimizer_overlap(offload, OptimizerOverlap::dpu, 0).ok());
   // gradients kept on the GPU until backward ends leave nothing to overlap
   Placement grads_on_gpu = cpu;
   grads_on_gpu.grad16.tier = Tier::gpu;
-  r = check_optimizer_overlap(grads_on_gpu, OptimizerOverlap::backward);
+  r = check_optimizer_overlap(grads_on_gpu, OptimizerOverlap::backward, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("grad16 on cpu or nvme"), std::string::npos) << r.error();
 }
@@ -145,6 +145,68 @@ TEST(Overlap, PlanFilesCarryIt) {
   Result<Plan> bad = parse_plan(y, "plan.yaml", &p);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("training.optimizer_overlap: expected none, backward or dpu, got \"sideways\""),
+            std::string::npos)
+      << bad.error();
+}
+
+
+// Gradient clipping (TrainingConfig::grad_clip): the backward overlap is refused (it updates before
+// the global norm exists), the search keeps it out, and the estimate adds one pass over each rank's
+// gradient partition: HBM for gradients on the GPU, CPU memory shared by the node's ranks, nothing
+// for NVMe (summed as each final gradient is written).
+TEST(GradClip, RulesOutTheBackwardOverlapAndCostsOnePassOverTheGradients) {
+  const Placement cpu = *preset("zero_inf_cpu");
+  Result<bool> r = check_optimizer_overlap(cpu, OptimizerOverlap::backward, 1.0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("not with --grad-clip"), std::string::npos) << r.error();
+  EXPECT_TRUE(check_optimizer_overlap(cpu, OptimizerOverlap::none, 1.0).ok());
+  Placement offload = cpu;
+  offload.param16.tier = Tier::gpu;
+  EXPECT_TRUE(check_optimizer_overlap(offload, OptimizerOverlap::dpu, 1.0).ok());
+
+  ProfileSpec s;
+  s.gpu_memory = "16 GB";
+  HardwareProfile p = make_profile(s);
+  ModelSpec m = make_model(8, 4096, 32);
+  SearchSpace space = *make_space(m, p, *parse_fixes({"bsz=8", "ci=1", "tiling=1"}));
+  space.grad_clip = 1.0;
+  SearchResult sr = search(m, p, space);
+  ASSERT_TRUE(sr.fits());
+  for (const Evaluated& e : sr.ranked) {
+    EXPECT_NE(e.candidate.config.optimizer_overlap, OptimizerOverlap::backward);
+    EXPECT_EQ(e.candidate.config.grad_clip, 1.0);
+  }
+  for (const char* name : {"zero3", "zero_inf_cpu", "zero_inf_nvme"}) {
+    SCOPED_TRACE(name);
+    Candidate c = make_candidate(name, 8, 1, 1, 1);
+    const TimeBreakdown plain = estimate_time(m, c, p);
+    c.config.grad_clip = 1.0;
+    const TimeBreakdown clipped = estimate_time(m, c, p);
+    const double dp = c.config.dp, ranks = p.ranks_per_node(long(dp));
+    // fp16 gradients of this rank's optimizer partition, within the few per cent that Eq. 9's
+    // parameter count differs from the operator graph's
+    const double bytes = 2.0 * double(model_param_count(m)) / (c.placement.optim32.partitioned ? dp : 1);
+    const Tier t = c.placement.grad16.tier;
+    const double expect = t == Tier::nvme ? 0 : t == Tier::gpu ? bytes / p.gpu_memory_Bps : bytes / (p.cpu_memory_Bps / ranks);
+    EXPECT_NEAR(clipped.grad_norm_s, expect, 0.05 * expect + 1e-12);
+    EXPECT_NEAR(clipped.iteration_s - plain.iteration_s, clipped.grad_norm_s, 1e-12);
+    EXPECT_EQ(plain.grad_norm_s, 0);
+  }
+}
+
+TEST(GradClip, PlanFilesCarryItAndRefuseItBesideTheBackwardOverlap) {
+  HardwareProfile p = make_profile({});
+  Plan plan = small_plan(OptimizerOverlap::none);
+  plan.candidate.config.grad_clip = 0.5;
+  const std::string y = plan_yaml(plan);
+  Result<Plan> b = parse_plan(y, "plan.yaml", &p);
+  ASSERT_TRUE(b.ok()) << b.error() << "\n" << y;
+  EXPECT_EQ(b->candidate.config.grad_clip, 0.5);
+  EXPECT_EQ(parse_plan(plan_yaml(small_plan(OptimizerOverlap::none)), "plan.yaml", &p)->candidate.config.grad_clip, 0);
+  plan.candidate.config.optimizer_overlap = OptimizerOverlap::backward;
+  Result<Plan> bad = parse_plan(plan_yaml(plan), "plan.yaml", &p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("training.optimizer_overlap: --optimizer-overlap backward: not with --grad-clip"),
             std::string::npos)
       << bad.error();
 }

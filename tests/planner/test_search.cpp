@@ -190,7 +190,7 @@ TEST(Search, PruningFindsWhatBruteForceFinds) {
         for (int t : pl.param16.partitioned ? space.tiling : std::vector<int>{1})
           for (OptimizerOverlap ov : space.overlaps)
           for (double b : space.bsz) {
-            if (!check_optimizer_overlap(pl, ov)) continue;
+            if (!check_optimizer_overlap(pl, ov, 0)) continue;
             Candidate c{pl, {}};
             c.config.optimizer_overlap = ov;
             c.config.bsz = b;

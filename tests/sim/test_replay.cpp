@@ -122,6 +122,37 @@ TEST(Replay, GradientAccumulationRepeatsTheMicroStepNotTheOptimizer) {
   EXPECT_LT(step, t[1]);
 }
 
+// Gradient clipping: its grad_norm step reads this rank's gradient partition once, between the last
+// gradient and the first update, through HBM (zero3) or CPU memory (zero_inf_cpu); nothing for
+// NVMe, where the sums were taken as the gradients were written. One rank: nothing to exchange.
+TEST(Replay, GradientClippingAddsOnePassOverTheGradients) {
+  ModelSpec m = model();
+  HardwareProfile p = *load_profile("dgx2");
+  for (const char* name : {"zero3", "zero_inf_cpu", "zero_inf_nvme"}) {
+    SCOPED_TRACE(name);
+    const Placement pl = *preset(name);
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.dp = 1;
+    double t[2] = {0, 0}, pass = 0;
+    for (int clip : {0, 1}) {
+      c.grad_clip = clip;
+      Result<SimReport> r = simulate_isolated(m, pl, c, p, SimOptions{});
+      ASSERT_TRUE(r.ok()) << r.error();
+      ASSERT_FALSE(r->overflow);
+      t[clip] = r->iteration_s;
+    }
+    Result<Schedule> s = build_schedule(m, pl, c, p);
+    ASSERT_TRUE(s.ok()) << s.error();
+    for (const Step& st : s->steps)
+      if (st.kind == StepKind::grad_norm) pass += st.bytes;
+    const double expect = pl.grad16.tier == Tier::gpu ? pass / p.gpu_memory_Bps : pass / p.cpu_memory_Bps;
+    if (pl.grad16.tier == Tier::nvme) EXPECT_EQ(pass, 0);
+    else EXPECT_GT(pass, 1e9);  // 2 bytes per parameter of the 805 M
+    EXPECT_NEAR(t[1] - t[0], expect, 0.05 * expect + 1e-4) << t[0] << " -> " << t[1];
+  }
+}
+
 // Pipeline stages (issue 17, item 4), one GPU per stage: with everything on the GPU and one
 // data-parallel rank, p stages each do 1/p of a micro-step, and 1F1B idles for p - 1 micro-steps'
 // time, so m micro-steps take (m + p - 1) / (p m) of one GPU's time for them. The stages' sends and

@@ -35,30 +35,7 @@ with tempfile.TemporaryDirectory() as tmp:
     targets = torch.tensor(runs["dpu"][5].reshape(S, B, T), dtype=torch.long)
     if runs["backward"][0]["losses"] != runs["none"][0]["losses"]:
         fail.append("backward overlap changed the losses")
-    P = tr.unpack(meta, params, torch.float32)  # what the GPU computes with
-    master = {k: v.detach().clone().requires_grad_(True) for k, v in P.items()}  # what the CPU updates
-    opt = torch.optim.AdamW(list(master.values()), lr=meta["lr"], weight_decay=0.0)
-    pending = None
-    ref = []
-    for s in range(S):
-        for v in P.values():
-            v.grad = None
-        _, loss = tr.gpt_forward(meta, P, tokens[s], targets[s])
-        loss.backward()
-        ref.append(loss.item())
-        grads = {k: v.grad.detach().clone() for k, v in P.items()}
-        if s < W:  # ordinary step
-            apply = grads
-        else:  # delayed: apply the previous step's gradient (none at the first delayed step)
-            apply, pending = pending, grads
-        if apply is not None:
-            opt.zero_grad()
-            for k, v in master.items():
-                v.grad = apply[k]
-            opt.step()
-        with torch.no_grad():
-            for k in P:
-                P[k].copy_(master[k])
+    ref = tr.train_reference(meta, params, tokens, targets, S, dpu_warmup=W)[0]
     got = meta["losses"]
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
     if worst > 1e-4:

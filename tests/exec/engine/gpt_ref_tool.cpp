@@ -1,4 +1,4 @@
-// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]] [--kind=K] [--tiling=N]:
+// gpt_ref_tool OUT_DIR CI [BACKEND [STRATEGY [OVERLAP [DPU_WARMUP [STEPS]]]]] [--kind=K] [--tiling=N] [--clip=X]:
 // trains a tiny GPT for 10 steps (or STEPS) with exec/engine, its CPU optimizer run as OVERLAP says
 // (none, backward, dpu), in fp32 (default strategy zero_inf_nvme, swap files in OUT_DIR/swap) and
 // writes what torch_reference.py compares against PyTorch: meta.json (config, parameter layout, the
@@ -8,6 +8,7 @@
 // stack. K is the block's kind: gpt (the paper's, default), llama (RMSNorm, rotary attention with 2
 // key/value heads for 4 query heads, SwiGLU, untied LM head, no biases) or mixed (MQA with a head
 // size of 12 (not 32/4), GeGLU, LayerNorm, rotary, tied, biases on qkv only: the remaining combinations).
+// X: gradient clipping at global norm X (meta.json then has each step's norm, grad_norms).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -34,9 +35,11 @@ int main(int argc_in, char** argv_in) {
   std::vector<char*> args;  // the positional arguments; --kind= and --tiling= taken out
   std::string kind = "gpt";
   int tiling = 1;
+  double clip = 0;
   for (int i = 0; i < argc_in; ++i) {
     const std::string a = argv_in[i];
     if (a.starts_with("--kind=")) kind = a.substr(7);
+    else if (a.starts_with("--clip=")) clip = std::stod(a.substr(7));
     else if (a.starts_with("--tiling=")) tiling = std::stoi(a.substr(9));
     else args.push_back(argv_in[i]);
   }
@@ -71,7 +74,8 @@ int main(int argc_in, char** argv_in) {
     return 2;
   }
   o.config.tiling_factor = tiling;
-  const int ci = std::stoi(argv[2]);
+  o.config.grad_clip = clip;
+const int ci = std::stoi(argv[2]);
   o.config.bsz = 3;
   o.config.ci = ci == 0 ? o.model.layers : ci;
   o.backend = argc > 3 ? argv[3] : "cpu";
@@ -107,6 +111,7 @@ int main(int argc_in, char** argv_in) {
   }
   const std::vector<float> params0 = e.master_params().value();
   std::vector<float> losses, logits, grads;
+  std::vector<double> norms;
   for (int i = 0; i < steps; ++i) {
     std::vector<int> tk(tokens.begin() + long(i * BT), tokens.begin() + long((i + 1) * BT));
     std::vector<int> tg(targets.begin() + long(i * BT), targets.begin() + long((i + 1) * BT));
@@ -116,7 +121,8 @@ int main(int argc_in, char** argv_in) {
       return 1;
     }
     losses.push_back(r->loss);
-    if (i == 0) {  // batch 0 by the engine: its logits, and the gradients CPU Adam consumed
+    norms.push_back(r->grad_norm);
+if (i == 0) {  // batch 0 by the engine: its logits, and the gradients CPU Adam consumed
       logits = e.logits().value();
       // the engine's gradients are in partition (tile-major) order; untiled here, so it is the
       // parameter array's order
@@ -150,7 +156,9 @@ int main(int argc_in, char** argv_in) {
   meta["dpu_warmup"] = o.config.dpu_warmup;
   meta["loss"] = losses.front();
   meta["losses"] = losses;
-  meta["tensors"] = nlohmann::json::array();
+  meta["grad_clip"] = clip;
+  if (clip > 0) meta["grad_norms"] = norms;
+meta["tensors"] = nlohmann::json::array();
   for (const ParamTensor& p : gpt_param_tensors(o.model))
     meta["tensors"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"elems", p.elems}});
   std::ofstream(dir + "/meta.json") << meta.dump(1) << "\n";

@@ -25,16 +25,19 @@ print(f"plan -> run: {j['strategy']}, losses {losses[0]:.4f} -> {losses[-1]:.4f}
 PY
 
 # the same model on four ranks of this machine, every state in swap files: a plan for 4 devices
-# (--gpus 4 on a profile memwall run executes), then mpirun -np 4 memwall run --plan
+# (--gpus 4 on a profile memwall run executes), then mpirun -np 4 memwall run --plan; gradients
+# clipped at norm 1 (the plan carries it, each rank's step reports the same global norm)
 "$mw" plan --profile local-cpu --gpus 4 --layers 8 --hidden 512 --heads 8 --seq 64 --vocab 256 \
-  --fix strategy=zero_inf_nvme -o "$dir/p4.yaml" >"$dir/plan4.txt"
+  --fix strategy=zero_inf_nvme --grad-clip 1 -o "$dir/p4.yaml" >"$dir/plan4.txt"
 grep -q "dp 4" "$dir/plan4.txt" || { cat "$dir/plan4.txt"; exit 1; }
+grep -q "^  grad_clip: 1 " "$dir/p4.yaml" || { cat "$dir/p4.yaml"; exit 1; }
 timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4 "$mw" run --plan "$dir/p4.yaml" \
   --steps 2 --nvme-dir "$dir" --json >"$dir/run4.json"
 python3 - "$dir/run4.json" <<'PY'
 import json, sys
 j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 assert j["dp"] == 4 and j["strategy"].startswith("zero_inf_nvme"), j["strategy"]
+assert j["grad_clip"] == 1 and all(s["grad_norm"] > 0 for s in j["steps"]), (j["grad_clip"], j["steps"])
 for rank, links in enumerate(j["ranks"]):
     for name, v in links.items():
         assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# ranks.sh MEMWALL [PLACEMENTS...]: data-parallel ranks under mpirun (OpenMPI; as root it needs
+# ranks.sh MEMWALL [--clip N] [PLACEMENTS...]: data-parallel ranks under mpirun (OpenMPI; as root it needs
 # --allow-run-as-root, and 4 ranks on 2 cores --oversubscribe). With the global batch fixed at 4
 # sequences, dp 1, 2 and 4, and dp 2 accumulating 2 micro-steps of 1 sequence ("2a": gradients
 # reduced, offloaded and added in every micro-step), train the same GPT for 20 steps with the same
 # losses within 1e-5 relative (fp32: the sums differ from one rank's only in order), for
 # every placement given (default: every preset the engine executes and the broadcast variant with
 # partitioned parameters), and every rank's bytes per link class equal its own schedule's.
+# --clip N: gradients clipped at global norm N (grad_clip), each step's norm also equal to dp 1's
+# within 1e-5 (each rank sums its partition, the sums are exchanged over dp), and some steps clipped.
 set -euo pipefail
 mw=$1
 shift
+clip=0
+if [ "${1:-}" = --clip ]; then
+  clip=$2
+  shift 2
+fi
 placements=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 [ ${#placements[@]} -gt 0 ] || placements=(data_parallel zero2 zero_offload zero3 zero_inf_cpu zero_inf_nvme l2l
@@ -27,6 +34,7 @@ bsz: $((4 / dp))
 steps: 20
 lr: 3e-3
 precision: fp32
+grad_clip: $clip
 EOF
 done
 sed 's/^bsz: .*/bsz: 1/' "$dir/run2.yaml" >"$dir/run2a.yaml"
@@ -46,13 +54,16 @@ for p in "${placements[@]}"; do
 done
 tags=()
 for p in "${placements[@]}"; do tags+=("$(basename "$p" .yaml)"); done
-python3 - "$dir" "${tags[@]}" <<'PY'
+python3 - "$dir" "$clip" "${tags[@]}" <<'PY'
 import json, sys
-d, placements = sys.argv[1], sys.argv[2:]
+d, clip, placements = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 bad = []
 for p in placements:
     runs = {dp: json.loads(open(f"{d}/{p}.{dp}.json").read().splitlines()[-1]) for dp in ("1", "2", "4", "2a")}
     ref = [s["loss"] for s in runs["1"]["steps"]]
+    ref_norms = [s.get("grad_norm") for s in runs["1"]["steps"]]
+    if clip > 0 and not any(n > clip for n in ref_norms):
+        bad.append(f"{p}: no step's norm {ref_norms} is above {clip}: nothing clipped")
     worst = 0.0
     for dp in ("2", "4", "2a"):
         j = runs[dp]
@@ -63,11 +74,19 @@ for p in placements:
         worst = max(worst, rel)
         if rel > 1e-5:
             bad.append(f"{p} dp {dp}: losses differ from dp 1 by {rel:.2e} relative")
+        if clip > 0:
+            norms = [s["grad_norm"] for s in j["steps"]]
+            rel = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
+            worst = max(worst, rel)
+            if rel > 1e-5:
+                bad.append(f"{p} dp {dp}: gradient norms differ from dp 1 by {rel:.2e} relative")
         for rank, links in enumerate(j["ranks"]):
             for link, v in links.items():
                 if v["moved_bytes"] != v["schedule_bytes"]:
                     bad.append(f"{p} dp {dp} rank {rank} {link}: moved {v['moved_bytes']} != schedule {v['schedule_bytes']}")
-    print(f"{p:14s} dp 1/2/4/2x2: losses {ref[0]:.5f} -> {ref[-1]:.5f}, worst relative difference {worst:.1e}; "
+    print(f"{p:14s} dp 1/2/4/2x2: losses {ref[0]:.5f} -> {ref[-1]:.5f}" +
+          (f", norms {ref_norms[0]:.4f} -> {ref_norms[-1]:.4f} (clipped at {clip:g})" if clip > 0 else "") +
+          f", worst relative difference {worst:.1e}; "
           f"bytes per rank and link = the rank's schedule")
 if bad:
     sys.exit("FAILED:\n  " + "\n  ".join(bad))

@@ -674,7 +674,8 @@ TEST(Engine, HostThreadsLeaveTheCoreAnotherProcessUses) {
 // Delays injected into the real engine: every backend event and every io completion of a run
 // arrives up to 1 ms late, by a seeded random amount, so steps complete in orders an undelayed run
 // does not show. 200 seeds over every placement with its checkpoints on the GPU and in CPU memory,
-// tiling, and the optimizer overlapped with backward and delayed (dpu): each gives the undelayed
+// tiling, the optimizer overlapped with backward and delayed (dpu), gradient accumulation and
+// clipping: each gives the undelayed
 // run's losses bit for bit and none fails (the memory plan leaves nothing to the order of
 // completions; the old first-fit admission failed on such orders, issue 25).
 TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
@@ -683,6 +684,7 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
     int tiling;
     OptimizerOverlap overlap;
     int accum = 1;
+    double clip = 0;
   };
   std::vector<Config> configs;
   for (const char* s : {"data_parallel", "zero2", "zero_offload", "zero3", "zero_inf_cpu", "zero_inf_nvme", "l2l"})
@@ -694,7 +696,13 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
   // gradient accumulation: sums added in CPU memory, and read back from NVMe and written again
   configs.push_back({"zero_offload", "gpu", 1, OptimizerOverlap::none, 3});
   configs.push_back({"zero_inf_nvme", "cpu", 2, OptimizerOverlap::backward, 2});
-  // Each configuration on about the smallest device and pinned budget its memory plan fits: the
+  // gradient clipping (below every norm here): the norm taken on the device, in CPU memory, from
+  // each final write to NVMe (with accumulation), and for dpu's delayed update
+  configs.push_back({"zero3", "gpu", 1, OptimizerOverlap::none, 1, 0.05});
+  configs.push_back({"zero_inf_cpu", "cpu", 2, OptimizerOverlap::none, 1, 0.05});
+  configs.push_back({"zero_inf_nvme", "cpu", 2, OptimizerOverlap::none, 2, 0.05});
+  configs.push_back({"zero_offload", "gpu", 1, OptimizerOverlap::dpu, 1, 0.05});
+// Each configuration on about the smallest device and pinned budget its memory plan fits: the
   // schedule's live peaks, raised 5 % at a time until plan_rank accepts them (where the old
   // admission ran out of room in some orders of completion).
   auto options = [this](const Config& k) {
@@ -702,6 +710,7 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
     o.config.tiling_factor = k.tiling;
     o.config.optimizer_overlap = k.overlap;
     o.config.grad_accum = k.accum;
+    o.config.grad_clip = k.clip;
     o.config.dpu_warmup = 1;  // the delayed update's schedule from the second step on
     o.nvme_dir = "/nonexistent";  // plan_rank does not touch it
     const Schedule loose = plan_rank(o).value().schedule;
@@ -717,7 +726,7 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
   };
   auto label = [](const Config& k) {
     return k.strategy + " act_ckpt=" + k.ckpt + " tiling " + std::to_string(k.tiling) + " overlap " +
-           to_string(k.overlap) + " grad-accum " + std::to_string(k.accum);
+           to_string(k.overlap) + " grad-accum " + std::to_string(k.accum) + " clip " + std::to_string(k.clip);
   };
   std::map<std::size_t, std::vector<float>> ref;
   int runs = 0;

@@ -140,6 +140,40 @@ def gpt_forward(meta, P, idx, targets):
     return logits, loss
 
 
+def train_reference(meta, params, tokens, targets, steps, dpu_warmup=None, clip=None):
+    """AdamW(lr, wd 0) in float32 over `steps` batches from `params`: each step's loss and gradient norm.
+    dpu_warmup W: from step W + 1 on, each update applies the gradient of the step before (ZeRO-Offload's
+    delayed update: none at step W + 1), computed at parameters one update behind. clip: each applied
+    gradient through clip_grad_norm_(clip) first."""
+    P = unpack(meta, params, torch.float32)  # what the GPU computes with
+    master = {k: v.detach().clone().requires_grad_(True) for k, v in P.items()}  # what the optimizer updates
+    opt = torch.optim.AdamW(list(master.values()), lr=meta["lr"], weight_decay=0.0)
+    losses, norms, pending = [], [], None
+    for s in range(steps):
+        for v in P.values():
+            v.grad = None
+        _, loss = gpt_forward(meta, P, tokens[s], targets[s])
+        loss.backward()
+        losses.append(loss.item())
+        grads = {k: v.grad.detach().clone() for k, v in P.items()}
+        norms.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])).item())
+        if dpu_warmup is None or s < dpu_warmup:
+            apply = grads
+        else:
+            apply, pending = pending, grads
+        if apply is not None:
+            opt.zero_grad()
+            for k, v in master.items():
+                v.grad = apply[k]
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(list(master.values()), clip)
+            opt.step()
+        with torch.no_grad():
+            for k in P:
+                P[k].copy_(master[k])
+    return losses, norms
+
+
 def rel(x, r):
     r = np.asarray(r, dtype=np.float64)
     return float(np.max(np.abs(np.asarray(x, dtype=np.float64) - r)) / max(np.max(np.abs(r)), 1e-30))
