@@ -40,7 +40,7 @@ RunInputs::RunInputs() {
 
 void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
   sub.add_option("--config", config,
-                 "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, seed, backend (cpu, cuda),\n"
+                 "Run YAML: layers, hidden, heads, steps, bsz, seq, ci, lr, weight_decay, grad_clip, seed, backend (cpu, cuda),\n"
                  "compute, precision (bf16, fp16, fp32), capacity (device memory, e.g. 48 MiB; default: the\n"
                  "profile's GPU memory), corpus (default: the one memwall ships, built in)");
   sub.add_option("--plan", plan,

@@ -799,6 +799,46 @@ std::vector<std::uint16_t> cpu_adam_convert(const std::vector<float>& src, DType
   return out;
 }
 
+// Gradient clipping's sums of squares: every element widened and squared in double, split into
+// `parts` partial sums that add up (in order) to the sum over the whole array within double
+// rounding, the same bits on every call; for 16-bit inputs, of the values as widened.
+TEST_P(BackendTest, SumSquaresAddUpToTheWholeArrayInDouble) {
+  OPEN_OR_SKIP(be, ComputeType::fp32);
+  const std::vector<float> x = randn(100003, 17, 2.0f);
+  for (DType t : {DType::fp32, DType::fp16, DType::bf16}) {
+    SCOPED_TRACE(std::string(memwall::adam::dtype_name(t)));
+    Arena a(*be);
+    const void* dx = a.up(x);
+    std::vector<float> widened = x;
+    if (t != DType::fp32) {
+      auto* h16 = a.up(std::vector<std::uint16_t>(x.size()));
+      a.k().from_fp32(a.cx(), h16, a.up(x), t, long(x.size()));
+      float* w = a.up(std::vector<float>(x.size()));
+      a.k().to_fp32(a.cx(), w, h16, t, long(x.size()));
+      widened = a.down(w, x.size());
+      dx = h16;
+    }
+    long double want = 0;
+    for (float v : widened) want += static_cast<long double>(v) * v;
+    for (int parts : {1, 7, 64}) {
+      double* d = a.up(std::vector<double>(std::size_t(parts), -1.0));
+      a.k().sum_squares(a.cx(), d, parts, dx, t, long(x.size()));
+      const std::vector<double> got = a.down(d, std::size_t(parts));
+      a.k().sum_squares(a.cx(), d, parts, dx, t, long(x.size()));
+      EXPECT_EQ(a.down(d, std::size_t(parts)), got) << "a second call, other bits";
+      double sum = 0;
+      for (double p : got) {
+        EXPECT_GE(p, 0);
+        sum += p;
+      }
+      EXPECT_NEAR(sum, double(want), 1e-12 * double(want)) << parts << " parts";
+    }
+  }
+  double in_order = 0;  // the host's sum: in order, in double
+  for (float v : x) in_order += double(v) * v;
+  EXPECT_EQ(host_sum_squares(x.data(), DType::fp32, x.size()), in_order);
+}
+
 TEST_P(BackendTest, ConversionsRoundAsCpuAdam) {
   OPEN_OR_SKIP(be, ComputeType::fp32);
   const std::vector<float> src = conversion_inputs();
