@@ -237,6 +237,8 @@ SearchSpace space = take(make_space(m, p, fixes));
   ds_options.precision = take(deepspeed_precision(p, f.precision));
   space.what_if = f.what_if;
   space.grad_clip = f.grad_clip;
+  // what `memwall run` executes, where it runs this profile's plans
+  const std::string not_executed = target == "memwall" && !p.executor_backend.empty() ? narrow_to_executor(space, fixes) : "";
 if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
   SearchOptions so;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
@@ -326,6 +328,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
     nlohmann::ordered_json ru = nlohmann::ordered_json::array();
     for (const Evaluated* e : runners) ru.push_back(evaluated_json(*e));
     j["runners_up"] = ru;
+    if (!not_executed.empty()) j["not_searched_for_the_executor"] = not_executed;
     j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"pruned", r.pruned}, {"elapsed_s", r.elapsed_s},
                    {"ranking", best.ranked_by()}, {"simulate_top", f.simulate_top}};
     j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
@@ -342,8 +345,11 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
   } else {
     std::ostringstream o;
     const TimeBreakdown& t = best.time;
-    o << "memwall plan: " << head << "\n"
-      << "chosen: " << config_words(best) << "\n"
+    o << "memwall plan: " << head << "\n";
+    if (!not_executed.empty())
+      o << "(not searched: " << not_executed << ": memwall run, which executes " << p.name
+        << "'s plans, runs data-parallel ranks only; --fix mp=N or pp=N plans them for simulate)\n";
+    o << "chosen: " << config_words(best) << "\n"
       << "  " << format_sig(t.tflops_per_gpu) << " TFLOPS per GPU, iteration " << format_sig(t.iteration_s) << " s = compute "
       << format_sig(t.compute_s) << " s + exposed " << format_sig(t.exposed_s) << " s (parameter/gradient traffic "
       << format_sig(t.param_grad_s) << " s and checkpoint traffic " << format_sig(t.act_ckpt_s)
@@ -355,6 +361,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
                                              : " beside the next forward and backward, then the refresh");
     if (t.mp_allreduce_s > 0) o << ", tensor-slicing all-reduces " << format_sig(t.mp_allreduce_s) << " s";
     if (t.all_to_all_s > 0) o << ", experts' all-to-alls " << format_sig(t.all_to_all_s) << " s";
+    if (t.grad_norm_s > 0) o << ", gradient norm " << format_sig(t.grad_norm_s) << " s";
     if (t.bubble_s > 0)
       o << ", pipeline bubble " << format_sig(t.bubble_s) << " s and stage-to-stage traffic " << format_sig(t.p2p_s)
         << " s";

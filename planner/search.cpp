@@ -35,6 +35,24 @@ std::string candidate_key(const Candidate& c) {
          (k.what_if.onebit_adam ? "/1bit" : "") + (k.grad_clip > 0 ? "/clip" + format_g(k.grad_clip) : "");
 }
 
+std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
+  std::string dropped;
+  auto narrow = [&](std::vector<int>& degrees, const std::optional<int>& fixed, const char* name) {
+    // fixed, or every degree left needs slicing (a placement that partitions checkpoints across mp)
+    if (fixed || std::find(degrees.begin(), degrees.end(), 1) == degrees.end()) return;
+    std::string these;
+    for (int d : degrees)
+      if (d > 1) these += (these.empty() ? "" : ", ") + std::to_string(d);
+    if (these.empty()) return;
+    dropped += (dropped.empty() ? "" : "; ") + std::string(name) + " " + these;
+    degrees = {1};
+  };
+  narrow(s.mp, fixes.mp, "mp");
+  narrow(s.pp, fixes.pp, "pp");
+  narrow(s.ep, fixes.ep, "ep");
+  return dropped;
+}
+
 size_t SearchSpace::size() const {
   size_t n = 0;
   for (const Placement& p : placements) {

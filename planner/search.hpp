@@ -66,6 +66,14 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
 Result<SearchSpace> narrow_placements(SearchSpace s, const std::function<std::string(const Placement&)>& cannot,
                                       const std::string& who);
 
+// Planning for a profile `memwall run` executes (HardwareProfile::executor_backend): the executor
+// trains every block on each data-parallel rank (no tensor slicing, pipeline stages or expert
+// parallelism yet), so the searched mp, pp and ep narrow to 1, and every plan written runs. A degree
+// the user fixed stays (plan and simulate it; `memwall run` refuses it with the reason), as do the
+// degrees of a space where 1 is not one (a fixed placement that needs tensor slicing). Returns
+// the narrowed dimensions ("mp 2, 4", ...), empty when nothing was.
+std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes);
+
 inline constexpr int kPipelineMicroBatchesPerStage = 4;
 // Whether a placement may run pipeline stages: parameters and gradients whole on every rank.
 bool pipeline_allowed(const Placement& pl);

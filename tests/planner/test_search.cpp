@@ -154,6 +154,32 @@ TEST(PlacementOrder, ExplanationStatesTheRule) {
   EXPECT_GT(r.space_size, 100000u);
 }
 
+// A profile `memwall run` executes: the searched tensor slicing (and pipeline stages, expert
+// parallelism) narrow to 1, which the executor runs, and say what they dropped; a degree the user
+// fixed stays.
+TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
+  HardwareProfile p = *load_profile("local-cpu");
+  ASSERT_FALSE(p.executor_backend.empty());
+  p.gpus_per_node = 4;
+  const ModelSpec m = make_model(8, 512, 8);
+  SearchSpace s = *make_space(m, p, {});
+  ASSERT_EQ(s.mp, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(narrow_to_executor(s, {}), "mp 2, 4");
+  EXPECT_EQ(s.mp, std::vector<int>{1});
+  // three_d, fixed: its partitioned checkpoints need mp > 1, which stays; its pipeline stages narrow
+  const Fixes three_d = *parse_fixes({"strategy=three_d"});
+  SearchSpace t = *make_space(m, p, three_d);
+  ASSERT_EQ(t.mp, (std::vector<int>{2, 4}));
+  ASSERT_GT(t.pp.size(), 1u);
+  EXPECT_EQ(narrow_to_executor(t, three_d).rfind("pp ", 0), 0u);
+  EXPECT_EQ(t.mp, (std::vector<int>{2, 4}));
+  EXPECT_EQ(t.pp, std::vector<int>{1});
+  const Fixes fixed = *parse_fixes({"mp=2"});
+  SearchSpace f = *make_space(m, p, fixed);
+  EXPECT_EQ(narrow_to_executor(f, fixed), "");
+  EXPECT_EQ(f.mp, std::vector<int>{2});
+}
+
 TEST(Search, RefinerReRanksTheBestFew) {
   HardwareProfile p = *load_profile("dgx2");
   ModelSpec m = *load_model("table1-100B");
