@@ -25,6 +25,8 @@ struct Group {
   bool evaluate = true;   // a moment the prediction takes (false: only seen by earlier windows)
   int whole = 0;          // partitioned checkpoints all-gathered whole for this segment's recompute
   bool expert = false;    // routed experts under expert parallelism: partitioned over dp / ep ranks
+  int loop = -1;          // l2l: the micro-batch loop it runs in (a block forward, a segment's recompute
+                          // and backward, the head, the tail), whose groups stay until its last micro-batch
 };
 
 std::string part_words(State s, const StatePlacement& sp, bool broadcast) {
@@ -417,6 +419,10 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   // (windows still see `keep` blocks of groups ahead, more than the lookahead).
   d.keep = d.lookahead / d.groups_per_block + 2;
   d.keep_segments = d.lookahead / (2 * std::min(d.ci, d.nb) * d.groups_per_block) + 1;
+  if (d.mb > 1) {  // l2l's loops: windows span whole loops, every block is seen
+    d.keep = d.nb;
+    d.keep_segments = d.segments;
+  }
   return d;
 }
 
@@ -445,28 +451,42 @@ void add_block(const Derived& d, std::vector<Group>& list, int b, bool reverse, 
 }
 
 // Forward: embedding, blocks (a checkpoint as each segment starts, one block's AWM), LN and head.
+// Numbers the groups from `from` on as l2l loop `id`.
+void loop_of(std::vector<Group>& list, size_t from, int id) {
+  for (size_t i = from; i < list.size(); ++i) list[i].loop = id;
+}
+
 void forward_list(const Derived& d, std::vector<Group>& list) {
+  int loops = 0;
   if (d.first) list.push_back({d.embed, "embed", -1, 1, false, false, false, 0, 0, true});
+  loop_of(list, 0, loops++);
   for (int rb = 0; rb < d.nb; ++rb) {
     if (rb >= d.keep && rb < d.nb - d.keep) continue;  // identical middle blocks: fewer checkpoints
     const int ckpts = d.ckpt_gpu ? (rb / d.ci + 1) * d.mb : 0;
-    add_block(d, list, d.sb.first + rb, false, false, ckpts, d.awm_block * d.mb, true);
+    const size_t at = list.size();
+    // one micro-batch in the block at a time (l2l), so one block's AWM
+    add_block(d, list, d.sb.first + rb, false, false, ckpts, d.awm_block, true);
+    loop_of(list, at, loops++);
   }
   if (d.last) {
     const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
+    const size_t at = list.size();
     list.push_back({d.norm, "ln_f", -1, 1, false, false, false, ckpts, 0, true});
     list.push_back({d.head, "lm_head", -1, 1, false, true, false, ckpts, 0, true});
+    loop_of(list, at, loops++);
   }
 }
 
 // Backward: head and LN, then each segment's recompute and backward (its checkpoint loaded, its
 // blocks' AWM), then the embedding; the middle of a long run of identical segments left out.
 void backward_list(const Derived& d, std::vector<Group>& list) {
+  int loops = 0;
   if (d.last) {
     const int ckpts = d.ckpt_gpu ? d.segments * d.mb : 0;
     list.push_back({d.head, "lm_head", -1, 1, true, true, false, ckpts, 0, true});
     list.push_back({d.norm, "ln_f", -1, 1, true, false, false, ckpts, 0, true});
   }
+  loop_of(list, 0, loops++);
   auto add_blocks = [&](int b0, int b1, bool reverse, bool backward, int ckpts, double act, bool eval, int whole) {
     for (int i = 0; i < b1 - b0; ++i) {
       if (i >= d.keep && i < b1 - b0 - d.keep) continue;
@@ -479,20 +499,23 @@ void backward_list(const Derived& d, std::vector<Group>& list) {
     const bool eval = sg >= d.segments - 2 || sg <= d.keep_segments;
     const int b0 = d.sb.first + sg * d.ci, b1 = std::min(d.sb.last, b0 + d.ci);
     const int ckpts = d.ckpt_gpu ? (sg + 1) * d.mb : d.mb;  // offloaded: this segment's, loaded back
-    const double act = d.awm_block * (b1 - b0) * d.mb;
+    const double act = d.awm_block * (b1 - b0);  // one micro-batch's recompute and backward at a time
     const int whole = d.gathered ? d.mb : 0;
+    const size_t at = list.size();
     add_blocks(b0, b1, false, false, ckpts, act, eval, whole);
     add_blocks(b0, b1, true, true, ckpts, act, eval, whole);
+    loop_of(list, at, loops++);
   }
+  const size_t at = list.size();
   if (d.first) list.push_back({d.embed, "embed", -1, 1, true, false, true, 0, 0, true});
+  loop_of(list, at, loops++);
 }
 
 // The fullest moment of one compute list: the fetched window of the L + 1 groups from each group
 // on, the running group's gradient, the tied embedding's pending one, checkpoints and AWM.
 void evaluate(const Derived& d, const std::vector<Group>& list, const char* phase, Moment& best) {
-  auto window_from = [&](size_t r, int j, int& groups) {
+  auto window_from = [&](size_t r, int j, int& groups, int left) {
     double sum = 0;
-    int left = d.lookahead + 1;
     groups = 0;
     for (; r < list.size() && left > 0; ++r, j = 0) {
       const int take = std::min(left, list[r].count - j);
@@ -503,19 +526,36 @@ void evaluate(const Derived& d, const std::vector<Group>& list, const char* phas
     return d.fetched ? sum : 0;
   };
   bool pending = false;
+  // l2l (micro-batches > 1): a loop's groups stay from its first micro-batch to its last, so from
+  // the second micro-batch on the whole loop is fetched, and its prefetch reaches past its end;
+  // its gradients collect over the micro-batches, all at once
+  std::vector<size_t> loop_start(list.size(), 0);
+  std::map<int, double> loop_grads;
+  std::map<int, int> loop_groups;
+  for (size_t r = 0; r < list.size(); ++r) {
+    loop_start[r] = r > 0 && list[r - 1].loop == list[r].loop ? loop_start[r - 1] : r;
+    loop_groups[list[r].loop] += list[r].count;
+    const bool collects = d.tied_pending && (list[r].lm_head || list[r].embed_backward);
+    if (list[r].backward && d.grad_buffer && !collects) loop_grads[list[r].loop] += list[r].count * list[r].bytes;
+  }
   for (size_t r = 0; r < list.size(); ++r) {
     const Group& g = list[r];
     if (g.backward && g.lm_head && d.tied_pending) pending = true;
     if (!g.evaluate) continue;
     // the LM head's and the embedding's backward add to the tied embedding's pending buffer
     const bool collects = d.tied_pending && (g.lm_head || g.embed_backward);
-    const double grad = g.backward && d.grad_buffer && !collects ? g.bytes : 0;
+    const double grad = d.mb > 1 ? loop_grads[g.loop] : g.backward && d.grad_buffer && !collects ? g.bytes : 0;
     const double tied = pending ? d.embed : 0;
     const int ckpts = g.ckpts + (d.ckpt_gpu ? d.other_ckpts : 0);
     // inside a run the window changes only where it reaches past the run's end
     for (int j = 0; j < g.count; j = std::max(j + 1, g.count - d.lookahead - 1)) {
       int groups = 0;
-      const double window = window_from(r, j, groups);
+      double window = 0;
+      if (d.mb > 1) {
+        window = window_from(loop_start[r], 0, groups, loop_groups[g.loop] + d.lookahead);
+      } else {
+        window = window_from(r, j, groups, d.lookahead + 1);
+      }
       const double total = window + grad + tied + ckpts * d.ckpt + g.whole * d.whole_ckpt + g.act;
       if (total > best.total) best = {total, window, grad, tied, g.act, ckpts, groups, j, g, phase};
     }

@@ -221,9 +221,9 @@ void backward(Builder& b) {
     for (int blk = b0; blk < b1; ++blk)
       for (size_t v : sh.block_ops(blk)) seg.push_back(v);
     segment_start[items.size()] = b0;
-    std::vector<Item> rc = sh.items_of(seg, Phase::recompute), bw = sh.items_of(seg, Phase::backward);
-    items.insert(items.end(), rc.begin(), rc.end());
-    items.insert(items.end(), bw.begin(), bw.end());
+    // each micro-batch's recompute, then its backward (l2l: micro-batch by micro-batch)
+    std::vector<Item> rb = sh.items_of({{&seg, Phase::recompute}, {&seg, Phase::backward}});
+    items.insert(items.end(), rb.begin(), rb.end());
   }
   const size_t head_at = items.size();
   std::vector<Item> head = sh.items_of(sh.head_ops, Phase::backward);
@@ -241,7 +241,7 @@ void backward(Builder& b) {
     const int b0 = it->second;
     const std::vector<int> loads = load_checkpoints(b, b0, open);
     b.chain.next_deps.insert(b.chain.next_deps.end(), loads.begin(), loads.end());
-    const double awm = block_activation_bytes(sh) * std::min(ci, sh.blocks.last - b0) * sh.micro_batches;
+    const double awm = block_activation_bytes(sh) * std::min(ci, sh.blocks.last - b0);  // one micro-batch's at a time
     if (awm > 0) {
       const int buf = b.e.buffer(BufferKind::awm, "awm:segment" + std::to_string(b0), Tier::gpu, awm);
       b.chain.next_allocs.push_back(buf);

@@ -94,9 +94,11 @@ struct Shape {
   double kept_ckpt_bytes() const { return ckpt_bytes() / (ckpt_gathered() ? c.mp : 1); }
   // Block b's operators in graph order (indexed once: a scan per block made schedules quadratic in layers).
   const std::vector<size_t>& block_ops(int b) const { return ops_of_block[size_t(b)]; }
-  // Items of `ops` in order (reversed in backward); l2l runs every micro-batch through one operator
-  // before the next.
-  std::vector<Item> items_of(const std::vector<size_t>& ops, Phase ph) const;
+  // Items of `ops` in order (reversed in backward). l2l's micro-batch loop is the outer one (seed 002, Sec. 2.2: a layer's parameters arrive once,
+  // then every micro-batch runs through it): the lists of `phases` (a segment's recompute, then its
+  // backward) for micro-batch 0, then for 1, ...; a tiled operator's tiles inside each.
+  std::vector<Item> items_of(const std::vector<size_t>& ops, Phase ph) const { return items_of({{&ops, ph}}); }
+  std::vector<Item> items_of(const std::vector<std::pair<const std::vector<size_t>*, Phase>>& phases) const;
 };
 
 // Appends steps and buffers: the only writer of the schedule while it is built.

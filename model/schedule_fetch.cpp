@@ -2,8 +2,9 @@
 // (Sec. 6.2): nc (NVMe -> CPU) for group i+d, cg (CPU -> GPU) for i+d-1, gg (all-gather) for
 // i+d-2 (d = prefetch depth), each group released after its last item.
 #include <algorithm>
+#include <map>
 #include <stdexcept>
-
+#include <tuple>
 #include "model/schedule_build.hpp"
 
 namespace memwall::build {
@@ -74,19 +75,20 @@ bool Shape::computes(size_t v) const {
   return op.role == OpRole::embed ? first_stage() : last_stage();
 }
 
-std::vector<Item> Shape::items_of(const std::vector<size_t>& list, Phase ph) const {
-  const bool reverse = ph == Phase::backward;
+std::vector<Item> Shape::items_of(const std::vector<std::pair<const std::vector<size_t>*, Phase>>& phases) const {
   std::vector<Item> out;
-  auto add = [&](size_t v) {
-    for (int t = 0; t < tiles(v); ++t) {
-      const int tile = tiled(v) ? (reverse ? tiles(v) - 1 - t : t) : -1;
-      for (int u = 0; u < micro_batches; ++u) out.push_back({v, tile, micro_batches > 1 ? u : -1, ph});
+  for (int u = 0; u < micro_batches; ++u)
+    for (const auto& [list, ph] : phases) {
+      const bool reverse = ph == Phase::backward;
+      auto add = [&](size_t v) {
+        for (int t = 0; t < tiles(v); ++t)
+          out.push_back({v, tiled(v) ? (reverse ? tiles(v) - 1 - t : t) : -1, micro_batches > 1 ? u : -1, ph});
+      };
+      if (reverse)
+        for (auto it = list->rbegin(); it != list->rend(); ++it) add(*it);
+      else
+        for (size_t v : *list) add(v);
     }
-  };
-  if (reverse)
-    for (auto it = list.rbegin(); it != list.rend(); ++it) add(*it);
-  else
-    for (size_t v : list) add(v);
   return out;
 }
 
@@ -160,8 +162,11 @@ struct Fetch {
   int last() const { return gg >= 0 ? gg : cg >= 0 ? cg : nc; }
 };
 
-// Consecutive items that use the same parameters (l2l's micro-batch loop) share one fetch: the
-// groups of a compute list.
+// Items of one operator (and tile, and phase) share one fetch: l2l's micro-batch loop revisits a
+// layer's operators, whose parameters stay until the last micro-batch has used them. The groups of a
+// compute list, numbered by first use; an operator appears in one loop of a list only (a block, a
+// segment, the head or the tail), and operators that share parameters (the tied embedding and LM
+// head) keep their own groups.
 struct Groups {
   std::vector<Item> first;       // per group: its first item
   std::vector<size_t> of, end;   // per item: its group (SIZE_MAX: no parameters); per group: its last item
@@ -171,17 +176,16 @@ struct Groups {
 Groups group_items(const Shape& sh, const std::vector<Item>& items) {
   Groups gr;
   gr.of.assign(items.size(), SIZE_MAX);
+  std::map<std::tuple<size_t, int, Phase>, size_t> open;
   for (size_t i = 0; i < items.size(); ++i) {
     if (!sh.has_params(items[i].v)) continue;
-    const bool same = !gr.first.empty() && gr.end.back() + 1 == i &&
-                      sh.owner[gr.first.back().v] == sh.owner[items[i].v] &&
-                      gr.first.back().tile == items[i].tile && gr.first.back().phase == items[i].phase;
-    if (!same) {
+    auto [at, fresh] = open.try_emplace({items[i].v, items[i].tile, items[i].phase}, gr.first.size());
+    if (fresh) {
       gr.first.push_back(items[i]);
       gr.end.push_back(i);
     }
-    gr.end.back() = i;
-    gr.of[i] = gr.first.size() - 1;
+    gr.end[at->second] = i;
+    gr.of[i] = at->second;
   }
   gr.f.resize(gr.first.size());
   return gr;

@@ -67,7 +67,7 @@ void forward(Builder& b) {
   }
   std::vector<Item> tail = sh.items_of(sh.tail_ops, Phase::forward);
   items.insert(items.end(), tail.begin(), tail.end());
-  const double act = block_activation_bytes(sh) * sh.micro_batches;
+  const double act = block_activation_bytes(sh);  // l2l: one micro-batch in the block at a time
   int open_block = -1, open_act = -1;
   std::vector<int> saves_of_open;  // checkpoints taken from the open block's input
   run_items(b, items, [&](size_t i) {

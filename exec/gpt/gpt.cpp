@@ -278,6 +278,15 @@ struct GptOps::Layout {
       m.targets = reinterpret_cast<int*>(take(BT));
       m.stream[0] = take(BT * C);
       m.stream[1] = take(BT * C);
+      m.segment_input = nullptr;
+      m.lnf = take(BT * C), m.lnf_mean = take(BT), m.lnf_rstd = take(BT);
+      m.logits = take(BT * V), m.probs = take(BT * V), m.dlogits = take(BT * V), m.losses = take(BT);
+      m.dx = take(BT * C);
+      if (&m != &mb.front()) {  // l2l runs one micro-batch through a block (or segment) at a time
+        m.ws = mb.front().ws;
+        m.dA = mb.front().dA, m.dB = mb.front().dB, m.dC = mb.front().dC, m.datt = mb.front().datt;
+        continue;
+      }
       m.ws.resize(std::size_t(ci));
       for (BlockActs& a : m.ws) {
         a.ln1 = take(BT * C), a.ln1_mean = take(BT), a.ln1_rstd = take(BT), a.qkv = take(BT * QW);
@@ -285,10 +294,7 @@ struct GptOps::Layout {
         a.ln2 = take(BT * C), a.ln2_mean = take(BT), a.ln2_rstd = take(BT), a.fch = take(BT * F1);
         a.fch_gelu = take(BT * I), a.fcproj = take(BT * C), a.res3 = take(BT * C);
       }
-      m.segment_input = nullptr;
-      m.lnf = take(BT * C), m.lnf_mean = take(BT), m.lnf_rstd = take(BT);
-      m.logits = take(BT * V), m.probs = take(BT * V), m.dlogits = take(BT * V), m.losses = take(BT);
-      m.dx = take(BT * C), m.dA = take(BT * std::max(C, A)), m.dB = take(BT * std::max(I, QW)), m.dC = take(BT * F1);
+      m.dA = take(BT * std::max(C, A)), m.dB = take(BT * std::max(I, QW)), m.dC = take(BT * F1);
       m.datt = take(att());
     }
   }

@@ -132,8 +132,10 @@ struct OpCall {
 class GptOps {
  public:
   // Bytes of the workspace for micro-batches of (B, T), checkpoint interval ci (blocks per
-  // segment), `micro_batches` of them alive at once (l2l), and fp32 staging for the largest
-  // operator's (tile's) parameters and gradients. 256-byte aligned pieces.
+  // segment), and fp32 staging for the largest operator's (tile's) parameters and gradients.
+  // 256-byte aligned pieces. l2l's `micro_batches` each keep their tokens, residual stream, head
+  // and gradient stream; they share one segment's activations and the backward scratch, since the
+  // schedule runs one micro-batch through a block (or a segment) at a time (seed 002, Sec. 2.2).
   static std::size_t workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles);
   // Carves `workspace` (device memory of workspace_bytes(...), owned by the caller, alive as long
   // as this object) into activation buffers.
