@@ -43,7 +43,25 @@ double HardwareProfile::peak_flops_per_s(long hidden) const {
   return gpu_peak_flops_per_s;
 }
 
+double datasheet_gemm_seconds(long m, long n, long k, int sms, double peak_flops_per_s, double memory_Bps) {
+  constexpr long kTileM = 256, kTileN = 128;
+  if (m < 1 || n < 1 || k < 1 || sms < 1 || !(peak_flops_per_s > 0)) return 0;
+  const double tiles = double((m + kTileM - 1) / kTileM) * double((n + kTileN - 1) / kTileN);
+  const double waves = std::ceil(tiles / sms);
+  const double compute = waves * 2.0 * kTileM * kTileN * double(k) / (peak_flops_per_s / sms);
+  const double bytes = 2.0 * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n));
+  return std::max(compute, memory_Bps > 0 ? bytes / memory_Bps : 0.0);
+}
+
 double HardwareProfile::gemm_rate(long m, long n, long k) const {
+  if (gemm.empty()) {
+    if (gpu_sms < 1 || !peak_by_hidden.empty()) return 0;
+    // forward Y = X W^T (m x n over k), backward dX = dY W (m x k over n) and dW = dY^T X (n x k over m)
+    const double t = datasheet_gemm_seconds(m, n, k, gpu_sms, gpu_peak_flops_per_s, gpu_memory_Bps) +
+                     datasheet_gemm_seconds(m, k, n, gpu_sms, gpu_peak_flops_per_s, gpu_memory_Bps) +
+                     datasheet_gemm_seconds(n, k, m, gpu_sms, gpu_peak_flops_per_s, gpu_memory_Bps);
+    return t > 0 ? 3 * 2.0 * double(m) * double(n) * double(k) / t : 0;
+  }
   double best = -1, rate = 0;
   for (const GemmPoint& g : gemm) {
     auto d = [](long a, long b) { return std::log(double(std::max(1L, a)) / double(std::max(1L, b))); };
@@ -80,7 +98,7 @@ HardwareProfile read_profile(const YamlReader& r) {
 
   YAML::Node gpu = r.section(root, "", "gpu");
   r.only_keys(gpu, "gpu", {"count_per_node", "memory", "memory_bandwidth", "peak", "peak_by_hidden", "kernels", "bf16",
-                           "datasheet_peak", "reserve", "shared_peak", "gemm"});
+                           "datasheet_peak", "reserve", "shared_peak", "gemm", "sms"});
   p.gpu_bf16 = r.boolean_or(gpu, "gpu", "bf16", false);
   p.gpus_per_node = int(r.integer(gpu, "gpu", "count_per_node", 1, kMaxGpusPerNode));
   p.gpu_memory_bytes = r.quantity(gpu, "gpu", "memory", Dimension::bytes);
@@ -88,7 +106,8 @@ HardwareProfile read_profile(const YamlReader& r) {
   p.gpu_memory_Bps = r.quantity_or(gpu, "gpu", "memory_bandwidth", Dimension::bandwidth, 0);
   p.gpu_datasheet_peak_flops_per_s = r.quantity_or(gpu, "gpu", "datasheet_peak", Dimension::flops_rate, 0);
   p.gpu_shared_peak_flops_per_s = r.quantity_or(gpu, "gpu", "shared_peak", Dimension::flops_rate, 0);
-  if (p.gpu_datasheet_peak_flops_per_s > 0 && p.gpu_datasheet_peak_flops_per_s < p.gpu_peak_flops_per_s)
+  p.gpu_sms = int(r.integer_or(gpu, "gpu", "sms", 1, 100000, 0));
+if (p.gpu_datasheet_peak_flops_per_s > 0 && p.gpu_datasheet_peak_flops_per_s < p.gpu_peak_flops_per_s)
     r.fail(gpu["datasheet_peak"], "gpu.datasheet_peak",
            "expected at least gpu.peak (" + format_flops_rate(p.gpu_peak_flops_per_s) +
                "): the datasheet peak bounds what the GPU achieves");

@@ -52,6 +52,16 @@ struct GemmPoint {
   double flops_per_s = 0;
 };
 
+// A GEMM C(M x N) = A(M x K) B(K x N) on a GPU of `sms` streaming multiprocessors reaching
+// `peak_flops_per_s` on large, well-shaped GEMMs, with `memory_Bps` of HBM (0: no roofline), after
+// NVIDIA's Matrix Multiplication Background User's Guide: the output is cut into 256 x 128 tiles
+// (the guide's A100 example; a partial tile costs a whole one: tile quantization), the SMs take one
+// tile each per wave (a last, partial wave costs a whole one: wave quantization), so the time is
+// waves x one tile's FLOPs at an SM's share of the peak; and no faster than its 16-bit operands and
+// result through HBM (the roofline that binds small or thin GEMMs). Seconds. cuBLAS may choose
+// smaller tiles for small GEMMs, which this model does not.
+double datasheet_gemm_seconds(long m, long n, long k, int sms, double peak_flops_per_s, double memory_Bps);
+
 struct PeakPoint {
   long hidden = 0;
   double flops_per_s = 0;
@@ -88,8 +98,11 @@ struct HardwareProfile {
   std::vector<KernelRate> kernels;       // gpu.kernels, optional
   GpuReserve gpu_reserve;                // gpu.reserve, optional
   std::vector<GemmPoint> gemm;           // gpu.gemm, optional
-  // The rate of a GEMM of this shape: the measured point nearest in log(m), log(n), log(k) (the
-  // same shape measured: its own rate); 0 when gpu.gemm is empty.
+  int gpu_sms = 0;                       // gpu.sms: streaming multiprocessors per GPU (0: not given)
+  // The rate of a linear layer's GEMMs of this shape (forward and backward together, gpu.gemm's
+  // convention): the measured point nearest in log(m), log(n), log(k) (the same shape measured: its
+  // own rate). Without gpu.gemm, on a datasheet profile (gpu.sms given, gpu.peak flat: no
+  // peak_by_hidden), datasheet_gemm_rate's model; else 0 (the caller costs FLOPs at the peak).
   double gemm_rate(long m, long n, long k) const;
   // gpu.shared_peak (0: not given): the node's GPUs are one compute resource (the cpu backend's
   // devices are the host's cores and memory): all ranks of a node computing at once get this rate

@@ -392,9 +392,10 @@ class Replayer {
     // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
     const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
     const double bytes = (bwd ? 2 : 1) * c.act_bytes * share;
-    // a linear layer at the rate measured for its GEMM's shape (gpu.gemm): tiles and tensor slices
-    // are thinner GEMMs than the whole layer, at their own rate
-    if (c.kind == OpKind::linear && !p_.gemm.empty()) {
+    // a linear layer at the rate of its GEMM's shape (gpu.gemm measured, or a datasheet profile's
+    // tile and wave model, gpu.sms): tiles and tensor slices are thinner GEMMs than the whole
+    // layer, at their own rate
+    if (c.kind == OpKind::linear && (!p_.gemm.empty() || p_.gpu_sms > 0)) {
       const TrainingConfig& k = sched_->config;
       const GemmShape g = linear_gemm_shape(sched_->model, c.role, long(k.bsz) * k.seq, k.mp,
                                             st.tile >= 0 ? k.tiling_factor : 1);

@@ -1,5 +1,5 @@
 """bench/exec/run.py [--memwall BUILD/memwall] [--nvme-dir DIR] [--steps N]: the executor's speed,
-three ratios measured in one run (issue 12), each against a reference measured in the same run:
+five ratios measured in one run (issues 12, 18, 26), each against a reference measured in the same run:
 
   1. training step, memwall's cpu backend vs PyTorch, the same GPT (4 layers, hidden 256, 4 heads,
      seq 64, bsz 16, fp32, activation checkpoint every block, AdamW) on the same threads:
@@ -23,7 +23,11 @@ three ratios measured in one run (issue 12), each against a reference measured i
      optimizer's reads share the drive with backward's parameter fetches: nothing is idle to hide
      the optimizer behind, so this ratio measures the overhead of the overlapped schedule here; the
      gain the simulator predicts needs a GPU beside idle CPU cores.
-
+  5. gradient-norm clipping (issue 26, item 5): 8 layers, hidden 512, bsz 4, --grad-clip 1 against
+     the same run unclipped, where the norm is taken on the device (zero3), in CPU memory
+     (zero_inf_cpu) and from each final NVMe write's pinned copy (zero_inf_nvme):
+         ratio = unclipped median step / clipped median step                  target >= 0.97
+     (the clipped losses differ from the unclipped ones: it is asserted that they do)
 Run with /usr/bin/python3 (Debian's python3-torch) on an idle machine; a benchmark, not a test.
 """
 import argparse
@@ -40,7 +44,7 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--memwall", default=os.path.join(ROOT, "build", "memwall"))
 ap.add_argument("--nvme-dir", default=None, help="folder on the drive for swap files and fio (default: a temp dir)")
 ap.add_argument("--steps", type=int, default=20)
-ap.add_argument("--only", type=int, choices=(1, 2, 3, 4), help="run one of the four ratios")
+ap.add_argument("--only", type=int, choices=(1, 2, 3, 4, 5), help="run one of the ratios")
 args = ap.parse_args()
 try:
     import torch
@@ -196,6 +200,26 @@ def ratio4():
             subprocess.run(["rm", "-rf", nvme])
 
 
-for n, f in ((1, ratio1), (2, ratio2), (3, ratio3), (4, ratio4)):
+# ---- 5. gradient-norm clipping ------------------------------------------------------------------
+def ratio5():
+    big = {"layers": 8, "hidden": 512, "heads": 8, "seq": 64, "bsz": 4, "ci": 1, "lr": 1e-3, "capacity": "1 GiB"}
+    nvme = args.nvme_dir or tempfile.mkdtemp(prefix="memwall-bench-")
+    try:
+        for strategy in ("zero3", "zero_inf_cpu", "zero_inf_nvme"):
+            flags = ["--strategy", strategy, "--nvme-dir", nvme]
+            plain = memwall_run(big, flags, args.steps)
+            clipped = memwall_run(big, flags + ["--grad-clip", "1"], args.steps)
+            assert [s["loss"] for s in plain["steps"]] != [s["loss"] for s in clipped["steps"]], "nothing was clipped"
+            t_plain, t_clip = median_step(plain), median_step(clipped)
+            norms = [s["grad_norm"] for s in clipped["steps"]]
+            print(f"5. gradient clipping, {strategy}, {plain['params'] / 1e6:.1f} M params: unclipped "
+                  f"{t_plain * 1e3:.1f} ms, clipped {t_clip * 1e3:.1f} ms (norms {norms[0]:.2f} -> {norms[-1]:.2f}); "
+                  f"unclipped / clipped = {t_plain / t_clip:.3f}x (target >= 0.97)")
+    finally:
+        if args.nvme_dir is None:
+            subprocess.run(["rm", "-rf", nvme])
+
+
+for n, f in ((1, ratio1), (2, ratio2), (3, ratio3), (4, ratio4), (5, ratio5)):
     if args.only in (None, n):
         f()

@@ -212,6 +212,42 @@ TEST(Profiles, GemmRateIsTheNearestMeasuredShape) {
   EXPECT_EQ(linear_gemm_shape(gpt_shape, OpRole::gelu, 8).m, 0);
 }
 
+// Datasheet profiles (gpu.sms, a flat gpu.peak): NVIDIA's tile and wave quantization (256 x 128
+// output tiles, one per SM per wave) and the HBM roofline, in closed form.
+TEST(Profiles, DatasheetGemmModelQuantizesTilesAndWavesAndIsBoundByMemory) {
+  const double peak = 200e12, hbm = 2039e9;
+  const int sms = 108;
+  // 108 whole tiles: one full wave, the peak exactly
+  const long m = 256L * 108, n = 128, k = 4096;
+  EXPECT_DOUBLE_EQ(datasheet_gemm_seconds(m, n, k, sms, peak, hbm), 2.0 * m * n * k / peak);
+  // one tile more: a second wave for it, twice the time
+  EXPECT_DOUBLE_EQ(datasheet_gemm_seconds(m + 1, n, k, sms, peak, hbm), 2 * 2.0 * m * n * k / peak);
+  // a partial tile costs a whole one: half of each tile's rows cost the same as the whole rows
+  EXPECT_DOUBLE_EQ(datasheet_gemm_seconds(128L * 108, n, k, sms, peak, hbm), 2.0 * m * n * k / peak);
+  // a thin GEMM (k 8) moves more bytes than it computes: the roofline
+  EXPECT_DOUBLE_EQ(datasheet_gemm_seconds(m, n, 8, sms, peak, hbm), 2.0 * (m * 8.0 + 8.0 * n + double(m) * n) / hbm);
+  EXPECT_EQ(datasheet_gemm_seconds(m, n, k, 0, peak, hbm), 0);
+
+  // the profiles: forward and backward together, the three GEMMs; the same shape measured wins
+  const HardwareProfile a100 = *load_profile("dgx-a100");
+  ASSERT_EQ(a100.gpu_sms, 108);
+  const double t = datasheet_gemm_seconds(m, n, k, 108, 200e12, a100.gpu_memory_Bps) +
+                   datasheet_gemm_seconds(m, k, n, 108, 200e12, a100.gpu_memory_Bps) +
+                   datasheet_gemm_seconds(n, k, m, 108, 200e12, a100.gpu_memory_Bps);
+  EXPECT_DOUBLE_EQ(a100.gemm_rate(m, n, k), 3 * 2.0 * m * n * k / t);
+  // a 10B layer's fc1 at 2048 tokens: whole, it fills the GPU; sliced 8 ways, its thinner GEMMs
+  // leave SMs idle in the last wave and reach a smaller share of the peak
+  const ModelSpec ten_b = *load_model("table1-10B");
+  const GemmShape whole = linear_gemm_shape(ten_b, OpRole::fc1, 2048, 1, 1), sliced = linear_gemm_shape(ten_b, OpRole::fc1, 2048, 8, 1);
+  EXPECT_GT(a100.gemm_rate(whole.m, whole.n, whole.k), 0.9 * 200e12);
+  EXPECT_LT(a100.gemm_rate(sliced.m, sliced.n, sliced.k), 0.9 * a100.gemm_rate(whole.m, whole.n, whole.k));
+  // the paper's profile keeps its measured peak by hidden size; none of its shapes is modelled
+  EXPECT_EQ(load_profile("dgx2")->gpu_sms, 0);
+  HardwareProfile measured = a100;
+  measured.gemm = {{whole.m, whole.n, whole.k, 123e12}};
+  EXPECT_DOUBLE_EQ(measured.gemm_rate(sliced.m, sliced.n, sliced.k), 123e12);
+}
+
 TEST(Profiles, KernelRatesKeepTheirDimension) {
   const std::string yaml = with_gpu("  kernels:\n    gelu: 2 GB/s\n    lm_head: 3 TFLOPS\n");
   Result<HardwareProfile> r = parse_profile(yaml, "t.yaml");

@@ -306,6 +306,34 @@ TEST(Replay, TiledLinearLayersRunAtTheirTilesRate) {
   EXPECT_NEAR(iteration(q, 2) - untiled, linear_s, 0.02 * linear_s);
 }
 
+// A datasheet profile (gpu.sms, no measured GEMMs): every linear layer, whole or tiled, at the
+// tile-and-wave model's rate for its own shape; the other operators at the peak. 1024 tokens of a
+// hidden-1024 layer fill 96 of 108 SMs untiled, 24 as quarter tiles.
+TEST(Replay, DatasheetProfilesCostEachLinearLayerAtItsShape) {
+  const ComputeOnly x(1);
+  const ModelSpec& m = x.m;
+  HardwareProfile q = x.p;
+  q.gpu_sms = 108;
+  for (int tiling : {1, 4}) {
+    SCOPED_TRACE(tiling);
+    TrainingConfig k = x.c;
+    k.tiling_factor = tiling;
+    Result<SimReport> flat = simulate_isolated(m, *preset("data_parallel"), k, x.p, x.o);
+    Result<SimReport> shaped = simulate_isolated(m, *preset("data_parallel"), k, q, x.o);
+    ASSERT_TRUE(flat.ok() && shaped.ok());
+    Result<Schedule> s = build_schedule(m, *preset("data_parallel"), k, q);
+    ASSERT_TRUE(s.ok());
+    double extra = 0;  // what each linear compute takes beyond its FLOPs at the peak
+    for (const Step& st : s->steps) {
+      if (st.kind != StepKind::compute || st.op < 0 || s->ops[size_t(st.op)].kind != OpKind::linear) continue;
+      const GemmShape g = linear_gemm_shape(m, s->ops[size_t(st.op)].role, long(k.bsz) * k.seq, 1, st.tile >= 0 ? tiling : 1);
+      extra += st.flops / q.gemm_rate(g.m, g.n, g.k) - st.flops / q.gpu_peak_flops_per_s;
+    }
+    EXPECT_GT(extra, 0);
+    EXPECT_NEAR(shaped->iteration_s - flat->iteration_s, extra, 0.01 * extra);
+  }
+}
+
 // Expert parallelism (issue 27): a mixture of experts' token all-to-all, replayed. With every state
 // on the GPU (data_parallel) nothing else crosses NVSwitch in forward, so each forward all-to-all
 // takes its closed form on idle links, (ep - 1)/ep x its send buffer (tokens x top-2 x hidden, fp16)
