@@ -249,8 +249,8 @@ class Backend {
 std::size_t backend_reserved_bytes(const std::string& name, std::size_t capacity_bytes);
 
 // The sum of squares of n elements of type t in host memory, each widened to fp32, squared and
-// summed in double, in order: what the engine adds for gradients it holds in CPU memory, and each
-// part of the cpu backend's sum_squares.
+// summed in double (eight interleaved sums, added in order: the same bits on every call): what the
+// engine adds for gradients it holds in CPU memory, and each part of the cpu backend's sum_squares.
 double host_sum_squares(const void* x, adam::DType t, std::size_t n);
 
 // Backends compiled into this build ("cpu", and "cuda" when the toolkit was found).

@@ -834,9 +834,11 @@ TEST_P(BackendTest, SumSquaresAddUpToTheWholeArrayInDouble) {
       EXPECT_NEAR(sum, double(want), 1e-12 * double(want)) << parts << " parts";
     }
   }
-  double in_order = 0;  // the host's sum: in order, in double
-  for (float v : x) in_order += double(v) * v;
-  EXPECT_EQ(host_sum_squares(x.data(), DType::fp32, x.size()), in_order);
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the host's sum: element i into lane i % 8, then the lanes
+  for (std::size_t i = 0; i < x.size(); ++i) lanes[i % 8] += double(x[i]) * x[i];
+  double in_lanes = 0;
+  for (double l : lanes) in_lanes += l;
+  EXPECT_EQ(host_sum_squares(x.data(), DType::fp32, x.size()), in_lanes);
 }
 
 TEST_P(BackendTest, ConversionsRoundAsCpuAdam) {
