@@ -163,8 +163,24 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const double flops_gpu = flops_model / mp;
   TimeBreakdown tb;
   tb.compute_s = flops_gpu / peak;
-
-  // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
+  // A profile that rates GEMMs by shape (gpu.gemm measured, or gpu.sms's tile and wave model):
+  // each linear layer of a block at its own shape, tensor-sliced and tiled (forward, recompute and
+  // backward: 8 FLOPs per token and weight, as Eq. 7), the rest of Eq. 7 at the peak; as the
+  // simulator costs them (HardwareProfile::gemm_rate, linear_gemm_shape)
+  if (!p.gemm.empty() || p.gpu_sms > 0) {
+    const long tokens = std::max(1L, long(k.bsz * double(k.seq)));
+    double linear_flops = 0, linear_s = 0;
+    for (const BlockParamOp& op : block_param_ops(m)) {
+      if (!op.linear) continue;
+      const GemmShape g = linear_gemm_shape(m, op.role, tokens, k.mp, k.tiling_factor);
+      const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p.gemm_rate(g.m, g.n, g.k) : 0;
+      const double flops = 8.0 * double(tokens) * double(op.in) * double(op.out) * op.active / mp * (m.layers / pp);
+      linear_flops += flops;
+      linear_s += flops / (rate > 0 ? rate : peak);
+    }
+    tb.compute_s = linear_s + std::max(0.0, flops_gpu - linear_flops) / peak;
+  }
+// Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
   const double routed = active_weight_share(m);
   const double pg_bytes = flops_gpu / (ait_param_grad_eq9(k.bsz, k.seq) * routed);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/analysis.hpp"
+#include "model/operator_graph.hpp"
 #include "planner/fit.hpp"
 #include "planner_test_util.hpp"
 
@@ -137,6 +138,36 @@ TEST(Time, EverythingOnOneGpuIsComputeAtPeak) {
   EXPECT_DOUBLE_EQ(t.compute_s, flops / 100e12);
   EXPECT_DOUBLE_EQ(t.iteration_s, t.compute_s);
   EXPECT_NEAR(t.tflops_per_gpu, 100.0, 1e-9);
+}
+
+// A profile that rates GEMMs by shape (here the tile and wave model of gpu.sms): each linear layer
+// of a block at its own shape's rate, the rest of Eq. 7 at the peak; a tiling whose tiles leave SMs
+// idle costs more, one that fills them does not.
+TEST(Time, LinearLayersRunAtTheirShapesRate) {
+  HardwareProfile p = make_profile({});
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  const Candidate c = make_candidate("zero3", 4, 1, 1, 1);
+  const double flat = estimate_time(m, c, p).compute_s;
+  p.gpu_sms = 16;
+  const TimeBreakdown t = estimate_time(m, c, p);
+  const long tokens = 4 * 1024;
+  double linear_flops = 0, linear_s = 0;
+  for (OpRole role : {OpRole::qkv, OpRole::proj, OpRole::fc1, OpRole::fc2}) {
+    const GemmShape g = linear_gemm_shape(m, role, tokens, 1, 1);
+    const double flops = 8.0 * tokens * g.n * g.k * 2;  // two layers
+    linear_flops += flops;
+    linear_s += flops / p.gemm_rate(g.m, g.n, g.k);
+  }
+  EXPECT_NEAR(t.compute_s, linear_s + (flat * 100e12 - linear_flops) / 100e12, 1e-12);
+  // tiles are never faster than the layer; fc1's forward outputs (4096 x 4096) are 512 tiles of the
+  // model's 256 x 128, a quarter of them 128: on 48 SMs 11 waves (512 of 528 slots used) against 3
+  // (128 of 144), and the weight gradients' thin tiles leave more idle
+  Candidate tiled = c;
+  tiled.config.tiling_factor = 4;
+  EXPECT_GE(estimate_time(m, tiled, p).compute_s, t.compute_s);
+  p.gpu_sms = 48;
+  const double untiled_48 = estimate_time(m, c, p).compute_s;
+  EXPECT_GT(estimate_time(m, tiled, p).compute_s, untiled_48 * 1.05);
 }
 
 TEST(Time, CpuOptimizerIsTheSlowerOfTrafficAndCpuAdam) {
