@@ -78,7 +78,9 @@ bool Shape::computes(size_t v) const {
 std::vector<Item> Shape::items_of(const std::vector<std::pair<const std::vector<size_t>*, Phase>>& phases) const {
   std::vector<Item> out;
   for (int u = 0; u < micro_batches; ++u)
-    for (const auto& [list, ph] : phases) {
+    for (const std::pair<const std::vector<size_t>*, Phase>& one : phases) {
+      const std::vector<size_t>* list = one.first;
+      const Phase ph = one.second;  // a variable, not a structured binding: lambdas capture it (clang)
       const bool reverse = ph == Phase::backward;
       auto add = [&](size_t v) {
         for (int t = 0; t < tiles(v); ++t)
