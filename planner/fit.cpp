@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
+#include <vector>
 
 #include "model/units.hpp"
 
@@ -150,6 +153,49 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   return r;
 }
 
+namespace {
+
+// One block's linear layers per micro-step of one tensor slice: FLOPs (forward, recompute and
+// backward: 8 per token and weight, Eq. 7's factor) and seconds at their shapes' rates. The search
+// asks for the same few (tokens, mp, tiling) for every placement and checkpoint interval: kept per
+// thread for the model and profile of the last call (their numbers, not only their addresses).
+struct BlockLinear {
+  double flops = 0, seconds = 0;
+};
+BlockLinear block_linear(const ModelSpec& m, const HardwareProfile& p, long tokens, int mp, int tiling, double peak) {
+  struct Key {
+    const ModelSpec* m = nullptr;
+    const HardwareProfile* p = nullptr;
+    double ops = 0, profile = 0;  // fingerprints of the numbers used
+    bool operator==(const Key&) const = default;
+  };
+  struct Memo {
+    Key key;
+    std::map<std::tuple<long, int, int>, BlockLinear> cost;
+  };
+  thread_local Memo memo;
+  const BlockParamOps& ops = block_param_ops(m);
+  Key key{&m, &p, 0, peak + p.gpu_sms * 1e-3 + p.gpu_peak_flops_per_s * 1e-6 + p.gpu_memory_Bps * 1e-9};
+  for (const BlockParamOp& op : ops)
+    key.ops = key.ops * 1.000001 + double(op.role) + double(op.in) * 3 + double(op.out) * 7 + op.active * 11 + op.copies * 13;
+  for (const GemmPoint& g : p.gemm) key.profile = key.profile * 1.000001 + double(g.m + 3 * g.n + 7 * g.k) + g.flops_per_s * 1e-9;
+  if (!(key == memo.key)) memo = {key, {}};
+  auto [it, fresh] = memo.cost.try_emplace({tokens, mp, tiling});
+  if (!fresh) return it->second;
+  BlockLinear& b = it->second;
+  for (const BlockParamOp& op : ops) {
+    if (!op.linear) continue;
+    const GemmShape g = linear_gemm_shape(m, op.role, tokens, mp, tiling);
+    const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p.gemm_rate(g.m, g.n, g.k) : 0;
+    const double flops = 8.0 * double(tokens) * double(op.in) * double(op.out) * op.active / std::max(1, mp);
+    b.flops += flops;
+    b.seconds += flops / (rate > 0 ? rate : peak);
+  }
+  return b;
+}
+
+}  // namespace
+
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
                             const std::vector<StateTierEfficiency>& eff_in) {
   const TrainingConfig& k = c.config;
@@ -168,17 +214,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // backward: 8 FLOPs per token and weight, as Eq. 7), the rest of Eq. 7 at the peak; as the
   // simulator costs them (HardwareProfile::gemm_rate, linear_gemm_shape)
   if (!p.gemm.empty() || p.gpu_sms > 0) {
-    const long tokens = std::max(1L, long(k.bsz * double(k.seq)));
-    double linear_flops = 0, linear_s = 0;
-    for (const BlockParamOp& op : block_param_ops(m)) {
-      if (!op.linear) continue;
-      const GemmShape g = linear_gemm_shape(m, op.role, tokens, k.mp, k.tiling_factor);
-      const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p.gemm_rate(g.m, g.n, g.k) : 0;
-      const double flops = 8.0 * double(tokens) * double(op.in) * double(op.out) * op.active / mp * (m.layers / pp);
-      linear_flops += flops;
-      linear_s += flops / (rate > 0 ? rate : peak);
-    }
-    tb.compute_s = linear_s + std::max(0.0, flops_gpu - linear_flops) / peak;
+    const BlockLinear b = block_linear(m, p, std::max(1L, long(k.bsz * double(k.seq))), k.mp, k.tiling_factor, peak);
+    const double blocks = m.layers / pp;
+    tb.compute_s = b.seconds * blocks + std::max(0.0, flops_gpu - b.flops * blocks) / peak;
   }
 // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
