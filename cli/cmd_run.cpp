@@ -65,8 +65,10 @@ Command add_run(CLI::App& app) {
       "memory), cpu (pinned host memory) or nvme (swap files through io_uring, O_DIRECT), prefetched as the\n"
       "schedule says. Prints loss per step, then bytes moved per link class against the schedule, transfer\n"
       "time hidden behind compute and peak bytes per tier.\n"
-      "Planned and simulated but not executed, so refused with the reason: tensor slicing (--mp > 1),\n"
-      "pipeline stages (--pp > 1), 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
+      "Tensor slicing (--mp N, Megatron-LM's: heads and feed-forward split, two all-reduces per block each\n"
+      "way, the embedding whole on every slice) runs over mpirun -np dp x mp ranks, consecutive ranks one mp\n"
+      "group. Planned and simulated but not executed, so refused with the reason: pipeline stages (--pp > 1),\n"
+      "1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
       "The executor trains the paper's GPT block and today's dense kinds: grouped-query attention (kv_heads,\n"
       "head_dim), SwiGLU / GeGLU feed-forward (ffn, intermediate), RMSNorm, rotary positions (rope_theta),\n"
       "untied LM head, linear layers without biases (a Llama block), from a plan's model or the run config's\n"
@@ -166,8 +168,9 @@ Command add_run(CLI::App& app) {
                           : "")
                   << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
-                  << engine->ranks() << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
-                  << (engine->ranks() > 1 ? " (mpirun ranks, " : " (") << "global batch "
+                  << engine->ranks() << (s.config.mp > 1 ? ", mp " + std::to_string(s.config.mp) : "")
+                  << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
+                  << (engine->ranks() * s.config.mp > 1 ? " (mpirun ranks, " : " (") << "global batch "
                   << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
@@ -328,6 +331,7 @@ Command add_run(CLI::App& app) {
                   {"threads_fitted", st.threads_fitted},
                   {"other_processes_cores", st.load.others},
                   {"dp", engine->ranks()},
+                  {"mp", s.config.mp},
                   {"grad_accum", std::max(1, s.grad_accum)},
                   {"grad_clip", o.config.grad_clip},
                   {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},

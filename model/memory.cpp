@@ -50,18 +50,17 @@ template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
-  const double mp = std::max(1, c.mp);
   const int t = std::max(1, c.tiling_factor), ep = std::max(1, c.ep);
   // the token (and learned position) embeddings; a tied LM head's weight is the token embedding's,
   // on the last stage too
   if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
-    f(OpRole::embed, -1, -1, embed_param_elems(m, c.seq) / mp, false);
+    f(OpRole::embed, -1, -1, mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c), false);
   const BlockParamOps ops = block_param_ops(m);
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockParamOp& op : ops) {
       const int per = op.linear ? t : 1;
       const int n = per * local_copies(m, c, op);
-      const double each = op.elems / mp / (per * op.copies);
+      const double each = mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c) / (per * op.copies);
       const int routed = op.copies > 1 && ep > 1 ? per * m.moe.experts / ep : 0;
       if (!op.linear) f(op.role, b, -1, op.elems, false);
       else if (n == 1) f(op.role, b, -1, each, routed > 0);  // one expert here (ep = experts) or a dense layer
@@ -69,13 +68,22 @@ void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
         for (int k = 0; k < n; ++k) f(op.role, b, k, each, k < routed);
     }
   if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m), false);
-  if (stage == pp - 1 && !m.tied_embeddings) f(OpRole::lm_head, -1, -1, head_param_elems(m) / mp, false);
+  if (stage == pp - 1 && !m.tied_embeddings)
+    f(OpRole::lm_head, -1, -1, mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c), false);
 }
 // The broadcast variant's owner of the unit [at, at + elems) of `total` elements.
 int unit_owner(double at, double elems, double total, int dp) {
   return std::min(dp - 1, int(std::floor(dp * (at + elems / 2) / total)));
 }
 }  // namespace
+
+double mp_param_elems(OpRole role, bool linear, double elems, double bias, const TrainingConfig& c) {
+  const double mp = std::max(1, c.mp);
+  if (role == OpRole::embed || role == OpRole::lm_head) return elems / embedding_mp(c);
+  if (!linear) return elems;
+  if (role == OpRole::proj || role == OpRole::fc2) return (elems - bias) / mp + bias;
+  return elems / mp;
+}
 
 namespace {
 std::string tile_suffix(int tile, int copies, int tiling) {
@@ -204,11 +212,10 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
     return mine;
   }
   const StageBlocks sb = stage_blocks(m.layers, pp, stage);
-  const double mp = std::max(1, c.mp);
   const int ep = std::max(1, c.ep);
   double block = 0, expert = 0;  // with ep > 1: this rank's routed experts, apart
   for (const BlockParamOp& op : block_param_ops(m)) {
-    const double each = (op.linear ? op.elems / mp : op.elems) / op.copies;
+    const double each = mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c) / op.copies;
     if (op.copies > 1 && ep > 1) {
       expert += each * m.moe.experts / ep;
       block += each * (op.copies - m.moe.experts);
@@ -217,8 +224,9 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
     }
   }
   double n = (sb.last - sb.first) * block;
-  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings)) n += embed_param_elems(m, c.seq) / mp;
-  if (stage == pp - 1) n += norm_param_elems(m) + head_param_elems(m) / mp;
+  if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
+    n += mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c);
+  if (stage == pp - 1) n += norm_param_elems(m) + mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c);
   const double e = (sb.last - sb.first) * expert;
   if (!sp.partitioned || dp <= 1) return n + e;
   return n / dp + e / std::max(1, dp / ep);
@@ -385,8 +393,8 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.ckpt = d.gathered ? d.whole_ckpt / d.mp : d.whole_ckpt;
   d.workspace = z.workspace_bytes >= 0;
   d.awm_block = d.workspace ? 0 : awm_bytes(m, c.bsz, c.seq, 1, c.what_if.attention_density) / d.mp;
-  d.embed = z.param_bytes * embed_param_elems(m, c.seq) / d.mp;
-  d.head = m.tied_embeddings ? d.embed : z.param_bytes * head_param_elems(m) / d.mp;
+  d.embed = z.param_bytes * mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c);
+  d.head = m.tied_embeddings ? d.embed : z.param_bytes * mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c);
   d.norm = z.param_bytes * norm_param_elems(m);
   d.ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
   d.in_flight = d.pp > 1 ? std::min(d.pp - stage, d.ga) : 1;
@@ -402,7 +410,7 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.tied_pending = d.grad_buffer && d.first && d.last && m.tied_embeddings;
   d.groups_per_block = 0;
   for (const BlockParamOp& op : block_param_ops(m)) {
-    const double bytes = z.param_bytes * (op.linear ? op.elems / d.mp : op.elems);
+    const double bytes = z.param_bytes * mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c);
     const int per = op.linear ? d.t : 1;
     const double each = bytes / (per * op.copies);  // an expert's units one by one
     const int copies = local_copies(m, c, op), routed = op.copies > 1 && c.ep > 1 ? m.moe.experts / c.ep : 0;

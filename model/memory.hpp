@@ -66,6 +66,13 @@ struct ParamUnit {
   bool expert = false;
 };
 std::vector<ParamUnit> param_units(const ModelSpec& m, const TrainingConfig& c, int stage = 0);
+// Elements of an operator's `elems` parameters (`bias` of them biases) that each tensor-slicing rank
+// holds (Megatron-LM): a column-parallel linear layer (qkv, fc1, the router) splits weights and
+// biases over mp, a row-parallel one (proj, fc2) splits its weights and keeps its bias whole (added
+// once, after the all-reduce), norms are whole, the embeddings and an untied head split by
+// vocabulary or whole (embedding_mp). The one place param_units, the memory model and the
+// schedule take a sliced size from.
+double mp_param_elems(OpRole role, bool linear, double elems, double bias, const TrainingConfig& c);
 // "block3.fc1[tile 2]": how traces and messages name a unit (the one place "[tile N]" is written).
 // "block3.fc1", "block3.fc1[tile 1]"; an expert's units (copies > 1): "block3.fc1[expert 2]", or
 // "[expert 2 tile 1]" with memory-centric tiling `tiling` (tile = expert x tiling + its tile).

@@ -61,16 +61,27 @@ struct Shape {
   CommGroup unit_group(const ScheduleUnit& u) const { return u.expert ? CommGroup::edp : CommGroup::dp; }
   int unit_rank(const ScheduleUnit& u) const { return u.expert ? rank / std::max(1, c.ep) : rank; }
   bool tiled(size_t v) const { return tiles(v) > 1; }
-  // Tensor slicing divides every operator but LayerNorm (replicated, tiny) across mp ranks.
-  double mp_share(size_t v) const { return g.op(v).kind == OpKind::layernorm ? 1.0 : 1.0 / c.mp; }
+  // Tensor slicing divides every operator's work but LayerNorm's (replicated, tiny) across mp
+  // ranks; the embedding and LM head's only when they are split by vocabulary (embedding_mp).
+  double mp_share(size_t v) const {
+    const Operator& op = g.op(v);
+    if (op.kind == OpKind::layernorm) return 1.0;
+    if (op.role == OpRole::embed || op.role == OpRole::lm_head) return 1.0 / embedding_mp(c);
+    return 1.0 / c.mp;
+  }
+  // The parameters of (the owner of) operator o one tensor-slicing rank holds (mp_param_elems).
+  double mp_params(size_t o) const {
+    const Operator& op = g.op(o);
+    return mp_param_elems(op.role, op.kind == OpKind::linear, op.param_elems, op.param_elems - op.weight_elems, c);
+  }
   bool has_params(size_t v) const { return owner[v] != SIZE_MAX; }
   // 16-bit bytes of the parameters a (tile of an) operator needs on this rank, whole (not sharded).
   double param_bytes(size_t v) const {
     const size_t o = owner[v];
     const Operator& op = g.op(o);
     if (op.copies > 1)  // one expert's tile, whichever experts this rank holds
-      return z.param_bytes * op.param_elems * mp_share(o) / (op.copies * std::max(1, c.tiling_factor));
-    return z.param_bytes * op.param_elems * mp_share(o) / tiles(o);
+      return z.param_bytes * mp_params(o) / (op.copies * std::max(1, c.tiling_factor));
+    return z.param_bytes * mp_params(o) / tiles(o);
   }
   int unit(const Item& it) const { return unit_of.at({owner[it.v], it.tile}); }
   bool first_stage() const { return stage == 0; }

@@ -251,17 +251,23 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
 }
 
 // Megatron tensor slicing: the row-parallel outputs (proj, fc2) are all-reduced in forward and
-// the column-parallel input gradients (qkv, fc1) in backward.
-void megatron_allreduce(Builder& b, const Operator& op, Phase ph) {
+// the column-parallel input gradients (qkv, fc1) in backward, once the operator's last tile (in
+// the phase's order: forward runs tiles first to last, backward last to first) has added its part.
+void megatron_allreduce(Builder& b, const Item& it) {
+  const Shape& sh = b.sh;
+  const Operator& op = sh.g.op(it.v);
+  const Phase ph = it.phase;
   const bool fwd_point = op.role == OpRole::proj || op.role == OpRole::fc2;
   const bool bwd_point = op.role == OpRole::qkv || op.role == OpRole::fc1;
   if (!((ph != Phase::backward && fwd_point) || (ph == Phase::backward && bwd_point))) return;
-  const Shape& sh = b.sh;
+  if (it.tile >= 0 && it.tile != (ph == Phase::backward ? 0 : sh.tiles(it.v) - 1)) return;
   const double act = sh.z.act_bytes * sh.act_elems();
   Step st = transfer({StepKind::allreduce, ph, Hop::mp, State::act_ckpt, 2.0 * act * (sh.c.mp - 1) / sh.c.mp,
                       Tier::gpu, Tier::gpu, LinkClass::gpu_gpu},
                      op.name, deps({b.chain.last}));
   st.state.reset();
+  st.op = sh.op_index[it.v];
+  st.micro_batch = it.u;
   st.collective = {CollectiveKind::all_reduce, CommGroup::mp, sh.c.mp, -1, act};
   b.chain.last = b.e.emit(std::move(st));
 }
@@ -355,7 +361,7 @@ void run_items(Builder& b, const std::vector<Item>& items, const std::function<v
         for (size_t k = gi; k <= std::min(gr.first.size() - 1, gi + size_t(lookahead[h])); ++k) issue_hop(b, gr, k, h);
     const int id = emit_compute(b, it, gr, gi);
     if (gi != SIZE_MAX && it.phase == Phase::backward) grad_ready(b, it, id);
-    if (sh.c.mp > 1 && it.tile <= 0) megatron_allreduce(b, sh.g.op(it.v), it.phase);
+    if (sh.c.mp > 1) megatron_allreduce(b, it);
     if (sh.c.ep > 1) moe_all_to_all(b, it);
     if (gi != SIZE_MAX && gr.end[gi] == i && gr.f[gi].fetched) {
       const int unit = sh.unit(it);

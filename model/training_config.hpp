@@ -45,7 +45,11 @@ struct TrainingConfig {
   int tiling_factor = 1;   // memory-centric tiling of linear operators (Sec. 5.1.3)
   int dp = 0;              // data-parallel degree; 0 = every GPU not used by mp
   int mp = 1;              // tensor-slicing degree inside a node
-  int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
+  // Tensor slicing's embeddings: split by vocabulary over the mp ranks (Megatron-LM's, what plan and
+  // simulate assume), or whole on each (the executor's: its head then needs no vocabulary-parallel
+  // cross-entropy, at the embedding's memory on every mp rank). No effect at mp 1.
+  bool embedding_replicated = false;
+int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
   int grad_accum = 1;      // gradient accumulation: forward/backward micro-steps per optimizer step
                            // (with pp > 1: the pipeline's micro-batches, run 1F1B)
@@ -62,6 +66,10 @@ struct TrainingConfig {
   double grad_clip = 0;
 WhatIf what_if;
 };
+
+// The ranks the token and position embeddings (and an untied LM head) are split over: mp, or 1
+// when they are replicated (TrainingConfig::embedding_replicated).
+inline int embedding_mp(const TrainingConfig& c) { return c.embedding_replicated ? 1 : std::max(1, c.mp); }
 
 // Samples per optimizer step over all ranks: micro-batch x gradient-accumulation steps x dp
 // (dp resolved, as fit_to_profile leaves it).

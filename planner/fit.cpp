@@ -74,7 +74,7 @@ double embedding_params(const ModelSpec& m) { return embed_param_elems(m, m.seq)
 double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s) {
   const TrainingConfig& k = c.config;
   const double fc1 = mswm_bytes(m) / 4.0 / k.mp / k.tiling_factor;  // Eq. 4 is 4 B x (hd x 4hd)
-  const double embed = double(m.vocab) * double(m.hidden) / k.mp;
+  const double embed = double(m.vocab) * double(m.hidden) / embedding_mp(k);
   const double whole = std::max(fc1, embed);
   return std::ceil(c.placement.of(s).partitioned ? whole / k.dp : whole);
 }

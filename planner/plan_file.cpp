@@ -57,7 +57,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
                "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "ep",
-               "grad_clip"});
+               "grad_clip", "embedding"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
   c.bsz = r.positive_number(tn, "training", "bsz", kMaxBsz);
@@ -65,7 +65,12 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   c.tiling_factor = int(r.integer_or(tn, "training", "tiling_factor", 1, kMaxTiling, 1));
   c.dp = int(r.integer(tn, "training", "dp", 1, kMaxGpus));
   c.mp = int(r.integer_or(tn, "training", "mp", 1, kMaxMp, 1));
-  c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
+  const std::string embedding = r.text_or(tn, "training", "embedding", "sliced");
+  if (embedding != "sliced" && embedding != "replicated")
+    r.fail(tn["embedding"], "training.embedding", "expected sliced (by vocabulary over mp) or replicated, got \"" +
+                                                       embedding + "\"");
+  c.embedding_replicated = embedding == "replicated";
+c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
   c.grad_accum = int(r.integer_or(tn, "training", "grad_accum", 1, kMaxGradAccum, 1));
   c.pp = int(r.integer_or(tn, "training", "pp", 1, std::min(kMaxPp, m.layers), 1));
   c.ep = int(r.integer_or(tn, "training", "ep", 1, kMaxExperts, 1));
@@ -186,7 +191,9 @@ std::string plan_yaml(const Plan& plan) {
     << "  tiling_factor: " << c.tiling_factor << "\n"
     << "  dp: " << c.dp << "\n"
     << "  mp: " << c.mp << "\n"
-    << "  pp: " << c.pp << "                # pipeline stages\n"
+    << (c.mp > 1 && c.embedding_replicated ? "  embedding: replicated   # whole on every mp rank (memwall run's)\n"
+                                           : std::string())
+<< "  pp: " << c.pp << "                # pipeline stages\n"
     << (c.ep > 1 ? "  ep: " + std::to_string(c.ep) + "                # expert parallelism: experts split over ep dp ranks\n"
                  : std::string())
     << "  prefetch_depth: " << c.prefetch_depth << "\n"

@@ -47,7 +47,9 @@ std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
     dropped += (dropped.empty() ? "" : "; ") + std::string(name) + " " + these;
     degrees = {1};
   };
-  narrow(s.mp, fixes.mp, "mp");
+  // tensor slicing runs (its embedding whole on every slice), but not with clipping
+  s.executor = true;
+  if (s.grad_clip > 0) narrow(s.mp, fixes.mp, "mp");
   narrow(s.pp, fixes.pp, "pp");
   narrow(s.ep, fixes.ep, "ep");
   return dropped;
@@ -456,7 +458,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
       for (int pp : stages)
       for (int ep : space.ep)
       if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
-      if (ep_allowed(pl, ep))
+if (ep_allowed(pl, ep))
       for (int ci : space.ci) {
         // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
         std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);
@@ -471,7 +473,8 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
                   config_for(m, p, space.bsz[bi], ci, t, mp, pp, ep, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
               k->grad_clip = space.grad_clip;
-if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
+              k->embedding_replicated = space.executor && mp > 1;
+              if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
               Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};
               e.candidate.config.optimizer_overlap = ov;
               e.time = estimate_time(m, e.candidate, p, *eff_by_bsz[bi]);

@@ -52,7 +52,10 @@ struct SearchSpace {
   // (split_global_batch); micro-batches that do not divide N are skipped. Nothing: dp is every GPU
   // not used by mp, no accumulation, and the global batch is whatever bsz x dp gives.
   std::optional<long> global_batch;
-  size_t size() const;        // candidates in the space (placement x bsz x ci x tiling x mp x pp)
+  // Plans for `memwall run` (narrow_to_executor): a sliced candidate's embedding is whole on every
+  // mp rank (TrainingConfig::embedding_replicated).
+  bool executor = false;
+  size_t size() const; // candidates in the space (placement x bsz x ci x tiling x mp x pp)
 };
 
 // Every valid (placement x act_ckpt tier x fetch) combination, then the fixes applied; errors
@@ -67,8 +70,9 @@ Result<SearchSpace> narrow_placements(SearchSpace s, const std::function<std::st
                                       const std::string& who);
 
 // Planning for a profile `memwall run` executes (HardwareProfile::executor_backend): the executor
-// trains every block on each data-parallel rank (no tensor slicing, pipeline stages or expert
-// parallelism yet), so the searched mp, pp and ep narrow to 1, and every plan written runs. A degree
+// runs data-parallel ranks and tensor slicing (its embedding whole on each slice; not with gradient
+// clipping), but no pipeline stages or expert parallelism yet, so the searched pp
+// and ep (and mp with clipping) narrow to 1, and every plan written runs. A degree
 // the user fixed stays (plan and simulate it; `memwall run` refuses it with the reason), as do the
 // degrees of a space where 1 is not one (a fixed placement that needs tensor slicing). Returns
 // the narrowed dimensions ("mp 2, 4", ...), empty when nothing was.

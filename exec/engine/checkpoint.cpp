@@ -72,7 +72,7 @@ Result<std::vector<char>> read_whole(const std::string& path) {
   return out;
 }
 
-// What a checkpoint must match to be resumed by a run: the model, placement, dp, precision, tiling.
+// What a checkpoint must match to be resumed by a run: the model, placement, dp, mp, precision, tiling.
 nlohmann::ordered_json identity(const EngineContext& e) {
   nlohmann::ordered_json place = nlohmann::ordered_json::object();
   for (State st : {State::param16, State::grad16, State::optim32})
@@ -81,6 +81,7 @@ nlohmann::ordered_json identity(const EngineContext& e) {
   nlohmann::ordered_json id = {{"layers", e.o.model.layers},        {"hidden", e.o.model.hidden},
                                 {"heads", e.o.model.heads},          {"seq", e.o.model.max_seq},
                                 {"vocab", e.o.model.vocab},          {"dp", e.dp},
+                                {"mp", e.mp},
                                 {"precision", std::string(adam::dtype_name(e.o.precision))},
                                 {"tiling_factor", e.o.config.tiling_factor}, {"placement", place}};
   // the block's kind beyond the paper's GPT (absent for it, so its checkpoints read as before)
@@ -102,25 +103,25 @@ Result<bool> write_step(EngineContext& e, const io::Folder& top, const io::Folde
     Result<std::vector<char>> bytes = e.tiers.read_state(st);
     if (!bytes) return make_error("--save: " + bytes.error());
     char file[48];
-    std::snprintf(file, sizeof file, "rank%04d.%s", e.rank, to_string(st));
+    std::snprintf(file, sizeof file, "rank%04d.%s", e.world_rank, to_string(st));
     if (Result<bool> w = write_durably(step, file, bytes->data(), bytes->size()); !w) return make_error(w.error());
     mine.push_back(bytes->size());
     mine.push_back(fnv1a(bytes->data(), bytes->size()));
   }
-  std::vector<std::vector<std::uint64_t>> all(std::size_t(e.dp));
+  std::vector<std::vector<std::uint64_t>> all(std::size_t(e.world));
   for (std::uint64_t v : mine) {
     std::vector<std::uint64_t> g = {v};
-    if (e.dp > 1) {
-      Result<std::vector<std::uint64_t>> r = e.coll->all_gather_u64(v);
+    if (e.world > 1) {
+      Result<std::vector<std::uint64_t>> r = e.everyone()->all_gather_u64(v);
       if (!r) return make_error(r.error());
       g = std::move(r).value();
     }
     for (std::size_t q = 0; q < g.size(); ++q) all[q].push_back(g[q]);
   }
   if (e.o.save_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(e.o.save_pause_s));
-  if (e.rank != 0) return true;
+  if (e.world_rank != 0) return true;
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
-  for (int q = 0; q < e.dp; ++q)
+  for (int q = 0; q < e.world; ++q)
     for (int k2 = 0; k2 < 2; ++k2) {
       char file[48];
       std::snprintf(file, sizeof file, "rank%04d.%s", q, k2 == 0 ? "param16" : "optim32");
@@ -157,11 +158,11 @@ Result<bool> save_checkpoint(EngineContext& e, const std::string& dir, const Run
   if (!top) return make_error(top.error());
   bool made = false;
   Result<io::Folder> step = make_error("");
-  if (e.rank == 0) step = top->make_folder(name, &made);
-  if (e.rank == 0 && !step) return make_error("--save: " + step.error());
-  if (e.dp > 1)
-    if (Result<bool> b = e.coll->barrier(); !b) return make_error(b.error());
-  if (e.rank != 0) step = top->make_folder(name);
+  if (e.world_rank == 0) step = top->make_folder(name, &made);
+  if (e.world_rank == 0 && !step) return make_error("--save: " + step.error());
+  if (e.world > 1)
+    if (Result<bool> b = e.everyone()->barrier(); !b) return make_error(b.error());
+  if (e.world_rank != 0) step = top->make_folder(name);
   if (!step) return make_error("--save: " + step.error());
   Result<bool> wrote = write_step(e, *top, *step, name, at);
   if (!wrote && made) {  // a failed save leaves no partial step folder behind
@@ -169,8 +170,8 @@ Result<bool> save_checkpoint(EngineContext& e, const std::string& dir, const Run
     std::filesystem::remove_all(step->path(), ec);
   }
   if (!wrote) return wrote;
-  if (e.dp > 1)
-    if (Result<bool> b = e.coll->barrier(); !b) return make_error(b.error());
+  if (e.world > 1)
+    if (Result<bool> b = e.everyone()->barrier(); !b) return make_error(b.error());
   return true;
 }
 
@@ -239,17 +240,21 @@ Result<RunPosition> resume_checkpoint(EngineContext& e, const std::string& dir) 
   if (Result<bool> ok = check_manifest(m, mpath, name, at, adam_step); !ok) return make_error(ok.error());
   const nlohmann::json mine = nlohmann::json::parse(identity(e).dump());
   for (auto it = mine.begin(); it != mine.end(); ++it) {
-    const nlohmann::json theirs = m["run"].contains(it.key()) ? m["run"][it.key()] : nlohmann::json();
+    // checkpoints from before tensor slicing ran have no mp: they are mp 1's
+    const nlohmann::json theirs = m["run"].contains(it.key()) ? m["run"][it.key()]
+                                  : it.key() == "mp"          ? nlohmann::json(1)
+                                                              : nlohmann::json();
     if (theirs != it.value())
       return make_error(mpath + ": run." + it.key() + ": the checkpoint has " + theirs.dump() + ", this run " +
-                        it.value().dump() + " (resume with the same model, placement, dp, precision and tiling)");
+                        it.value().dump() + " (resume with the same model, placement, dp, mp, precision and tiling: " +
+                        "each rank's files hold its own slice and shard)");
   }
-  if (m["files"].size() != std::size_t(2 * e.dp))
+  if (m["files"].size() != std::size_t(2 * e.world))
     return make_error(mpath + ": files: " + std::to_string(m["files"].size()) + " entries, expected two per rank (" +
-                      std::to_string(2 * e.dp) + ")");
+                      std::to_string(2 * e.world) + ")");
   for (State st : {State::param16, State::optim32}) {
     char file[48];
-    std::snprintf(file, sizeof file, "rank%04d.%s", e.rank, to_string(st));
+    std::snprintf(file, sizeof file, "rank%04d.%s", e.world_rank, to_string(st));
     const nlohmann::json* entry = nullptr;
     for (const nlohmann::json& f : m["files"])
       if (f["file"] == file) entry = &f;

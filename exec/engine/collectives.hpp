@@ -1,4 +1,4 @@
-// Collectives between the data-parallel ranks of a run: what the schedule's gg and bcast fetches,
+// Collectives between the ranks of one group of a run (its data-parallel or tensor-slicing ranks): what the schedule's gg and bcast fetches,
 // reduce_scatter (rs, and the owner's reduce) and allreduce steps do. Two implementations behind one
 // small interface: MPI (OpenMPI) between processes, for the cpu backend, and NCCL between GPUs, for
 // cuda (its unique id bootstrapped over MPI). No home-made transport.
@@ -141,8 +141,11 @@ bool launched_by_mpirun();
 // MPI collectives over the world (MPI_Iallgather, MPI_Ireduce_scatter_block, ... polled with
 // MPI_Test; 16-bit sums through a user-defined MPI_Op). Needs MpiWorld::get().active().
 // stall_timeout_s: how long a host-side collective waits with no rank of the node moving before
-// it fails naming the rank it waits for (the engine passes its --stall-timeout).
-Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s = 120);
+// it fails naming the rank it waits for (the engine passes its --stall-timeout). color < 0: over the
+// world; else over the ranks of the same color (MPI_Comm_split, ordered by key): one group of the
+// job's dp x mp layout. Every rank of the world must make the same calls (MPI_Comm_split is
+// collective).
+Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s = 120, int color = -1, int key = 0);
 
 // NCCL collectives between the GPUs of the world on `backend`'s stream for them, the unique id
 // broadcast over MPI. Only in builds with the cuda backend and NCCL.

@@ -86,15 +86,16 @@ class MpiOp : public CollectiveOp {
 
 class MpiCollectives : public Collectives {
  public:
-  explicit MpiCollectives(double stall_timeout_s) : stall_timeout_s_(stall_timeout_s) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MpiCollectives(double stall_timeout_s, MPI_Comm comm) : comm_(comm), stall_timeout_s_(stall_timeout_s) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
     MPI_Op_create(&sum16<adam::DType::bf16>, 1, &types_.bf16_sum);
     MPI_Op_create(&sum16<adam::DType::fp16>, 1, &types_.fp16_sum);
   }
   ~MpiCollectives() override {
     MPI_Op_free(&types_.bf16_sum);
     MPI_Op_free(&types_.fp16_sum);
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -113,9 +114,9 @@ class MpiCollectives : public Collectives {
     MPI_CHECK(MPI_Type_commit(&strided));
     op->own_type(strided);
     if (send)
-      MPI_CHECK(MPI_Iallgather(send, int(count), mpi_type(t), base, 1, strided, MPI_COMM_WORLD, op->request()));
+      MPI_CHECK(MPI_Iallgather(send, int(count), mpi_type(t), base, 1, strided, comm_, op->request()));
     else
-      MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, strided, MPI_COMM_WORLD, op->request()));
+      MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, strided, comm_, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
@@ -124,7 +125,7 @@ class MpiCollectives : public Collectives {
     auto op = std::make_unique<MpiOp>();
     MpiWorld::get().entered_collective();
     // in place: the sum of this rank's slice lands at the start of buf, then moves to `out`
-    MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD,
+    MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), comm_,
                                         op->request()));
     op->then_copy(buf, out, count * adam::dtype_bytes(t));
     return std::unique_ptr<CollectiveOp>(std::move(op));
@@ -133,14 +134,14 @@ class MpiCollectives : public Collectives {
   Result<std::unique_ptr<CollectiveOp>> all_reduce(void* buf, std::size_t count, adam::DType t) override {
     auto op = std::make_unique<MpiOp>();
     MpiWorld::get().entered_collective();
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), MPI_COMM_WORLD, op->request()));
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), sum(t), comm_, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
   Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) override {
     auto op = std::make_unique<MpiOp>();
     MpiWorld::get().entered_collective();
-    MPI_CHECK(MPI_Ibcast(buf, int(count), mpi_type(t), root, MPI_COMM_WORLD, op->request()));
+    MPI_CHECK(MPI_Ibcast(buf, int(count), mpi_type(t), root, comm_, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
@@ -148,33 +149,33 @@ class MpiCollectives : public Collectives {
     auto op = std::make_unique<MpiOp>();
     MpiWorld::get().entered_collective();
     MPI_CHECK(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : buf, rank_ == root ? buf : nullptr, int(count), mpi_type(t),
-                          sum(t), root, MPI_COMM_WORLD, op->request()));
+                          sum(t), root, comm_, op->request()));
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
   Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) override {
     std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallgather(&v, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Iallgather(&v, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &req));
     if (Result<bool> ok = wait(req, "an all-gather of one number per rank"); !ok) return make_error(ok.error());
     return all;
   }
   Result<double> all_reduce_sum(double v) override {
     double s = 0;
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Iallreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, comm_, &req));
     if (Result<bool> ok = wait(req, "an all-reduce of one number per rank (the loss, or a check)"); !ok)
       return make_error(ok.error());
     return s;
   }
   Result<bool> all_reduce_sum_host(float* buf, std::size_t count) override {
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), MPI_FLOAT, MPI_SUM, comm_, &req));
     return wait(req, "an all-reduce of " + std::to_string(count) + " fp32 in host memory");
   }
   Result<bool> barrier() override {
     MPI_Request req = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Ibarrier(comm_, &req));
     return wait(req, "a barrier");
   }
 
@@ -207,6 +208,7 @@ class MpiCollectives : public Collectives {
   MPI_Op sum(adam::DType t) const {
     return t == adam::DType::fp32 ? MPI_SUM : t == adam::DType::bf16 ? types_.bf16_sum : types_.fp16_sum;
   }
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0, size_ = 1;
   double stall_timeout_s_ = 120;
   Types types_;
@@ -392,9 +394,15 @@ void MpiWorld::abort(const std::string& message, int code) {
   std::exit(code);
 }
 
-Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s) {
+Result<std::unique_ptr<Collectives>> make_mpi_collectives(double stall_timeout_s, int color, int key) {
   if (!MpiWorld::get().active()) return make_error("MPI collectives need a job started by mpirun");
-  return std::unique_ptr<Collectives>(new MpiCollectives(stall_timeout_s));
+  if (color < 0) return std::unique_ptr<Collectives>(new MpiCollectives(stall_timeout_s, MPI_COMM_WORLD));
+  MPI_Comm group = MPI_COMM_NULL;
+  if (int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &group); rc != MPI_SUCCESS || group == MPI_COMM_NULL)
+    return make_error("MPI_Comm_split (color " + std::to_string(color) + ", key " + std::to_string(key) +
+                      ") failed with code " + std::to_string(rc));
+  MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Collectives>(new MpiCollectives(stall_timeout_s, group));
 }
 
 #if !MEMWALL_HAVE_NCCL

@@ -32,7 +32,11 @@ struct DispatchTables {
 };
 struct EngineContext {
   EngineOptions o;  // normalised (plan_rank): dp the job's ranks, seq the model's, ...
-  int rank = 0, dp = 1;
+  int rank = 0, dp = 1;  // this rank's data-parallel rank and group size
+  // Tensor slicing: this rank's place in its mp group, and in the job (world rank = rank x mp +
+  // mp_rank: an mp group is mp consecutive ranks, as Megatron-LM lays them out).
+  int mp = 1, mp_rank = 0, world_rank = 0, world = 1;
+  GptConfig slice;  // the model as this rank holds and computes it: mp_slice(o.model, mp, mp_rank)
   RankPlan plan;
   const Schedule* sched = nullptr;  // the schedule this iteration runs: plan.schedule, or plan.warmup
   const DispatchTables* tables = nullptr;  // sched's
@@ -41,8 +45,10 @@ struct EngineContext {
   Stream h2d = 0, d2h = 0;
   Tiers tiers;
   std::unique_ptr<GptOps> gpt;
-  std::unique_ptr<Collectives> coll;  // dp > 1: MPI (cpu) or NCCL (cuda)
+  std::unique_ptr<Collectives> coll;  // the dp group, dp > 1: MPI (cpu) or NCCL (cuda)
   std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
+  std::unique_ptr<Collectives> mp_coll, mp_boot;  // the mp group, mp > 1: the same two
+  std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp > 1 (MPI)
   std::unique_ptr<adam::CpuAdam> adam;
   std::unique_ptr<HostLane> lane;
   // host threads (options.threads): fitted to the load when `fitted`, from `looked` on
@@ -92,6 +98,12 @@ struct EngineContext {
   void* cx() const { return be->ctx(); }
   Tier tier(State s) const { return o.placement.of(s).tier; }
   char* buffer(int id) const { return tiers.buffer(*sched, id); }
+  // Host-side calls over every rank of the job (checkpoints, checks): the world's MPI collectives,
+  // or at mp 1 the dp group's; nullptr for a job of one rank.
+  Collectives* everyone() const {
+    if (world_coll) return world_coll.get();
+    return boot ? boot.get() : coll.get();
+  }
   Event take_event();
 };
 

@@ -26,8 +26,9 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   z.param_bytes = double(adam::dtype_bytes(precision));
   z.optim_bytes = 12;  // fp32 master, momentum, variance: CPU Adam reads 16-bit gradients directly
   z.act_bytes = 4;     // activations and checkpoints are fp32 (the kernels compute in fp32)
-  z.workspace_bytes = double(GptOps::workspace_bytes(model, int(config.bsz), int(config.seq), config.ci,
-                                                     micro_batches, config.tiling_factor));
+  // every mp rank's slice has the same shapes: rank 0's
+  z.workspace_bytes = double(GptOps::workspace_bytes(mp_slice(model, std::max(1, config.mp), 0), int(config.bsz),
+                                                     int(config.seq), config.ci, micro_batches, config.tiling_factor));
   z.host_align_bytes = double(io::kIoAlignment);  // O_DIRECT: the pinned buffers NVMe reads and writes
   z.device_align_bytes = 256;                     // what the kernels and copies expect
   return z;
@@ -61,7 +62,7 @@ Event EngineContext::take_event() {
 namespace {
 
 // What the executor runs, checked before a schedule is built: the job's ranks, one device each.
-Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
+Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank) {
   // capacity_bytes: what the backend may allocate in all. The memory plan fills it less what this
   // backend keeps (its workspaces: cuBLAS's), as gpu.reserve: the schedule's capacity is then
   // capacity_per_rank's, the one formula the planner uses. The profile's context and communicator
@@ -71,20 +72,36 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
   o.profile.gpu_memory_bytes = double(o.capacity_bytes);
   o.profile.gpu_reserve = GpuReserve{0, double(backend_reserved_bytes(o.backend, o.capacity_bytes)), 0, true};
   o.config.seq = o.model.max_seq;
-  o.config.mp = std::max(1, o.config.mp);
-  if (o.config.mp != 1) return make_error("--mp: the executor runs no tensor slicing (mp 1), got " + std::to_string(o.config.mp));
+  const int mp = o.config.mp = std::max(1, o.config.mp);
+  if (mp > 1) {
+    if (Result<bool> ok = check_mp_slicing(o.model, mp); !ok) return ok;
+    // the executor's head computes every logit on each mp rank (no vocabulary-parallel cross-entropy)
+    o.config.embedding_replicated = true;
+    if (o.placement.act_ckpt.partitioned &&
+        long(o.config.bsz) * o.model.max_seq * o.model.hidden % mp != 0)
+      return make_error("placement: act_ckpt partitioned across " + std::to_string(mp) +
+                        " tensor slices needs bsz x seq x hidden divisible by " + std::to_string(mp));
+if (o.config.grad_clip > 0)
+      return make_error("--grad-clip with --mp " + std::to_string(mp) + ": the global norm over tensor slices (each "
+                        "replicated parameter counted once) is not in the executor yet; clip at mp 1");
+  }
   MpiWorld& world = MpiWorld::get();
-  rank = world.rank();
-  dp = world.size();
+  if (world.size() % mp != 0)
+    return make_error("--mp: " + std::to_string(mp) + " tensor-slicing ranks do not divide this job's " +
+                      std::to_string(world.size()) + " ranks (start it with mpirun -np dp x mp)");
+  rank = world.rank() / mp;
+  mp_rank = world.rank() % mp;
+  dp = world.size() / mp;
   if (o.config.dp > 0 && o.config.dp != dp)
     return make_error("--dp: " + std::to_string(o.config.dp) + " data-parallel ranks asked, this job has " +
-                      std::to_string(dp) + " (start it with mpirun -np " + std::to_string(o.config.dp) + ")");
-  if (o.profile.total_gpus() < dp) {
+                      std::to_string(dp) + (mp > 1 ? " (of mp " + std::to_string(mp) + ")" : "") +
+                      " (start it with mpirun -np " + std::to_string(o.config.dp * mp) + ")");
+  if (o.profile.total_gpus() < world.size()) {
     // a profile `memwall run` executes describes this machine: one device per rank started on it
     if (o.profile.executor_backend.empty() || o.profile.nodes != 1)
       return make_error("--profile " + o.profile.name + ": " + std::to_string(o.profile.total_gpus()) +
-                        " GPUs, but this job has " + std::to_string(dp) + " ranks (one GPU each)");
-    o.profile.gpus_per_node = dp;
+                        " GPUs, but this job has " + std::to_string(world.size()) + " ranks (one GPU each)");
+    o.profile.gpus_per_node = world.size();
   }
   o.config.dp = dp;
   if (o.config.bsz != std::floor(o.config.bsz) || o.config.bsz < 1)
@@ -94,7 +111,7 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp) {
                       " pipeline stages are planned and scheduled; the executor runs every block on each rank (--pp 1)");
   if (o.backend == "cpu" && o.precision == adam::DType::fp16)
     return make_error("precision: the cpu backend stores bf16 or fp32 parameters (fp16 needs loss scaling), got fp16");
-  for (const ParamGroup& g : gpt_param_groups(o.model))
+  for (const ParamGroup& g : gpt_param_groups(mp_slice(o.model, mp, 0)))
     if (g.linear && o.config.tiling_factor > 1 && g.out_features % o.config.tiling_factor != 0)
       return make_error("--tiling: " + std::to_string(o.config.tiling_factor) +
                         " must divide the output features of every linear layer (" + g.name + " has " +
@@ -191,7 +208,7 @@ Result<bool> check_ranks_agree(EngineContext& e) {
       mixin(step_label(st) + "/" + to_string(c.kind) + "/" + std::to_string(c.root) + "/" + format_g(c.bytes_per_rank));
     }
   }
-  Result<std::vector<std::uint64_t>> all = e.coll->all_gather_u64(h);
+  Result<std::vector<std::uint64_t>> all = e.everyone()->all_gather_u64(h);
   if (!all) return make_error(all.error());
   for (std::size_t r = 1; r < all->size(); ++r)
     if ((*all)[r] != (*all)[0])
@@ -307,7 +324,7 @@ Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank) {
 Result<RankPlan> plan_rank(const EngineOptions& options) {
   RankPlan p;
   p.options = options;
-  if (Result<bool> r = normalise(p.options, p.rank, p.dp); !r) return make_error(r.error());
+  if (Result<bool> r = normalise(p.options, p.rank, p.dp, p.mp_rank); !r) return make_error(r.error());
   const EngineOptions& o = p.options;
   Result<Schedule> s = build_checked(o, p.rank, o.config);
   if (!s) return make_error(s.error());
@@ -339,11 +356,17 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   if (!load_window) return make_error(load_window.error());
   e.rank = plan.rank;
   e.dp = plan.dp;
+  e.mp = std::max(1, e.o.config.mp);
+  e.mp_rank = plan.mp_rank;
+  e.world_rank = e.rank * e.mp + e.mp_rank;
+  e.world = e.dp * e.mp;
+  e.slice = mp_slice(e.o.model, e.mp, e.mp_rank);
   e.plan = std::move(plan);
-  if (MpiWorld::get().rank() != e.rank || MpiWorld::get().size() != e.dp)
-    return make_error("internal error: the plan is for rank " + std::to_string(e.rank) + " of " + std::to_string(e.dp) +
-                      ", not this process");
-  if (Result<bool> r = e.tiers.lay_out(e.o, e.rank, e.dp, e.plan.schedule); !r) return make_error(r.error());
+  if (MpiWorld::get().rank() != e.world_rank || MpiWorld::get().size() != e.world)
+    return make_error("internal error: the plan is for rank " + std::to_string(e.world_rank) + " of " +
+                      std::to_string(e.world) + ", not this process");
+  if (Result<bool> r = e.tiers.lay_out(e.o, e.slice, e.rank, e.dp, e.world_rank, e.plan.schedule); !r)
+    return make_error(r.error());
   std::vector<const Schedule*> plans = {&e.plan.schedule};
   e.main_tables = dispatch_tables(e.plan.schedule, e.o.profile);
   if (e.plan.warmup) {
@@ -355,10 +378,20 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
     e.sched = &e.plan.schedule;
     e.tables = &e.main_tables;
   }
-  if (e.dp > 1) {
-    Result<std::unique_ptr<Collectives>> c = make_mpi_collectives(e.o.stall_timeout_s);
+  if (e.world > 1) {
+    // the dp group (the ranks of this mp rank's slice) and the mp group (this dp rank's slices);
+    // at mp 1 the dp group is the world
+    auto group = [&](int color, int key) { return make_mpi_collectives(e.o.stall_timeout_s, color, key); };
+    Result<std::unique_ptr<Collectives>> c = e.mp > 1 ? group(e.mp_rank, e.rank) : group(-1, 0);
     if (!c) return make_error(c.error());
-    e.coll = std::move(c).value();
+    if (e.mp > 1) {
+      Result<std::unique_ptr<Collectives>> m = group(e.rank, e.mp_rank), w = group(-1, 0);
+      if (!m) return make_error(m.error());
+      if (!w) return make_error(w.error());
+      e.mp_coll = std::move(m).value();
+      e.world_coll = std::move(w).value();
+    }
+    if (e.dp > 1) e.coll = std::move(c).value();
     if (Result<bool> r = check_ranks_agree(e); !r) return make_error(r.error());
     auto watch = std::make_shared<PeerWatch>();
     e.peer_progress = [watch] {
@@ -397,7 +430,7 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
     return make_error("internal error: the warm-up and delayed-update schedules place the workspace apart");
   const int micro_batches = e.o.placement.layer_major ? std::max(1, e.o.config.micro_batches) : 1;
   Result<std::unique_ptr<GptOps>> g =
-      GptOps::create(*e.be, e.o.model, int(e.o.config.bsz), int(e.o.config.seq), e.o.config.ci, micro_batches,
+      GptOps::create(*e.be, e.slice, int(e.o.config.bsz), int(e.o.config.seq), e.o.config.ci, micro_batches,
                      e.o.config.tiling_factor, e.tiers.buffer(e.plan.schedule, ws),
                      std::size_t(e.plan.schedule.sizes.workspace_bytes));
   if (!g) return make_error(g.error());
@@ -407,11 +440,14 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   e.h2d = *s1;
   e.d2h = *s2;
   e.gpt->set_data_parallel(e.dp, std::max(1, e.o.config.grad_accum));
-  if (e.dp > 1 && e.o.backend == "cuda") {  // NCCL between the GPUs, bootstrapped over MPI
-    Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, *e.coll);
-    if (!c) return make_error(c.error());
-    e.boot = std::move(e.coll);
-    e.coll = std::move(c).value();
+  if (e.o.backend == "cuda") {  // NCCL between the GPUs of each group, bootstrapped over its MPI
+    for (auto [coll, boot] : {std::pair{&e.coll, &e.boot}, std::pair{&e.mp_coll, &e.mp_boot}}) {
+      if (!*coll) continue;
+      Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, **coll);
+      if (!c) return make_error(c.error());
+      *boot = std::move(*coll);
+      *coll = std::move(c).value();
+    }
   }
   if (Result<bool> r = e.tiers.initialise(*e.adam); !r) return make_error(r.error());
   if (e.o.keep_gradients) e.grads_kept.assign(e.tiers.elems_of(State::optim32), 0.0f);
@@ -426,7 +462,11 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
 const Schedule& Engine::schedule() const { return ctx_->plan.schedule; }
 const RankPlan& Engine::plan() const { return ctx_->plan; }
 const BackendCaps& Engine::backend_caps() const { return ctx_->be->caps(); }
-std::size_t Engine::num_params() const { return ctx_->tiers.whole_elems(); }
+std::size_t Engine::num_params() const {
+  std::size_t n = 0;
+  for (const ParamTensor& t : gpt_param_tensors(ctx_->o.model)) n += t.elems;
+  return n;
+}
 int Engine::rank() const { return ctx_->rank; }
 int Engine::ranks() const { return ctx_->dp; }
 int Engine::tokens_per_iteration() const {
@@ -521,13 +561,13 @@ Result<RunPosition> Engine::resume(const std::string& dir) { return resume_check
 
 Result<std::vector<RankTraffic>> Engine::traffic_by_rank(const IterationReport& r) {
   EngineContext& e = *ctx_;
-  std::vector<RankTraffic> out(std::size_t(e.dp));
+  std::vector<RankTraffic> out(std::size_t(e.world));
   for (int c = 0; c < kLinkClasses; ++c)
     for (int which = 0; which < 2; ++which) {
       const double v = which == 0 ? r.bytes_moved[size_t(c)] : e.sched->traffic_bytes[size_t(c)];
       std::vector<std::uint64_t> all = {std::uint64_t(std::llround(v))};
-      if (e.dp > 1) {
-        Result<std::vector<std::uint64_t>> g = e.coll->all_gather_u64(all[0]);
+      if (e.world > 1) {
+        Result<std::vector<std::uint64_t>> g = e.everyone()->all_gather_u64(all[0]);
         if (!g) return make_error(g.error());
         all = std::move(g).value();
       }

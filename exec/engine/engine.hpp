@@ -134,8 +134,9 @@ struct RankTraffic {
 // one object the engine runs and `memwall validate`'s simulator replays.
 struct RankPlan {
   EngineOptions options;  // normalised: dp the job's ranks, seq the model's, capacity applied
-  int rank = 0, dp = 1;   // this process in the mpirun job
-  Schedule schedule;      // every iteration's (with dpu: after the warm-up)
+  int rank = 0, dp = 1;   // this process's data-parallel rank and the dp group's size
+  int mp_rank = 0;        // its place in its tensor-slicing group (config.mp ranks; world rank rank x mp + mp_rank)
+  Schedule schedule; // every iteration's (with dpu: after the warm-up)
   std::optional<Schedule> warmup;  // dpu: the ordinary schedule the warm-up iterations run
 };
 
@@ -163,7 +164,7 @@ class Engine {
   const Schedule& schedule() const;  // the plan's (not the warm-up's)
   const RankPlan& plan() const;
   const BackendCaps& backend_caps() const;
-  std::size_t num_params() const;
+  std::size_t num_params() const;  // the model's, whole (a tensor-slicing rank holds a slice)
   int rank() const;   // this process's data-parallel rank
   int ranks() const;  // dp: the processes of the job (mpirun -np N), 1 without mpirun
   int tokens_per_iteration() const;  // micro_batches_per_iteration() x bsz x seq

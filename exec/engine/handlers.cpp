@@ -81,7 +81,13 @@ std::vector<io::IoRequest> piece_requests(EngineContext& e, const ChunkLayout& c
 // the device); "params" after the optimizer: every rank's updated part of every unit of the chunk
 // into the whole param16 on the device; bcast: the owner's copy of a unit to every rank.
 Result<Token> gather(EngineContext& e, const Step& s) {
-  if (s.hop == Hop::mp) return unsupported("the all-gather of partitioned checkpoints (tensor slicing)");
+  if (s.hop == Hop::mp) {  // a partitioned checkpoint's slices, over the mp group, into the whole one
+    if (!e.mp_coll) return make_error("internal error: a checkpoint all-gather without the tensor-slicing group");
+    const std::size_t count = std::size_t(s.collective.bytes_per_rank) / sizeof(float);  // fp32 activations
+    char* whole = e.buffer(s.dst_buf);
+    e.gpt->set_segment_input(std::max(0, s.micro_batch), reinterpret_cast<const float*>(whole));
+    return collective_token(e.mp_coll->all_gather(whole, count, count, adam::DType::fp32, e.buffer(s.src_buf)));
+  }
   Tiers& t = e.tiers;
   const adam::DType dt = e.o.precision;
   if (s.hop == Hop::bcast) {
@@ -200,7 +206,13 @@ Result<Token> compute(EngineContext& e, const Step& s) {
 // the buffer's own slice for the offload; reduce (broadcast variant): the sum lands on the owner;
 // ar: summed in place (whole gradients, data_parallel).
 Result<Token> reduce(EngineContext& e, const Step& s) {
-  if (s.hop == Hop::mp) return unsupported("Megatron's all-reduce (tensor slicing)");
+  if (s.hop == Hop::mp) {  // Megatron's: the slices' partial sums of (B, T, C) activations, fp32
+    if (!e.mp_coll || s.op < 0) return make_error("internal error: a tensor-slicing all-reduce without its group or operator");
+    const ScheduleOp& op = e.sched->ops[size_t(s.op)];
+    float* buf = e.gpt->mp_partial_sums(op.role, op.block, s.phase == Phase::backward, std::max(0, s.micro_batch));
+    const std::size_t count = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq) * std::size_t(e.o.model.hidden);
+    return collective_token(e.mp_coll->all_reduce(buf, count, adam::DType::fp32));
+  }
   const UnitLayout& u = unit_of(e, s);
   char* buf = src_or_state(e, s, State::grad16, u);
   const adam::DType dt = e.o.precision;
@@ -266,8 +278,11 @@ Result<Token> offload(EngineContext& e, const Step& s) {
 
 Result<Token> save_ckpt(EngineContext& e, const Step& s) {
   char* dst = e.buffer(s.dst_buf);
-  const float* src = e.gpt->block_input(s.block, std::max(0, s.micro_batch));
   const std::size_t bytes = std::size_t(s.bytes);
+  // partitioned across the mp slices (each holds the whole input): this slice keeps its 1/mp
+  const bool partitioned = e.o.placement.act_ckpt.partitioned && e.mp > 1;
+  const float* src = e.gpt->block_input(s.block, std::max(0, s.micro_batch)) +
+                     (partitioned ? std::size_t(e.mp_rank) * (bytes / sizeof(float)) : 0);
   // the copy reads what the compute stream wrote: it waits for it
   Event ready = e.take_event();
   e.k().event_record(e.cx(), ready, 0);

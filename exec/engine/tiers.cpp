@@ -67,15 +67,18 @@ Tiers::~Tiers() {
 Tier Tiers::tier(State s) const { return o_->placement.of(s).tier; }
 bool Tiers::sharded(State s) const { return o_->placement.of(s).partitioned && dp_ > 1; }
 
-Result<bool> Tiers::lay_out(const EngineOptions& o, int rank, int dp, const Schedule& s) {
+Result<bool> Tiers::lay_out(const EngineOptions& o, const GptConfig& model, int rank, int dp, int file_rank,
+                            const Schedule& s) {
   o_ = &o;
+  model_ = model;
   rank_ = rank;
   dp_ = dp;
+  file_rank_ = file_rank;
   psz_ = adam::dtype_bytes(o.precision);
-  groups_ = gpt_param_groups(o.model);
+  groups_ = gpt_param_groups(model);
   for (const ScheduleUnit& su : s.units) {
     UnitLayout u;
-    const int g = param_group_of(o.model, su.role, su.block);
+    const int g = param_group_of(model, su.role, su.block);
     if (g < 0) return make_error("internal error: the schedule's unit " + su.name + " is no parameter group of the GPT");
     u.group = std::size_t(g);
     u.tile = su.tile;
@@ -160,7 +163,7 @@ Result<bool> Tiers::check_nvme_dir(std::size_t need) {
                       std::to_string(need) + " bytes), " + format_bytes(free_bytes) + " are free");
   // The folder is this run's while it lives (a second run on it is refused with our pid), which
   // also proves it writable; swap files left by a killed run are then ours to replace.
-  Result<io::FolderLock> lock = io::FolderLock::acquire(o_->nvme_dir, rank_, "--nvme-dir");
+  Result<io::FolderLock> lock = io::FolderLock::acquire(o_->nvme_dir, file_rank_, "--nvme-dir");
   if (!lock) return make_error(lock.error());
   nvme_lock_ = std::move(lock).value();
   return true;
@@ -187,11 +190,11 @@ Result<bool> Tiers::make_swap_files() {
   if (!e) return make_error("io engine: " + e.error());
   ioe_ = std::move(e).value();
   auto make = [&](const char* state, const std::vector<std::uint64_t>& shards, std::optional<io::SwapFile>& out) -> Result<bool> {
-    Result<std::string> path = io::swap_file_path(o_->nvme_dir, rank_, state);
+    Result<std::string> path = io::swap_file_path(o_->nvme_dir, file_rank_, state);
     if (!path) return make_error(path.error());
     // guarded before it exists: a signal during the preallocation removes it too
     swap_guards_.push_back(std::make_unique<io::TempFileGuard>(*path));
-    Result<io::SwapFile> f = io::SwapFile::create(*ioe_, o_->nvme_dir, rank_, state, shards);
+    Result<io::SwapFile> f = io::SwapFile::create(*ioe_, o_->nvme_dir, file_rank_, state, shards);
     if (!f) return make_error("--nvme-dir: " + f.error());  // create removed a file it could not fill
     out = std::move(f).value();
     return true;
@@ -285,7 +288,7 @@ Result<bool> Tiers::pin_host(void* p, std::size_t bytes) {
 void Tiers::init_values(const UnitLayout& u, std::size_t from, std::size_t count, float* out) const {
   const ParamGroup& g = groups_[u.group];
   const int tiles = g.linear ? o_->config.tiling_factor : 1;
-  gpt_init_group(o_->model, o_->seed, g, tiles, std::size_t(std::max(0, u.tile)) * u.elems + from, count, out);
+  gpt_init_group(model_, o_->seed, g, tiles, std::size_t(std::max(0, u.tile)) * u.elems + from, count, out);
 }
 
 Result<bool> Tiers::round_params(adam::CpuAdam& adam, const float* src, void* dst, std::size_t count) const {

@@ -65,9 +65,11 @@ class Tiers {
   Tiers& operator=(const Tiers&) = delete;
   ~Tiers();
 
-  // The layout of `s` (its units and chunks) in whole elements; refuses what does not split into
-  // whole elements per rank (naming the flag to change).
-  Result<bool> lay_out(const EngineOptions& o, int rank, int dp, const Schedule& s);
+  // The layout of `s` (its units and chunks) in whole elements of `model`, the slice of o.model this
+  // rank holds (mp_slice); refuses what does not split into whole elements per rank (naming the
+  // flag to change). rank, dp: the data-parallel group's; file_rank: the job's rank, which names
+  // this rank's swap files.
+  Result<bool> lay_out(const EngineOptions& o, const GptConfig& model, int rank, int dp, int file_rank, const Schedule& s);
   // Swap files (checked against the folder first), the device block (states, then the largest
   // device arena of `plans`), host regions and the pinned arena (the largest CPU arena).
   Result<bool> make(Backend& be, const std::vector<const Schedule*>& plans);
@@ -127,7 +129,8 @@ class Tiers {
 
   const EngineOptions* o_ = nullptr;
   Backend* be_ = nullptr;
-  int rank_ = 0, dp_ = 1;
+  int rank_ = 0, dp_ = 1, file_rank_ = 0;
+  GptConfig model_;  // this rank's slice
   std::size_t psz_ = 2;
   std::vector<ParamGroup> groups_;
   std::vector<UnitLayout> units_;

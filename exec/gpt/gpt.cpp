@@ -27,6 +27,30 @@ GptConfig gpt_config(const ModelSpec& m) {
   return g;
 }
 
+GptConfig mp_slice(const GptConfig& whole, int mp, int rank) {
+  if (mp <= 1) return whole;
+  GptConfig g = whole;
+  g.head_size = whole.head_dim();
+  g.heads = whole.heads / mp;
+  g.kv_heads = whole.kv() / mp;
+  g.intermediate = whole.ffn_size() / mp;
+  g.mp = mp;
+  g.mp_rank = rank;
+  return g;
+}
+
+Result<bool> check_mp_slicing(const GptConfig& whole, int mp) {
+  if (mp <= 1) return true;
+  const auto bad = [&](const char* what, int n) {
+    return make_error("--mp: " + std::to_string(mp) + " tensor-slicing ranks must divide the model's " + what + " (" +
+                      std::to_string(n) + ")");
+  };
+  if (whole.heads % mp != 0) return bad("heads", whole.heads);
+  if (whole.kv() % mp != 0) return bad("key/value heads", whole.kv());
+  if (whole.ffn_size() % mp != 0) return bad("feed-forward size", whole.ffn_size());
+  return true;
+}
+
 ModelSpec gpt_model_spec(const GptConfig& g) {
   ModelSpec m;
   m.name = "gpt";
@@ -139,13 +163,53 @@ double normal_at(std::uint64_t key, std::uint64_t i) {
 
 // How one tensor is initialised, decided once from its name (not per element: the string tests
 // and the name's hash cost more than the element's own draw, 20 s for a 150 M parameter model).
+// A slice's tensor (GptConfig::mp > 1) reads the whole tensor at the element it slices: its rows
+// are runs of the whole's rows (`rows`: (count, first whole row), in order; qkv: the q, k and v
+// heads of the slice; fc1: its gate and up rows), or its columns one run of the whole's (proj, fc2).
+struct SliceMap {
+  std::vector<std::pair<std::size_t, std::size_t>> rows;  // empty: rows as they are
+  std::size_t row_len = 1;                                // elements per row (1: a bias)
+  std::size_t cols = 0, whole_cols = 0, col0 = 0;         // cols > 0: a column run
+  std::size_t whole_index(std::size_t i) const {
+    if (cols > 0) return (i / cols) * whole_cols + col0 + i % cols;
+    if (rows.empty()) return i;
+    std::size_t r = i / row_len;
+    for (const auto& [n, first] : rows) {
+      if (r < n) return (first + r) * row_len + i % row_len;
+      r -= n;
+    }
+    return i;
+  }
+};
 struct TensorInit {
   std::size_t elems;
   enum Kind { one, zero, normal } kind;
   double std_dev;
   std::uint64_t key;
+  SliceMap map;
 };
 
+SliceMap slice_map(const GptConfig& c, const std::string& name) {
+  SliceMap m;
+  if (c.mp <= 1) return m;
+  const std::size_t r = std::size_t(c.mp_rank), mp = std::size_t(c.mp), C = std::size_t(c.hidden);
+  const bool weight = name.ends_with(".weight");
+  if (name.ends_with("qkv.weight") || name.ends_with("qkv.bias")) {
+    const std::size_t A = std::size_t(c.attention_width()), KV = std::size_t(c.kv()) * std::size_t(c.head_dim());
+    m.rows = {{A, r * A}, {KV, mp * A + r * KV}, {KV, mp * A + mp * KV + r * KV}};
+    m.row_len = weight ? C : 1;
+  } else if (name.ends_with("fc1.weight") || name.ends_with("fc1.bias")) {
+    const std::size_t I = std::size_t(c.ffn_size());
+    m.rows = {{I, r * I}};
+    if (c.gated()) m.rows.push_back({I, mp * I + r * I});
+    m.row_len = weight ? C : 1;
+  } else if (name.ends_with("proj.weight") || name.ends_with("fc2.weight")) {
+    m.cols = std::size_t(name.ends_with("proj.weight") ? c.attention_width() : c.ffn_size());
+    m.whole_cols = m.cols * mp;
+    m.col0 = r * m.cols;
+  }
+  return m;
+}
 std::vector<TensorInit> tensor_inits(const GptConfig& c, const ParamGroup& g) {
   std::vector<TensorInit> out;
   for (const ParamTensor& t : gpt_param_tensors(c)) {
@@ -155,7 +219,7 @@ std::vector<TensorInit> tensor_inits(const GptConfig& c, const ParamGroup& g) {
     const TensorInit::Kind kind = ln_weight                     ? TensorInit::one
                                   : t.name.ends_with(".bias") ? TensorInit::zero
                                                               : TensorInit::normal;
-    out.push_back({t.elems, kind, resid ? 0.02 / std::sqrt(2.0 * c.layers) : 0.02, name_key(t.name)});
+    out.push_back({t.elems, kind, resid ? 0.02 / std::sqrt(2.0 * c.layers) : 0.02, name_key(t.name), slice_map(c, t.name)});
   }
   return out;
 }
@@ -170,7 +234,7 @@ float init_at(const std::vector<TensorInit>& tensors, std::size_t at) {
     switch (t.kind) {
       case TensorInit::one: return 1.0f;
       case TensorInit::zero: return 0.0f;
-      case TensorInit::normal: return float(t.std_dev * normal_at(t.key, at));
+      case TensorInit::normal: return float(t.std_dev * normal_at(t.key, t.map.whole_index(at)));
     }
   }
   return 0.0f;
@@ -195,6 +259,25 @@ void gpt_init_group(const GptConfig& c, std::uint64_t seed, const ParamGroup& g,
     }
     out[k] = init_at(tensors, flat);
   }
+}
+
+std::vector<std::size_t> gpt_slice_indices(const GptConfig& slice) {
+  GptConfig whole = slice;
+  whole.heads = slice.heads * slice.mp;
+  whole.kv_heads = slice.kv() * slice.mp;
+  whole.intermediate = slice.ffn_size() * slice.mp;
+  whole.mp = 1;
+  whole.mp_rank = 0;
+  std::vector<std::size_t> at_whole;
+  for (const ParamTensor& t : gpt_param_tensors(whole)) at_whole.push_back(t.offset);
+  std::vector<std::size_t> out;
+  std::size_t k = 0;
+  for (const ParamTensor& t : gpt_param_tensors(slice)) {  // the same tensors, in the same order
+    const SliceMap m = slice_map(slice, t.name);
+    for (std::size_t i = 0; i < t.elems; ++i) out.push_back(at_whole[k] + m.whole_index(i));
+    ++k;
+  }
+  return out;
 }
 
 std::vector<float> gpt_init_params(const GptConfig& c, std::uint64_t seed) {
@@ -376,7 +459,18 @@ void GptOps::linear_forward(const OpCall& c, float* out, const float* inp, long 
   // out[:, o0:o0+OCt] = inp (BT, IC) . W^T; then += bias
   be_.ops().gemm(be_.ctx(), false, true, BT, int(OCt), int(IC), 1.0f, inp, int(IC), 0, W, int(IC), 0, 0.0f, out + o0,
                  int(OC), 0, 1);
-  if (has_bias(c)) be_.ops().bias_forward(be_.ctx(), out + o0, bias, BT, int(OCt), int(OC));
+  // a row-parallel layer's partial sums meet in the all-reduce: one slice adds the bias
+  const bool row_parallel = c.op.kind == OpKind::proj || c.op.kind == OpKind::fc2;
+  if (has_bias(c) && !(row_parallel && cfg_.mp_rank != 0))
+    be_.ops().bias_forward(be_.ctx(), out + o0, bias, BT, int(OCt), int(OC));
+}
+
+float* GptOps::mp_partial_sums(OpKind kind, int block, bool backward, int u) {
+  if (!backward && kind == OpKind::proj) return acts(block, u).attproj;
+  if (!backward && kind == OpKind::fc2) return acts(block, u).fcproj;
+  if (backward && (kind == OpKind::qkv || kind == OpKind::fc1)) return mb_[std::size_t(u)].dA;
+  throw std::logic_error("GptOps: no tensor-slicing all-reduce after " + std::string(to_string(kind)) +
+                         (backward ? " in backward" : " in forward"));
 }
 
 void GptOps::linear_backward(const OpCall& c, float* dinp, const float* dout, const float* inp, long IC, long OC) {

@@ -49,8 +49,12 @@ struct GptConfig {
   bool tied_embeddings = true;
   BiasKind bias = BiasKind::all;
   double rope_theta = 10000;  // rotary: the base of the frequencies, theta^(-2i/hs) (Llama 3: 500000)
-
-  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Tensor slicing (Megatron-LM): this config is rank mp_rank's slice of a model mp times as wide
+  // (mp_slice): heads, key/value heads and the feed-forward size are its own; the embeddings, norms
+  // and the row-parallel layers' (proj, fc2) biases whole.
+  int mp = 1;
+  int mp_rank = 0;
+int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_size() const { return intermediate > 0 ? intermediate : 4 * hidden; }
   bool gated() const { return ffn != FfnKind::gelu; }
   int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
@@ -60,6 +64,12 @@ struct GptConfig {
 
 // The executor's config of a model (max_seq = its seq) and back: the one translation between them.
 GptConfig gpt_config(const ModelSpec& m);
+// Rank `rank`'s slice of `whole` under tensor slicing over `mp` ranks (Megatron-LM): heads
+// r*NH/mp .. (r+1)*NH/mp of q, the same share of the key/value heads, columns r*I/mp .. of fc1 (of
+// its gate and of its up projection when gated) and the matching input columns of proj and fc2.
+// mp 1: `whole`. check_mp_slicing says whether `whole` splits.
+GptConfig mp_slice(const GptConfig& whole, int mp, int rank);
+Result<bool> check_mp_slicing(const GptConfig& whole, int mp);
 // Whether the executor trains `m`: a mixture of experts and sliding-window attention are refused
 // with the reason (memwall plans and simulates them), as are shapes its kernels do not take (a
 // head size that is odd with rotary positions, a vocabulary other than the byte-level 256).
@@ -95,9 +105,14 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& cfg);
 // data-parallel rank initialises only its shard (Sec. 7.2) and the assembled weights do not depend
 // on how they were split. gpt_init_group fills elements [from, from + count) of group g in its
 // tile-major order (tiles 1: the parameter array's order); gpt_init_params makes the whole array.
+// A slice (cfg.mp > 1) takes each element's value from the whole model's tensor at the element it
+// slices, so mp ranks together start from the one-rank run's weights.
 void gpt_init_group(const GptConfig& cfg, std::uint64_t seed, const ParamGroup& g, int tiles, std::size_t from,
                     std::size_t count, float* out);
 std::vector<float> gpt_init_params(const GptConfig& cfg, std::uint64_t seed);
+// A slice's parameter array (cfg.mp > 1) in the whole model's: for each of its elements, the index
+// of the whole parameter array's element it is (the one gpt_init_group takes its value from).
+std::vector<std::size_t> gpt_slice_indices(const GptConfig& slice);
 
 // A linear group tiled by output rows keeps tile t's weight rows and bias entries together, so
 // one tile is one contiguous range: [W_t (OC/tiles, IC), b_t (OC/tiles)] for t = 0 .. tiles-1
@@ -155,6 +170,11 @@ class GptOps {
     ranks_ = ranks;
     micro_steps_ = micro_steps;
   }
+
+  // Tensor slicing's all-reduce over the mp ranks (the schedule's allreduce steps of hop mp): the
+  // (B, T, C) partial sums the slice's operator `kind` of block `block` left for micro-batch u:
+  // proj's and fc2's outputs in forward (and recompute), qkv's and fc1's input gradients in backward.
+  float* mp_partial_sums(OpKind kind, int block, bool backward, int u);
 
   int* tokens(int u) { return mb_[std::size_t(u)].tokens; }    // (B, T) device inputs of micro-batch u
   int* targets(int u) { return mb_[std::size_t(u)].targets; }  // (B, T) device targets

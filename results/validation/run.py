@@ -43,6 +43,12 @@ CONFIGS_DP2 = [
     ("dp 2, zero3", SMALL, ["--strategy", "zero3"]),
     ("dp 2, zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu"]),
 ]
+# Tensor slicing (Megatron-LM's, --mp 2): the two ranks of the same mpirun are one model's two slices,
+# against the same 2-rank profile.
+CONFIGS_MP2 = [
+    ("mp 2, zero3", SMALL, ["--strategy", "zero3", "--mp", "2"]),
+    ("mp 2, zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu", "--mp", "2"]),
+]
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader"]
 
 
@@ -104,7 +110,8 @@ def main():
                             f"this-machine-{ranks}", "-o", profile], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, env=env)
         rows = []
-        for ranks, label, shape, flags in [(1, *c) for c in CONFIGS] + [(2, *c) for c in CONFIGS_DP2]:
+        for ranks, label, shape, flags in ([(1, *c) for c in CONFIGS] + [(2, *c) for c in CONFIGS_DP2] +
+                                           [(2, *c) for c in CONFIGS_MP2]):
             cfg = os.path.join(tmp, "run.yaml")
             write_config(cfg, shape)
             cmd = (MPIRUN if ranks > 1 else []) + [
@@ -116,7 +123,8 @@ def main():
             j = json.loads(r.stdout.splitlines()[-1])  # JSON Lines: the summary is the last line
             it = j["iteration_s"]
             ph = j["phase_s"]
-            row = {"config": label, "dp": ranks,
+            mp = int(flags[flags.index("--mp") + 1]) if "--mp" in flags else 1
+            row = {"config": label, "dp": ranks // mp, "mp": mp,
                    "model": f'{shape["layers"]}x{shape["hidden"]}, bsz {shape["bsz"]}',
                    "measured_ms": round(1e3 * it["measured"], 2),
                    "simulated_ms": round(1e3 * it["simulated"], 2),

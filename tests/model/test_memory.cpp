@@ -21,11 +21,19 @@ double units_sum(const std::vector<ParamUnit>& units) {
   return std::accumulate(units.begin(), units.end(), 0.0, [](double a, const ParamUnit& u) { return a + u.elems; });
 }
 
-// The operator graph's parameters on one tensor slice: LayerNorms whole, every other operator 1/mp.
-double graph_elems(const ModelSpec& m, int mp) {
+// The operator graph's parameters on one tensor slice (Megatron-LM's): LayerNorms whole, the
+// row-parallel layers' (proj, fc2) biases whole (each slice's partial sums meet in the all-reduce,
+// the bias is added once), every other parameter 1/mp; with `replicated` the embedding whole too.
+double graph_elems(const ModelSpec& m, int mp, bool replicated = false) {
   const OperatorGraph g = build_gpt_graph(m, 1, m.seq);
   double n = 0;
-  for (size_t v : g.order) n += g.op(v).param_elems / (g.op(v).kind == OpKind::layernorm ? 1 : mp);
+  for (size_t v : g.order) {
+    const Operator& op = g.op(v);
+    const bool row = op.role == OpRole::proj || op.role == OpRole::fc2;
+    if (op.kind == OpKind::layernorm || (replicated && op.role == OpRole::embed)) n += op.param_elems;
+    else if (row) n += op.weight_elems / mp + (op.param_elems - op.weight_elems);
+    else n += op.param_elems / mp;
+  }
   return n;
 }
 
@@ -40,6 +48,10 @@ TEST(MemoryModel, UnitsAreTheOperatorGraphsParameters) {
         c.tiling_factor = t;
         const std::vector<ParamUnit> units = param_units(m, c);
         EXPECT_NEAR(units_sum(units), graph_elems(m, mp), 1e-9 * graph_elems(m, mp)) << name << " mp " << mp;
+        TrainingConfig whole_embedding = c;
+        whole_embedding.embedding_replicated = true;
+        EXPECT_NEAR(units_sum(param_units(m, whole_embedding)), graph_elems(m, mp, true), 1e-9 * graph_elems(m, mp))
+            << name << " mp " << mp << ", embedding replicated";
         // every unit names an operator of the graph (or one of its tiles)
         const OperatorGraph g = build_gpt_graph(m, 1, m.seq);
         for (const ParamUnit& u : {units.front(), units[1], units[units.size() / 2], units.back()}) {

@@ -164,8 +164,22 @@ TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
   const ModelSpec m = make_model(8, 512, 8);
   SearchSpace s = *make_space(m, p, {});
   ASSERT_EQ(s.mp, (std::vector<int>{1, 2, 4}));
-  EXPECT_EQ(narrow_to_executor(s, {}), "mp 2, 4");
-  EXPECT_EQ(s.mp, std::vector<int>{1});
+  SearchSpace clipped = s;
+  // tensor slicing runs, its embedding whole on every slice
+  EXPECT_EQ(narrow_to_executor(s, {}), "");
+  EXPECT_EQ(s.mp, (std::vector<int>{1, 2, 4}));
+  SearchSpace two = s;
+  two.mp = {2};
+  const SearchResult r2 = search(m, p, two, {});
+  ASSERT_FALSE(r2.ranked.empty());
+  for (const Evaluated& e : r2.ranked) {
+    EXPECT_EQ(e.candidate.config.mp, 2);
+    EXPECT_TRUE(e.candidate.config.embedding_replicated);
+  }
+  // ... but not with gradient clipping (the norm over slices is not in the executor)
+  clipped.grad_clip = 1;
+  EXPECT_EQ(narrow_to_executor(clipped, {}), "mp 2, 4");
+  EXPECT_EQ(clipped.mp, std::vector<int>{1});
   // three_d, fixed: its partitioned checkpoints need mp > 1, which stays; its pipeline stages narrow
   const Fixes three_d = *parse_fixes({"strategy=three_d"});
   SearchSpace t = *make_space(m, p, three_d);

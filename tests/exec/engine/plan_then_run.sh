@@ -3,6 +3,7 @@
 # shipped local-cpu profile (a 64 MiB cpu-backend device) for an 8-layer, 512-hidden GPT that needs
 # ~400 MiB with every state on the device, then `memwall run --plan` of what it wrote: it must
 # train (the loss falls) with the device's high-water mark within its capacity.
+# Then the same over ranks: dp 4, a Llama block at dp 2, and mp 2 x dp 2 (tensor slicing).
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -78,4 +79,23 @@ for rank, links in enumerate(j["ranks"]):
         assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
 assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
 print(f"Llama block, mpirun -np 2 run --plan: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
+PY
+
+# Tensor slicing (issue 26): the Llama model planned for four devices with mp fixed at 2 (the plan
+# writes embedding: replicated, the executor's), then mpirun -np 4: two slices of two dp ranks train.
+"$mw" plan --profile local-cpu --gpus 4 --model "$dir/llama.yaml" --fix mp=2 -o "$dir/pm.yaml" >"$dir/planm.txt"
+grep -q "^  mp: 2" "$dir/pm.yaml" && grep -q "^  embedding: replicated" "$dir/pm.yaml" || { cat "$dir/pm.yaml"; exit 1; }
+timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4 "$mw" run --plan "$dir/pm.yaml" \
+  --steps 4 --nvme-dir "$dir" --json >"$dir/runm.json"
+python3 - "$dir/runm.json" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert (j["dp"], j["mp"]) == (2, 2) and len(j["ranks"]) == 4, (j["dp"], j["mp"], len(j["ranks"]))
+losses = [s["loss"] for s in j["steps"]]
+assert losses[-1] < losses[0], losses
+for rank, links in enumerate(j["ranks"]):
+    for name, v in links.items():
+        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
+print(f"Llama block, mp 2 x dp 2, mpirun -np 4 run --plan: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
 PY

@@ -156,48 +156,88 @@ TEST(Gpt, TileMajorLayoutRoundTrips) {
 }
 
 // One forward and backward of a 1-layer GPT through every operator, in the order the schedule runs
-// them; the operator `tiled` (if any) runs tile by tile on its tile-major parameters. Returns the
-// losses and every gradient in the parameter array's order.
-std::pair<std::vector<float>, std::vector<float>> one_pass(const GptConfig& g, const std::string& tiled, int tiles) {
-  const int B = 2, T = g.max_seq, BT = B * T;
-  Rig r(g, B, T, 1, tiles);
+// them; the operator `tiled` (if any) runs tile by tile on its tile-major parameters. With mp > 1,
+// the model's mp slices (mp_slice) run side by side, each from the slice of the whole's initial
+// weights it holds, their partial sums added where the schedule all-reduces them (proj's and fc2's
+// outputs in forward and recompute, qkv's and fc1's input gradients in backward). Returns the
+// losses (of slice 0) and each slice's gradients in its parameter array's order.
+struct Pass {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;  // per slice
+};
+Pass one_pass(const GptConfig& whole, const std::string& tiled, int tiles, int mp = 1) {
+  const int B = 2, T = whole.max_seq, BT = B * T;
+  std::vector<std::unique_ptr<Rig>> rigs;
+  const std::size_t slices = static_cast<std::size_t>(mp);
+  std::vector<float*> dp(slices), dg(slices);
+  std::vector<std::size_t> n(slices);
   std::vector<int> tok(static_cast<std::size_t>(BT)), tgt(static_cast<std::size_t>(BT));
   for (int i = 0; i < BT; ++i) tok[std::size_t(i)] = (i * 7) % 256, tgt[std::size_t(i)] = (i * 3 + 1) % 256;
-  r.be->ops().copy_h2d_async(r.be->ctx(), 0, r.ops->tokens(0), tok.data(), tok.size() * 4);
-  r.be->ops().copy_h2d_async(r.be->ctx(), 0, r.ops->targets(0), tgt.data(), tgt.size() * 4);
-  const std::vector<ParamGroup> groups = gpt_param_groups(g);
-  std::vector<float> params = gpt_init_params(g, 5);
-  for (const ParamGroup& grp : groups)  // the tiled group is stored tile-major, as the engine stores it
-    if (grp.name == tiled) {
-      std::vector<float> t(grp.elems);
-      to_tile_major(grp, tiles, params.data() + grp.offset, t.data());
-      std::copy(t.begin(), t.end(), params.begin() + long(grp.offset));
+  const std::vector<float> whole_params = gpt_init_params(whole, 5);
+  for (int r = 0; r < mp; ++r) {
+    const GptConfig g = mp_slice(whole, mp, r);
+    rigs.push_back(std::make_unique<Rig>(g, B, T, 1, tiles));
+    Rig& rig = *rigs.back();
+    rig.be->ops().copy_h2d_async(rig.be->ctx(), 0, rig.ops->tokens(0), tok.data(), tok.size() * 4);
+    rig.be->ops().copy_h2d_async(rig.be->ctx(), 0, rig.ops->targets(0), tgt.data(), tgt.size() * 4);
+    std::vector<float> params = gpt_init_params(g, 5);
+    if (mp > 1) {  // a slice's initial weights are the whole's, element for element
+      const std::vector<std::size_t> at = gpt_slice_indices(g);
+      for (std::size_t i = 0; i < params.size(); ++i) EXPECT_EQ(params[i], whole_params[at[i]]) << "slice " << r << " " << i;
     }
-  float* dp = r.up(params);
-  float* dg = r.up(std::vector<float>(params.size(), 0.0f));
-  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(g), B, T);
-  auto call = [&](const std::string& n, bool backward, bool recompute = false) {
+    for (const ParamGroup& grp : gpt_param_groups(g))  // the tiled group is stored tile-major, as the engine stores it
+      if (grp.name == tiled) {
+        std::vector<float> t(grp.elems);
+        to_tile_major(grp, tiles, params.data() + grp.offset, t.data());
+        std::copy(t.begin(), t.end(), params.begin() + long(grp.offset));
+      }
+    n[size_t(r)] = params.size();
+    dp[size_t(r)] = rig.up(params);
+    dg[size_t(r)] = rig.up(std::vector<float>(params.size(), 0.0f));
+  }
+  const OperatorGraph graph = build_gpt_graph(gpt_model_spec(whole), B, T);
+  // the all-reduce over the slices: sum every slice's (B, T, C) partial sums, give each the sum
+  auto all_reduce = [&](OpRole kind, bool backward) {
+    std::vector<float> sum(std::size_t(BT) * std::size_t(whole.hidden), 0.0f);
+    for (auto& rig : rigs) {
+      const std::vector<float> part = rig->down(rig->ops->mp_partial_sums(kind, 0, backward, 0), sum.size());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    for (auto& rig : rigs) {
+      rig->be->ops().copy_h2d_async(rig->be->ctx(), 0, rig->ops->mp_partial_sums(kind, 0, backward, 0), sum.data(),
+                                    sum.size() * 4);
+      rig->be->ops().synchronize(rig->be->ctx());
+    }
+  };
+  auto call = [&](const std::string& name, bool backward, bool recompute = false) {
     OpRef op;
     for (std::size_t v : graph.order)
-      if (graph.op(v).name == n) op = OpRef{graph.op(v).role, graph.op(v).block};
-    const int gi = param_group_of(g, op.kind, op.block);
-    std::size_t off = 0, elems = 0;
-    if (gi >= 0) off = groups[size_t(gi)].offset, elems = groups[size_t(gi)].elems;
-    const int tl = n == tiled ? tiles : 1;
-    for (int i = 0; i < tl; ++i) {
-      const int t = backward ? tl - 1 - i : i;  // the schedule runs tiles last to first in backward
-      OpCall c;
-      c.op = op;
-      c.tile = tl > 1 ? t : -1;
-      c.tiles = tl;
-      c.recompute = recompute;
-      if (gi >= 0) {
-        c.params = dp + off + elems / std::size_t(tl) * std::size_t(t);
-        c.grads = dg + off + elems / std::size_t(tl) * std::size_t(t);
+      if (graph.op(v).name == name) op = OpRef{graph.op(v).role, graph.op(v).block};
+    for (int r = 0; r < mp; ++r) {
+      const GptConfig& g = rigs[size_t(r)]->cfg;
+      const std::vector<ParamGroup> groups = gpt_param_groups(g);
+      const int gi = param_group_of(g, op.kind, op.block);
+      std::size_t off = 0, elems = 0;
+      if (gi >= 0) off = groups[size_t(gi)].offset, elems = groups[size_t(gi)].elems;
+      const int tl = name == tiled ? tiles : 1;
+      for (int i = 0; i < tl; ++i) {
+        const int t = backward ? tl - 1 - i : i;  // the schedule runs tiles last to first in backward
+        OpCall c;
+        c.op = op;
+        c.tile = tl > 1 ? t : -1;
+        c.tiles = tl;
+        c.recompute = recompute;
+        if (gi >= 0) {
+          c.params = dp[size_t(r)] + off + elems / std::size_t(tl) * std::size_t(t);
+          c.grads = dg[size_t(r)] + off + elems / std::size_t(tl) * std::size_t(t);
+        }
+        if (backward) rigs[size_t(r)]->ops->backward(c);
+        else rigs[size_t(r)]->ops->forward(c);
       }
-      if (backward) r.ops->backward(c);
-      else r.ops->forward(c);
     }
+    const bool fwd_point = op.kind == OpRole::proj || op.kind == OpRole::fc2;
+    const bool bwd_point = op.kind == OpRole::qkv || op.kind == OpRole::fc1;
+    if (mp > 1 && (backward ? bwd_point : fwd_point)) all_reduce(op.kind, backward);
   };
   const std::vector<std::string> block = {"ln1", "qkv", "attn_scores", "attn_context", "proj", "residual1",
                                           "ln2", "fc1", "gelu", "fc2", "residual2"};
@@ -207,18 +247,24 @@ std::pair<std::vector<float>, std::vector<float>> one_pass(const GptConfig& g, c
   call("lm_head", false);
   call("lm_head", true);
   call("ln_f", true);
-  r.ops->set_segment_input(0, r.ops->block_input(0, 0));  // the checkpoint of block 0 is its input
+  for (auto& rig : rigs) rig->ops->set_segment_input(0, rig->ops->block_input(0, 0));  // block 0's checkpoint: its input
   for (const std::string& o : block) call("block0." + o, false, true);
   for (auto it = block.rbegin(); it != block.rend(); ++it) call("block0." + *it, true);
   call("embed", true);
-  std::vector<float> grads = r.down(dg, params.size());
-  for (const ParamGroup& grp : groups)
-    if (grp.name == tiled) {
-      std::vector<float> t(grp.elems);
-      from_tile_major(grp, tiles, grads.data() + grp.offset, t.data());
-      std::copy(t.begin(), t.end(), grads.begin() + long(grp.offset));
-    }
-  return {r.down(r.ops->losses(0), std::size_t(BT)), grads};
+  Pass out;
+  for (int r = 0; r < mp; ++r) {
+    Rig& rig = *rigs[size_t(r)];
+    std::vector<float> grads = rig.down(dg[size_t(r)], n[size_t(r)]);
+    for (const ParamGroup& grp : gpt_param_groups(rig.cfg))
+      if (grp.name == tiled) {
+        std::vector<float> t(grp.elems);
+        from_tile_major(grp, tiles, grads.data() + grp.offset, t.data());
+        std::copy(t.begin(), t.end(), grads.begin() + long(grp.offset));
+      }
+    out.grads.push_back(std::move(grads));
+  }
+  out.losses = rigs[0]->down(rigs[0]->ops->losses(0), std::size_t(BT));
+  return out;
 }
 
 // Sec. 5.1.3: a linear operator run tile by tile, each tile's weight rows and bias in a range of
@@ -228,10 +274,14 @@ std::pair<std::vector<float>, std::vector<float>> one_pass(const GptConfig& g, c
 TEST(Gpt, TiledLinearEqualsTheUntiledOperator) {
   for (const GptConfig& g : kinds(GptConfig{1, 64, 4, 16, 256})) {
   SCOPED_TRACE(kind_of(g));
-  const auto [loss0, grads0] = one_pass(g, "", 1);
+  const Pass ref = one_pass(g, "", 1);
+  const std::vector<float>& loss0 = ref.losses;
+  const std::vector<float>& grads0 = ref.grads[0];
   for (const char* name : {"block0.qkv", "block0.proj", "block0.fc1", "block0.fc2"})
     for (int tiles : {2, 4}) {
-      const auto [loss, grads] = one_pass(g, name, tiles);
+      const Pass p = one_pass(g, name, tiles);
+      const std::vector<float>& loss = p.losses;
+      const std::vector<float>& grads = p.grads[0];
       EXPECT_LT(rel(loss, loss0), 1e-6) << name << " tiles " << tiles;
       EXPECT_LT(rel(grads, grads0), 1e-5) << name << " tiles " << tiles;
       for (const ParamGroup& grp : gpt_param_groups(g))
@@ -242,8 +292,45 @@ TEST(Gpt, TiledLinearEqualsTheUntiledOperator) {
         }
     }
   // and the checkpointed recompute reproduces the forward: the same pass twice is bit-identical
-  EXPECT_EQ(one_pass(g, "", 1).second, grads0);
+  EXPECT_EQ(one_pass(g, "", 1).grads[0], grads0);
   }
+}
+
+// Tensor slicing (Megatron-LM, issue 26): the model's mp slices, their partial sums all-reduced
+// after proj and fc2 (forward, recompute) and after qkv and fc1 (backward), give the whole model's
+// losses, and every slice's gradient of every parameter it holds equals the whole's gradient of that
+// parameter: sliced ones (its heads' q, k, v rows, its fc1 rows, its columns of proj and fc2) and
+// replicated ones (embeddings, norms, proj's and fc2's biases) alike. Tiled slices too. The whole
+// model is the one gpt.torch_reference checks against PyTorch. Tolerances: the all-reduce adds the
+// slices' dot products in another order than the whole GEMM.
+TEST(Gpt, TensorSlicesEqualTheWholeModel) {
+  for (const GptConfig& g : kinds(GptConfig{1, 64, 4, 16, 256})) {
+    SCOPED_TRACE(kind_of(g));
+    const Pass ref = one_pass(g, "", 1);
+    for (int mp : {2, 4})
+      for (auto [tiled, tiles] : {std::pair<const char*, int>{"", 1}, {"block0.fc2", 2}, {"block0.qkv", 2}}) {
+        if (!check_mp_slicing(g, mp).ok()) continue;  // more slices than key/value heads
+        SCOPED_TRACE("mp " + std::to_string(mp) + " " + tiled);
+        const Pass p = one_pass(g, tiled, tiles, mp);
+        EXPECT_LT(rel(p.losses, ref.losses), 1e-6);
+        std::vector<int> held(ref.grads[0].size(), 0);
+        for (int r = 0; r < mp; ++r) {
+          const std::vector<std::size_t> at = gpt_slice_indices(mp_slice(g, mp, r));
+          ASSERT_EQ(at.size(), p.grads[size_t(r)].size());
+          std::vector<float> mine, whole;
+          for (std::size_t i = 0; i < at.size(); ++i) {
+            mine.push_back(p.grads[size_t(r)][i]);
+            whole.push_back(ref.grads[0][at[i]]);
+            ++held[at[i]];
+          }
+          EXPECT_LT(rel(mine, whole), 1e-5) << "slice " << r;
+        }
+        // every parameter is held: by one slice, or by all of them (replicated)
+        for (std::size_t i = 0; i < held.size(); ++i)
+          ASSERT_TRUE(held[i] == 1 || held[i] == mp) << "parameter " << i << " held by " << held[i] << " slices";
+      }
+  }
+  EXPECT_FALSE(check_mp_slicing(GptConfig{1, 64, 4, 16, 256}, 3).ok()) << "3 slices of 4 heads";
 }
 
 TEST(Gpt, WorkspaceIsExactlyWhatIsCarved) {
