@@ -266,6 +266,15 @@ int gradient_norm(Builder& b, const std::vector<int>& after) {
     x.collective = {CollectiveKind::all_gather, CommGroup::dp, sh.dp, -1, 8.0};
     id = b.e.emit(std::move(x));
   }
+  if (sh.c.mp > 1) {
+    // then the tensor slices' sums (each counting a parameter whole on every slice once: on the
+    // first), the same two words each
+    Step x = transfer({StepKind::grad_norm, Phase::optimizer, Hop::mp, State::grad16, 8.0 * (sh.c.mp - 1), Tier::gpu,
+                       Tier::gpu, LinkClass::gpu_gpu},
+                      "grad_norm", deps({id}));
+    x.collective = {CollectiveKind::all_gather, CommGroup::mp, sh.c.mp, -1, 8.0};
+    id = b.e.emit(std::move(x));
+  }
   return id;
 }
 

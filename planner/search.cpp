@@ -47,10 +47,9 @@ std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
     dropped += (dropped.empty() ? "" : "; ") + std::string(name) + " " + these;
     degrees = {1};
   };
-  // tensor slicing runs (its embedding whole on every slice), but not with clipping
+  // tensor slicing runs, its embedding whole on every slice
   s.executor = true;
-  if (s.grad_clip > 0) narrow(s.mp, fixes.mp, "mp");
-  narrow(s.pp, fixes.pp, "pp");
+narrow(s.pp, fixes.pp, "pp");
   narrow(s.ep, fixes.ep, "ep");
   return dropped;
 }

@@ -81,9 +81,6 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank) {
         long(o.config.bsz) * o.model.max_seq * o.model.hidden % mp != 0)
       return make_error("placement: act_ckpt partitioned across " + std::to_string(mp) +
                         " tensor slices needs bsz x seq x hidden divisible by " + std::to_string(mp));
-if (o.config.grad_clip > 0)
-      return make_error("--grad-clip with --mp " + std::to_string(mp) + ": the global norm over tensor slices (each "
-                        "replicated parameter counted once) is not in the executor yet; clip at mp 1");
   }
   MpiWorld& world = MpiWorld::get();
   if (world.size() % mp != 0)

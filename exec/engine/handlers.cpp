@@ -239,16 +239,36 @@ Result<Token> offload_optimizer(EngineContext& e, const Step& s) {
   return io_token(t.io()->submit(piece_requests(e, ch, State::param16, io::IoOp::write, buf, ch.param_at)));
 }
 
+// Gradient clipping under tensor slicing counts a replicated parameter once: on mp rank 0. The
+// part of unit u's optimizer slice the norm counts on this rank, as (offset, count) into the slice:
+// all of it; nothing of a norm's or the embedding's (whole on every slice) elsewhere; and of proj's
+// and fc2's tiles only their weight rows (a tile is [W_t, b_t], the bias whole on every slice).
+std::pair<std::size_t, std::size_t> counted_for_norm(const EngineContext& e, const UnitLayout& u) {
+  const Tiers& t = e.tiers;
+  const std::size_t at = t.sharded(State::optim32) ? u.from : 0, len = t.opt_len(u);
+  if (e.mp_rank == 0) return {0, len};
+  const ParamGroup& g = t.groups()[u.group];
+  const bool row_parallel = g.name.ends_with(".proj") || g.name.ends_with(".fc2");
+  if (g.linear && !row_parallel) return {0, len};
+  if (!g.linear) return {0, 0};
+  const std::size_t tiles = std::size_t(std::max(1, u.tile >= 0 ? e.o.config.tiling_factor : 1));
+  const std::size_t weights = std::size_t(g.out_features) / tiles * std::size_t(g.in_features);
+  const std::size_t from = std::max(at, std::size_t(0)), to = std::min(at + len, weights);
+  return to > from ? std::pair{from - at, to - from} : std::pair<std::size_t, std::size_t>{0, 0};
+}
+
 // Gradient clipping with gradients on NVMe: the sum of squares of a unit's final gradient (the last
 // micro-step's write), from the pinned copy the write has just read, on the host lane. Its slot
 // holds this rank's optimizer slice, as the optimizer will read it back.
 Result<Token> sum_written_gradient(EngineContext& e, const Step& s, const char* src) {
   Token t;
   t.kind = Token::host;
-  const std::size_t unit = std::size_t(s.unit), n = e.tiers.opt_len(unit_of(e, s));
+  const std::size_t unit = std::size_t(s.unit);
+  const auto [off, n] = counted_for_norm(e, unit_of(e, s));
   const adam::DType dt = e.o.precision;
-  t.task = e.lane->post([&e, unit, src, n, dt]() -> std::string {
-    e.norm.units[unit] = host_sum_squares(src, dt, n);
+  const char* from = src + off * psz(e);
+  t.task = e.lane->post([&e, unit, from, n, dt]() -> std::string {
+    e.norm.units[unit] = host_sum_squares(from, dt, n);
     return "";
   });
   return t;
@@ -441,11 +461,11 @@ void set_global_norm(EngineContext& e, double sum_squares) {
   e.norm.clip_coef = std::min(1.0f, coef);
 }
 
-// This rank's sum; the global one at once when no other rank holds a part of the partition (the
-// schedule then has no exchange: dp 1, or optimizer states whole on every rank).
+// This rank's sum, and the norm as far as it is known: each exchange the schedule has (over dp,
+// then over mp) replaces both with its group's sum, and the last one's is the global norm.
 void set_mine(EngineContext& e, double sum_squares) {
   e.norm.mine = sum_squares;
-  if (!e.tiers.sharded(State::optim32)) set_global_norm(e, sum_squares);
+  set_global_norm(e, sum_squares);
 }
 
 // Gradients on the device: sum_squares per unit slice into the staging, each unit's parts copied
@@ -458,8 +478,9 @@ Result<Token> norm_on_device(EngineContext& e) {
   e.norm.partials.assign(t.units().size() * std::size_t(parts), 0.0);
   for (std::size_t i = 0; i < t.units().size(); ++i) {
     const UnitLayout& u = t.units()[i];
-    if (t.opt_len(u) == 0) continue;
-    e.k().sum_squares(e.cx(), scratch, parts, t.slice_in(State::grad16, u, 0), e.o.precision, long(t.opt_len(u)));
+    const auto [off, n] = counted_for_norm(e, u);
+    if (n == 0) continue;
+    e.k().sum_squares(e.cx(), scratch, parts, t.slice_in(State::grad16, u, off), e.o.precision, long(n));
     e.k().copy_d2h_async(e.cx(), 0, e.norm.partials.data() + i * std::size_t(parts), scratch, std::size_t(parts) * sizeof(double));
   }
   Token tok = on_stream(e, 0);
@@ -472,27 +493,30 @@ Result<Token> norm_on_device(EngineContext& e) {
   return tok;
 }
 
-// Every rank's sum to every rank as two fp32 words (over MPI in host memory, also beside NCCL),
-// each adding them in rank order: every rank gets the same bits.
-Result<Token> exchange_norms(EngineContext& e) {
+// Every rank's sum to every rank of the step's group (dp, then mp) as two fp32 words (over MPI in
+// host memory, also beside NCCL), each adding them in rank order: every rank gets the same bits.
+Result<Token> exchange_norms(EngineContext& e, const Step& s) {
+  const bool mp = s.collective.group == CommGroup::mp;
+  Collectives* c = mp ? (e.mp_boot ? e.mp_boot.get() : e.mp_coll.get()) : (e.boot ? e.boot.get() : e.coll.get());
+  if (!c) return make_error("internal error: a gradient-norm exchange without its group");
+  const std::size_t ranks = std::size_t(mp ? e.mp : e.dp);
   const float hi = float(e.norm.mine);
   e.norm.words = {hi, float(e.norm.mine - double(hi))};
-  e.norm.all.assign(2 * std::size_t(e.dp), 0.0f);
-  Collectives& c = e.boot ? *e.boot : *e.coll;
-  Result<Token> tok = collective_token(c.all_gather(e.norm.all.data(), 2, 2, adam::DType::fp32, e.norm.words.data()));
+  e.norm.all.assign(2 * ranks, 0.0f);
+  Result<Token> tok = collective_token(c->all_gather(e.norm.all.data(), 2, 2, adam::DType::fp32, e.norm.words.data()));
   if (!tok) return tok;
   Token t = std::move(tok).value();
-  t.then = [&e]() -> Result<Token> {
+  t.then = [&e, ranks]() -> Result<Token> {
     double sum = 0;
-    for (std::size_t r = 0; r < std::size_t(e.dp); ++r) sum += double(e.norm.all[2 * r]) + double(e.norm.all[2 * r + 1]);
-    set_global_norm(e, sum);
+    for (std::size_t r = 0; r < ranks; ++r) sum += double(e.norm.all[2 * r]) + double(e.norm.all[2 * r + 1]);
+    set_mine(e, sum);
     return Token{};
   };
   return t;
 }
 
 Result<Token> grad_norm(EngineContext& e, const Step& s) {
-  if (is_collective(s)) return exchange_norms(e);
+  if (is_collective(s)) return exchange_norms(e, s);
   switch (e.tier(State::grad16)) {
     case Tier::gpu: return norm_on_device(e);
     case Tier::nvme: {  // summed unit by unit as they were written
@@ -508,8 +532,10 @@ Result<Token> grad_norm(EngineContext& e, const Step& s) {
   t.task = e.lane->post([&e]() -> std::string {
     Tiers& tiers = e.tiers;
     double sum = 0;
-    for (const UnitLayout& u : tiers.units())
-      sum += host_sum_squares(tiers.slice_in(State::grad16, u, 0), e.o.precision, tiers.opt_len(u));
+    for (const UnitLayout& u : tiers.units()) {
+      const auto [off, n] = counted_for_norm(e, u);
+      sum += host_sum_squares(tiers.slice_in(State::grad16, u, off), e.o.precision, n);
+    }
     set_mine(e, sum);
     return "";
   });

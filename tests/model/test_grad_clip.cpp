@@ -59,7 +59,8 @@ TEST(GradClip, EveryUpdateWaitsForTheNormOfEveryFinalGradient) {
         ASSERT_EQ(local.size(), 1u);
         const Placement pl = *preset(name);
         const bool spread = dp > 1 && pl.optim32.partitioned;
-        ASSERT_EQ(exchange.size(), spread ? 1u : 0u);
+        const bool sliced = s.config.mp > 1;  // then the slices' sums too, over mp
+        ASSERT_EQ(exchange.size(), std::size_t(spread) + std::size_t(sliced));
         EXPECT_EQ(s.steps.size(), plain->steps.size() + 1 + exchange.size());
         // the pass reads this rank's optimizer partition of the gradients: what the updates update
         double updated = 0;
@@ -78,7 +79,14 @@ TEST(GradClip, EveryUpdateWaitsForTheNormOfEveryFinalGradient) {
           EXPECT_DOUBLE_EQ(x.bytes, 8.0 * (dp - 1));
           EXPECT_EQ(x.deps, std::vector<int>{local[0]});
         }
-        const int norm = spread ? exchange[0] : local[0];
+        if (sliced) {
+          const Step& x = s.steps[size_t(exchange.back())];
+          EXPECT_EQ(x.collective.group, CommGroup::mp);
+          EXPECT_EQ(x.collective.members, s.config.mp);
+          EXPECT_DOUBLE_EQ(x.collective.bytes_per_rank, 8);
+          EXPECT_EQ(x.deps, std::vector<int>{spread ? exchange[0] : local[0]});
+        }
+        const int norm = exchange.empty() ? local[0] : exchange.back();
         // every gradient, as the last micro-step leaves it, before the pass
         const std::set<int> before = clip_ancestors(s, local[0]);
         for (const Step& st : s.steps) {

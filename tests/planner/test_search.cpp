@@ -176,10 +176,10 @@ TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
     EXPECT_EQ(e.candidate.config.mp, 2);
     EXPECT_TRUE(e.candidate.config.embedding_replicated);
   }
-  // ... but not with gradient clipping (the norm over slices is not in the executor)
+  // ... with gradient clipping too (the norm's sums exchanged over dp, then over mp)
   clipped.grad_clip = 1;
-  EXPECT_EQ(narrow_to_executor(clipped, {}), "mp 2, 4");
-  EXPECT_EQ(clipped.mp, std::vector<int>{1});
+  EXPECT_EQ(narrow_to_executor(clipped, {}), "");
+  EXPECT_EQ(clipped.mp, (std::vector<int>{1, 2, 4}));
   // three_d, fixed: its partitioned checkpoints need mp > 1, which stays; its pipeline stages narrow
   const Fixes three_d = *parse_fixes({"strategy=three_d"});
   SearchSpace t = *make_space(m, p, three_d);

@@ -47,6 +47,23 @@ print(f"mpirun -np 4 run --plan: {j['strategy']}, losses {[round(s['loss'], 4) f
       f"bytes = its schedule's")
 PY
 
+# check_llama JSON DP MP LABEL: the run's layout, a falling loss, every rank's bytes = its schedule's
+check_llama() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, dp, mp, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+j = json.loads(open(path).read().splitlines()[-1])
+assert (j["dp"], j["mp"]) == (dp, mp) and len(j["ranks"]) == dp * mp, (j["dp"], j["mp"], len(j["ranks"]))
+losses = [s["loss"] for s in j["steps"]]
+assert losses[-1] < losses[0], losses
+for rank, links in enumerate(j["ranks"]):
+    for name, v in links.items():
+        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
+print(f"Llama block, {label}: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
+PY
+}
+
 # Today's block (issue 27): a Llama-shaped model file (grouped-query attention, SwiGLU, RMSNorm,
 # rotary, untied head, no biases) planned for two devices of this machine and run by mpirun -np 2:
 # the plan's model reaches the executor, the loss falls, every rank moves its schedule's bytes.
@@ -68,18 +85,7 @@ EOF
 grep -q "ffn: swiglu" "$dir/pl.yaml" || { cat "$dir/pl.yaml"; exit 1; }
 timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 "$mw" run --plan "$dir/pl.yaml" \
   --steps 4 --nvme-dir "$dir" --json >"$dir/runl.json"
-python3 - "$dir/runl.json" <<'PY'
-import json, sys
-j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-assert j["dp"] == 2, j["dp"]
-losses = [s["loss"] for s in j["steps"]]
-assert losses[-1] < losses[0], losses
-for rank, links in enumerate(j["ranks"]):
-    for name, v in links.items():
-        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
-assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
-print(f"Llama block, mpirun -np 2 run --plan: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
-PY
+check_llama "$dir/runl.json" 2 1 "mpirun -np 2 run --plan"
 
 # Tensor slicing (issue 26): the Llama model planned for four devices with mp fixed at 2 (the plan
 # writes embedding: replicated, the executor's), then mpirun -np 4: two slices of two dp ranks train.
@@ -87,15 +93,4 @@ PY
 grep -q "^  mp: 2" "$dir/pm.yaml" && grep -q "^  embedding: replicated" "$dir/pm.yaml" || { cat "$dir/pm.yaml"; exit 1; }
 timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4 "$mw" run --plan "$dir/pm.yaml" \
   --steps 4 --nvme-dir "$dir" --json >"$dir/runm.json"
-python3 - "$dir/runm.json" <<'PY'
-import json, sys
-j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-assert (j["dp"], j["mp"]) == (2, 2) and len(j["ranks"]) == 4, (j["dp"], j["mp"], len(j["ranks"]))
-losses = [s["loss"] for s in j["steps"]]
-assert losses[-1] < losses[0], losses
-for rank, links in enumerate(j["ranks"]):
-    for name, v in links.items():
-        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
-assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
-print(f"Llama block, mp 2 x dp 2, mpirun -np 4 run --plan: {j['strategy']}, losses {[round(l, 4) for l in losses]}")
-PY
+check_llama "$dir/runm.json" 2 2 "mp 2 x dp 2, mpirun -np 4 run --plan"

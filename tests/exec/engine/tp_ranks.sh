@@ -7,7 +7,7 @@
 # and a Llama-kind block (grouped key/value heads, SwiGLU, RMSNorm, rotary positions, no biases,
 # untied head), every placement given (default zero3, zero_inf_cpu, zero_inf_nvme, data_parallel,
 # zero_offload), and with checkpoints partitioned across the slices (on the device and in CPU
-# memory). Every rank's bytes per link class equal its own schedule's (the mp all-reduces and
+# memory), and with gradient clipping (the norm over slices and dp ranks). Every rank's bytes per link class equal its own schedule's (the mp all-reduces and
 # checkpoint all-gathers included), and the job has dp x mp ranks.
 set -euo pipefail
 mw=$1
@@ -68,6 +68,18 @@ for place in act_ckpt=gpu/p act_ckpt=cpu/p; do
       --mp "$mp" --json >"$dir/$tag.json"
   done
 done
+# gradient clipping at norm 2: each slice counts a parameter whole on every slice once (on the first
+# slice); the sums are exchanged over dp, then over mp: the one-rank run's norms and losses
+for b in 4 2; do sed 's/^steps: 10/steps: 10\ngrad_clip: 2/' "$dir/gpt$b.yaml" >"$dir/clip$b.yaml"; done
+for p in zero3 zero_inf_cpu zero_inf_nvme; do
+  mkdir -p "$dir/swap.clip.$p"
+  "$mw" run --config "$dir/clip4.yaml" --strategy "$p" --nvme-dir "$dir/swap.clip.$p" --json >"$dir/clip.$p.1.1.json"
+  for l in "2 2 4" "4 2 2"; do
+    read -r np mp b <<<"$l"
+    timeout 300 "${mpi[@]}" -np "$np" "$mw" run --config "$dir/clip$b.yaml" --strategy "$p" --mp "$mp" \
+      --nvme-dir "$dir/swap.clip.$p" --json >"$dir/clip.$p.$np.$mp.json"
+  done
+done
 python3 - "$dir" "${placements[@]}" <<'PY'
 import json, os, sys
 d, placements = sys.argv[1], sys.argv[2:]
@@ -115,6 +127,20 @@ if "zero_inf_cpu" in placements:
                     if v["moved_bytes"] != v["schedule_bytes"]:
                         bad.append(f"{place} {tag} rank {rank} {link}: moved {v['moved_bytes']} != {v['schedule_bytes']}")
         print(f"gpt   zero_inf_cpu, {place.replace('_', ' ')}: mp 2 and mp 2 x dp 2 give one rank's losses")
+for p in ("zero3", "zero_inf_cpu", "zero_inf_nvme"):
+    last = lambda tag: json.loads(open(f"{d}/clip.{p}.{tag}.json").read().splitlines()[-1])["steps"]
+    ref = last("1.1")
+    if not any(s["grad_norm"] > 2 for s in ref):
+        bad.append(f"clip {p}: no step's norm is above 2: nothing clipped")
+    worst = 0.0
+    for tag in ("2.2", "4.2"):
+        for key in ("loss", "grad_norm"):
+            rel = max(abs(a[key] - b[key]) / abs(b[key]) for a, b in zip(last(tag), ref))
+            worst = max(worst, rel)
+            if rel > 1e-5:
+                bad.append(f"clip {p} {tag}: {key} differs from one rank's by {rel:.2e} relative")
+    print(f"gpt   {p:14s} clipped at 2: norms {ref[0]['grad_norm']:.4f} -> {ref[-1]['grad_norm']:.4f}; mp 2 and "
+          f"mp 2 x dp 2 give one rank's norms and losses (worst {worst:.1e})")
 if bad:
     sys.exit("FAILED:\n  " + "\n  ".join(bad))
 PY
