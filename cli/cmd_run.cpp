@@ -67,8 +67,9 @@ Command add_run(CLI::App& app) {
       "time hidden behind compute and peak bytes per tier.\n"
       "Tensor slicing (--mp N, Megatron-LM's: heads and feed-forward split, two all-reduces per block each\n"
       "way, the embedding whole on every slice) runs over mpirun -np dp x mp ranks, consecutive ranks one mp\n"
-      "group. Planned and simulated but not executed, so refused with the reason: pipeline stages (--pp > 1),\n"
-      "1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
+      "group. Pipeline stages (--pp N, 1F1B over --grad-accum micro-steps; an untied LM head) run over\n"
+      "mpirun -np dp x mp x pp ranks, the stages last. Planned and simulated but not executed, so refused\n"
+      "with the reason: 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
       "The executor trains the paper's GPT block and today's dense kinds: grouped-query attention (kv_heads,\n"
       "head_dim), SwiGLU / GeGLU feed-forward (ffn, intermediate), RMSNorm, rotary positions (rope_theta),\n"
       "untied LM head, linear layers without biases (a Llama block), from a plan's model or the run config's\n"
@@ -169,8 +170,9 @@ Command add_run(CLI::App& app) {
                   << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
                   << engine->ranks() << (s.config.mp > 1 ? ", mp " + std::to_string(s.config.mp) : "")
+                  << (s.config.pp > 1 ? ", pp " + std::to_string(s.config.pp) : "")
                   << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
-                  << (engine->ranks() * s.config.mp > 1 ? " (mpirun ranks, " : " (") << "global batch "
+                  << (engine->ranks() * s.config.mp * s.config.pp > 1 ? " (mpirun ranks, " : " (") << "global batch "
                   << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "
                   << format_bytes(double(engine->backend_caps().capacity_bytes)) << "); schedule of " << s.steps.size()
@@ -332,6 +334,7 @@ Command add_run(CLI::App& app) {
                   {"other_processes_cores", st.load.others},
                   {"dp", engine->ranks()},
                   {"mp", s.config.mp},
+                  {"pp", s.config.pp},
                   {"grad_accum", std::max(1, s.grad_accum)},
                   {"grad_clip", o.config.grad_clip},
                   {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},

@@ -85,6 +85,9 @@ Command add_validate(CLI::App& app) {
                                                    std::to_string(*f->in.steps));
             if (!f->trace_dir.empty()) make_output_folder("--trace-dir", f->trace_dir);
             PreparedRun prep = prepare_run(f->in, *sub);
+            if (prep.options.config.pp > 1)
+              throw UsageError("--pp: validate replays the schedules of one pipeline stage's ranks; `memwall run` "
+                               "executes pipeline stages and `memwall simulate` replays them");
             exec::EngineOptions& o = prep.options;
             o.trace = true;
             if (o.config.optimizer_overlap == OptimizerOverlap::dpu && prep.rc.steps <= o.config.dpu_warmup + 1)

@@ -57,7 +57,7 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
       ->default_str("");
   // Planned and simulated, not executed: refused with the reason when given, so not offered here
   // (the subcommand's description names them).
-  for (const char* hidden : {"--pp", "--ep", "--onebit-adam", "--onebit-adam-warmup", "--attention-density"})
+  for (const char* hidden : {"--ep", "--onebit-adam", "--onebit-adam-warmup", "--attention-density"})
     sub.get_option(hidden)->group("");
   sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
   add_int(sub, "--steps", steps, 1, 1000000000, steps_help);
@@ -128,10 +128,7 @@ PreparedRun prepare_run(const RunInputs& in, const CLI::App& sub) {
     throw UsageError(whence + (in.plan.empty() ? "--attention-density" : "training.attention_density") +
                      ": block-sparse attention is a what-if for plan and simulate; the executor runs dense "
                      "attention");
-  if (o.config.pp > 1)
-    throw UsageError(whence + (in.plan.empty() ? "--pp" : "training.pp") + ": " + std::to_string(o.config.pp) +
-                     " pipeline stages are planned and scheduled; the executor runs every block on each rank");
-  o.model = rc.model;
+o.model = rc.model;
   o.model.max_seq = rc.seq;
   o.profile = profile;
   o.backend = rc.backend;

@@ -211,7 +211,8 @@ std::vector<int> load_checkpoints(Builder& b, int b0, std::vector<int>& open) {
 void backward(Builder& b) {
   const Shape& sh = b.sh;
   std::vector<Item> items = sh.items_of(sh.tail_ops, Phase::backward);
-  if (!sh.last_stage()) b.chain.next_deps.push_back(p2p(b, Phase::backward, Hop::recv, sh.stage + 1, sh.p2p_next, {}));
+  if (!sh.last_stage())
+    b.chain.next_deps.push_back(p2p(b, Phase::backward, Hop::recv, sh.stage + 1, sh.p2p_next, deps({b.pipe.backward_done})));
   std::map<size_t, int> segment_start;  // item index -> first block of the segment starting there
   const int ci = sh.c.ci;
   const int segments = (sh.blocks.last - sh.blocks.first + ci - 1) / ci;
@@ -249,7 +250,11 @@ void backward(Builder& b) {
     }
   });
   close_segment();
-  if (!sh.first_stage()) p2p(b, Phase::backward, Hop::send, sh.stage - 1, sh.p2p_prev, deps({b.chain.last}));
+  b.pipe.backward_done = b.chain.last;
+  if (!sh.first_stage()) {
+    if (b.pipe.backward_sent >= 0) b.e.step(b.chain.last).deps.push_back(b.pipe.backward_sent);
+    b.pipe.backward_sent = p2p(b, Phase::backward, Hop::send, sh.stage - 1, sh.p2p_prev, deps({b.chain.last}));
+  }
 }
 
 }  // namespace memwall::build

@@ -191,6 +191,15 @@ struct Optim {
 };
 
 // The context every phase works in.
+// A pipeline stage's messages, each from or into one buffer of the stage's: a receive waits for
+// the previous micro-step's pass that read what the last one brought (its last compute), and the
+// compute that writes what a send carries waits for the previous send of that direction.
+struct Pipe {
+  int forward_done = -1, backward_done = -1;  // the last compute of the previous forward / backward
+  int forward_sent = -1, backward_sent = -1;  // the previous send of each direction
+  std::vector<int> forward_saves;             // checkpoints still copying the last forward's last block input
+};
+
 struct Builder {
   const Shape& sh;
   Emitter& e;
@@ -198,6 +207,7 @@ struct Builder {
   Grads grads;
   Ckpts ckpts;
   Optim opt;
+  Pipe pipe;
 };
 
 // schedule_fetch.cpp: runs `items` in order with the three-hop prefetch of Sec. 6.2; `before(i)`

@@ -32,7 +32,8 @@ double block_activation_bytes(const Shape& sh) {
 namespace {
 
 // The checkpoints of block `block`'s input (one per micro-batch), saved once the compute before
-// finished; returns the save steps.
+// finished and what the next compute waits for has arrived (a later pipeline stage's first block:
+// the received activations); returns the save steps.
 std::vector<int> save_checkpoints(Builder& b, int block) {
   const Shape& sh = b.sh;
   const Tier ct = sh.pl.act_ckpt.tier;
@@ -42,6 +43,8 @@ std::vector<int> save_checkpoints(Builder& b, int block) {
     Step st = transfer({StepKind::save_ckpt, Phase::forward, ct == Tier::gpu ? Hop::none : Hop::gc, State::act_ckpt,
                         sh.kept_ckpt_bytes(), Tier::gpu, ct, link_between(Tier::gpu, ct)},
                        "block" + std::to_string(block) + ".input", deps({b.chain.last}), -1, buf);
+    for (int d : b.chain.next_deps)
+      if (b.e.step(d).kind == StepKind::p2p) st.deps.push_back(d);
     st.micro_batch = sh.micro_batches > 1 ? u : -1;
     st.block = block;
     const int id = b.e.emit(std::move(st));
@@ -60,7 +63,12 @@ std::vector<int> save_checkpoints(Builder& b, int block) {
 void forward(Builder& b) {
   const Shape& sh = b.sh;
   std::vector<Item> items = sh.items_of(sh.head_ops, Phase::forward);
-  if (!sh.first_stage()) b.chain.next_deps.push_back(p2p(b, Phase::forward, Hop::recv, sh.stage - 1, sh.p2p_prev, {}));
+  if (!sh.first_stage()) {
+    // into the buffer the previous micro-step's pass read, and its checkpoint copied
+    std::vector<int> d = deps({b.pipe.forward_done});
+    d.insert(d.end(), b.pipe.forward_saves.begin(), b.pipe.forward_saves.end());
+    b.chain.next_deps.push_back(p2p(b, Phase::forward, Hop::recv, sh.stage - 1, sh.p2p_prev, std::move(d)));
+  }
   for (int blk = sh.blocks.first; blk < sh.blocks.last; ++blk) {
     std::vector<Item> bi = sh.items_of(sh.block_ops(blk), Phase::forward);
     items.insert(items.end(), bi.begin(), bi.end());
@@ -85,12 +93,18 @@ void forward(Builder& b) {
       b.chain.next_allocs.push_back(open_act);
     }
   });
+  b.pipe.forward_done = b.chain.last;
   // a stage without the LM head ends on a block: its activations go once the output is sent
   if (!sh.last_stage()) {
+    if (b.pipe.forward_sent >= 0) b.e.step(b.chain.last).deps.push_back(b.pipe.forward_sent);
     const int sent = p2p(b, Phase::forward, Hop::send, sh.stage + 1, sh.p2p_next, deps({b.chain.last}));
+    b.pipe.forward_sent = sent;
     if (open_act >= 0) b.e.free_at(sent, open_act);
   }
-  b.chain.next_deps.clear();
+  // a stage that ends on a block (no LM head) still reads that block's input into its checkpoints:
+  // the next compute, and the next micro-step's receive into that input, wait for the copies
+  b.pipe.forward_saves = saves_of_open;
+  b.chain.next_deps = saves_of_open;
 }
 
 }  // namespace memwall::build

@@ -58,6 +58,10 @@ class Collectives {
   virtual Result<std::unique_ptr<CollectiveOp>> broadcast(void* buf, std::size_t count, adam::DType t, int root) = 0;
   // the sum over ranks lands in root's buf (other ranks' buf is scratch afterwards)
   virtual Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) = 0;
+  // Point to point (a pipeline stage's activations or their gradients): `count` elements to or from
+  // group rank `peer`; the two ranks' calls pair in the order each makes them.
+  virtual Result<std::unique_ptr<CollectiveOp>> send(const void* buf, std::size_t count, adam::DType t, int peer) = 0;
+  virtual Result<std::unique_ptr<CollectiveOp>> recv(void* buf, std::size_t count, adam::DType t, int peer) = 0;
 
   // Host-side and blocking, for setup and checks outside the schedule. MPI's wait as the engine's
   // watchdog does: with no rank of the node moving for the stall limit, an error naming the rank

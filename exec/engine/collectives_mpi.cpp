@@ -153,6 +153,19 @@ class MpiCollectives : public Collectives {
     return std::unique_ptr<CollectiveOp>(std::move(op));
   }
 
+  Result<std::unique_ptr<CollectiveOp>> send(const void* buf, std::size_t count, adam::DType t, int peer) override {
+    auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
+    MPI_CHECK(MPI_Isend(buf, int(count), mpi_type(t), peer, 0, comm_, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+  Result<std::unique_ptr<CollectiveOp>> recv(void* buf, std::size_t count, adam::DType t, int peer) override {
+    auto op = std::make_unique<MpiOp>();
+    MpiWorld::get().entered_collective();
+    MPI_CHECK(MPI_Irecv(buf, int(count), mpi_type(t), peer, 0, comm_, op->request()));
+    return std::unique_ptr<CollectiveOp>(std::move(op));
+  }
+
   Result<std::vector<std::uint64_t>> all_gather_u64(std::uint64_t v) override {
     std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
     MPI_Request req = MPI_REQUEST_NULL;

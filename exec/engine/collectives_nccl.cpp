@@ -142,6 +142,18 @@ class NcclCollectives : public Collectives {
       return make_error(r.error());
     return done_op();
   }
+  Result<std::unique_ptr<CollectiveOp>> send(const void* buf, std::size_t count, adam::DType t, int peer) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    if (Result<bool> r = enqueued(ncclSend(buf, count, nccl_type(t), peer, comm(), stream_), "ncclSend"); !r)
+      return make_error(r.error());
+    return done_op();
+  }
+  Result<std::unique_ptr<CollectiveOp>> recv(void* buf, std::size_t count, adam::DType t, int peer) override {
+    if (Result<bool> r = after_compute(); !r) return make_error(r.error());
+    if (Result<bool> r = enqueued(ncclRecv(buf, count, nccl_type(t), peer, comm(), stream_), "ncclRecv"); !r)
+      return make_error(r.error());
+    return done_op();
+  }
   Result<std::unique_ptr<CollectiveOp>> reduce(void* buf, std::size_t count, adam::DType t, int root) override {
     if (Result<bool> r = after_compute(); !r) return make_error(r.error());
     if (Result<bool> r = enqueued(ncclReduce(buf, buf, count, nccl_type(t), ncclSum, root, comm(), stream_), "ncclReduce"); !r)

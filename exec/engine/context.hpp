@@ -33,9 +33,10 @@ struct DispatchTables {
 struct EngineContext {
   EngineOptions o;  // normalised (plan_rank): dp the job's ranks, seq the model's, ...
   int rank = 0, dp = 1;  // this rank's data-parallel rank and group size
-  // Tensor slicing: this rank's place in its mp group, and in the job (world rank = rank x mp +
-  // mp_rank: an mp group is mp consecutive ranks, as Megatron-LM lays them out).
+  // Tensor slicing: this rank's place in its mp group, and in the job (an mp group is mp
+  // consecutive ranks, as Megatron-LM lays them out).
   int mp = 1, mp_rank = 0, world_rank = 0, world = 1;
+  int pp = 1, stage = 0;  // pipeline stages and this rank's (world rank (stage x dp + rank) x mp + mp_rank)
   GptConfig slice;  // the model as this rank holds and computes it: mp_slice(o.model, mp, mp_rank)
   RankPlan plan;
   const Schedule* sched = nullptr;  // the schedule this iteration runs: plan.schedule, or plan.warmup
@@ -48,7 +49,8 @@ struct EngineContext {
   std::unique_ptr<Collectives> coll;  // the dp group, dp > 1: MPI (cpu) or NCCL (cuda)
   std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
   std::unique_ptr<Collectives> mp_coll, mp_boot;  // the mp group, mp > 1: the same two
-  std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp > 1 (MPI)
+  std::unique_ptr<Collectives> pp_coll, pp_boot;  // the pp group (this dp and mp rank's stages), pp > 1
+  std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp or pp > 1 (MPI)
   std::unique_ptr<adam::CpuAdam> adam;
   std::unique_ptr<HostLane> lane;
   // host threads (options.threads): fitted to the load when `fitted`, from `looked` on

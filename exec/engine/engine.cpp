@@ -28,7 +28,8 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   z.act_bytes = 4;     // activations and checkpoints are fp32 (the kernels compute in fp32)
   // every mp rank's slice has the same shapes: rank 0's
   z.workspace_bytes = double(GptOps::workspace_bytes(mp_slice(model, std::max(1, config.mp), 0), int(config.bsz),
-                                                     int(config.seq), config.ci, micro_batches, config.tiling_factor));
+                                                     int(config.seq), config.ci, micro_batches, config.tiling_factor,
+                                                     config.pp > 1));
   z.host_align_bytes = double(io::kIoAlignment);  // O_DIRECT: the pinned buffers NVMe reads and writes
   z.device_align_bytes = 256;                     // what the kernels and copies expect
   return z;
@@ -62,7 +63,7 @@ Event EngineContext::take_event() {
 namespace {
 
 // What the executor runs, checked before a schedule is built: the job's ranks, one device each.
-Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank) {
+Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank, int& stage) {
   // capacity_bytes: what the backend may allocate in all. The memory plan fills it less what this
   // backend keeps (its workspaces: cuBLAS's), as gpu.reserve: the schedule's capacity is then
   // capacity_per_rank's, the one formula the planner uses. The profile's context and communicator
@@ -82,17 +83,41 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank) {
       return make_error("placement: act_ckpt partitioned across " + std::to_string(mp) +
                         " tensor slices needs bsz x seq x hidden divisible by " + std::to_string(mp));
   }
+  const int pp = o.config.pp = std::max(1, o.config.pp);
+  if (pp > 1) {
+    const std::string why = "--pp " + std::to_string(pp) + ": ";
+    if (pp > o.model.layers)
+      return make_error(why + "more stages than the model's " + std::to_string(o.model.layers) + " blocks");
+    if (o.model.tied_embeddings)
+      return make_error(why + "a tied embedding has copies on the first and last stage whose gradients the schedule "
+                        "does not all-reduce yet; train an untied LM head (tied_embeddings: false) or --pp 1");
+    if (mp > 1)
+      return make_error(why + "with --mp " + std::to_string(mp) + " the stages exchange 1/mp of each activation "
+                        "(Megatron's scatter and gather), which the executor does not run yet; use --mp 1 or --pp 1");
+    if (o.config.grad_clip > 0)
+      return make_error(why + "gradient clipping needs the norm over every stage, an exchange the schedule does not "
+                        "have yet; clip at --pp 1");
+    if (o.placement.layer_major)
+      return make_error(why + "l2l runs one stage's layers for every micro-batch; not with pipeline stages");
+    if (o.serial)
+      return make_error(why + "--serial waits for each send before the next step, but a stage's send completes only "
+                        "when its neighbour reaches the matching receive later in its own order; run without --serial");
+  }
   MpiWorld& world = MpiWorld::get();
-  if (world.size() % mp != 0)
-    return make_error("--mp: " + std::to_string(mp) + " tensor-slicing ranks do not divide this job's " +
-                      std::to_string(world.size()) + " ranks (start it with mpirun -np dp x mp)");
-  rank = world.rank() / mp;
+  if (world.size() % (mp * pp) != 0)
+    return make_error("--mp/--pp: " + std::to_string(mp) + " x " + std::to_string(pp) +
+                      " ranks per data-parallel rank do not divide this job's " + std::to_string(world.size()) +
+                      " ranks (start it with mpirun -np dp x mp x pp)");
+  // Megatron-LM's order: the mp slices of a dp rank consecutive, a stage's dp x mp ranks next, stages last
+  const int per_stage = world.size() / pp;
+  stage = world.rank() / per_stage;
+  rank = world.rank() % per_stage / mp;
   mp_rank = world.rank() % mp;
-  dp = world.size() / mp;
+  dp = per_stage / mp;
   if (o.config.dp > 0 && o.config.dp != dp)
     return make_error("--dp: " + std::to_string(o.config.dp) + " data-parallel ranks asked, this job has " +
-                      std::to_string(dp) + (mp > 1 ? " (of mp " + std::to_string(mp) + ")" : "") +
-                      " (start it with mpirun -np " + std::to_string(o.config.dp * mp) + ")");
+                      std::to_string(dp) + (mp * pp > 1 ? " (of mp " + std::to_string(mp) + " x pp " + std::to_string(pp) + ")" : "") +
+                      " (start it with mpirun -np " + std::to_string(o.config.dp * mp * pp) + ")");
   if (o.profile.total_gpus() < world.size()) {
     // a profile `memwall run` executes describes this machine: one device per rank started on it
     if (o.profile.executor_backend.empty() || o.profile.nodes != 1)
@@ -103,10 +128,7 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank) {
   o.config.dp = dp;
   if (o.config.bsz != std::floor(o.config.bsz) || o.config.bsz < 1)
     return make_error("--bsz: the executor needs a whole micro-batch >= 1, got " + format_g(o.config.bsz));
-  if (o.config.pp > 1)
-    return make_error("--pp: " + std::to_string(o.config.pp) +
-                      " pipeline stages are planned and scheduled; the executor runs every block on each rank (--pp 1)");
-  if (o.backend == "cpu" && o.precision == adam::DType::fp16)
+if (o.backend == "cpu" && o.precision == adam::DType::fp16)
     return make_error("precision: the cpu backend stores bf16 or fp32 parameters (fp16 needs loss scaling), got fp16");
   for (const ParamGroup& g : gpt_param_groups(mp_slice(o.model, mp, 0)))
     if (g.linear && o.config.tiling_factor > 1 && g.out_features % o.config.tiling_factor != 0)
@@ -168,10 +190,10 @@ Result<bool> check_fit(const EngineOptions& o, const Schedule& s) {
   return true;
 }
 
-Result<Schedule> build_checked(const EngineOptions& o, int rank, const TrainingConfig& c) {
+Result<Schedule> build_checked(const EngineOptions& o, int rank, const TrainingConfig& c, int stage) {
   const int micro_batches = o.placement.layer_major ? std::max(1, c.micro_batches) : 1;
   const MemorySizes sizes = executor_sizes(o.model, c, o.precision, micro_batches);
-  Result<Schedule> s = build_schedule(gpt_model_spec(o.model), o.placement, c, o.profile, rank, sizes);
+  Result<Schedule> s = build_schedule(gpt_model_spec(o.model), o.placement, c, o.profile, rank, sizes, stage);
   if (!s) return make_error(s.error());
   if (std::vector<std::string> bad = check_invariants(*s); !bad.empty())
     return make_error("internal error: the schedule breaks an invariant: " + bad.front());
@@ -207,10 +229,13 @@ Result<bool> check_ranks_agree(EngineContext& e) {
   }
   Result<std::vector<std::uint64_t>> all = e.everyone()->all_gather_u64(h);
   if (!all) return make_error(all.error());
+  // a pipeline's stages run schedules of their own: each rank against its stage's first
+  const std::size_t per_stage = all->size() / std::size_t(e.pp);
   for (std::size_t r = 1; r < all->size(); ++r)
-    if ((*all)[r] != (*all)[0])
+    if ((*all)[r] != (*all)[r / per_stage * per_stage])
       return make_error("rank " + std::to_string(r) + " runs another model, placement, training config or schedule "
-                        "than rank 0 (give every rank the same flags, run config and plan)");
+                        "than rank " + std::to_string(r / per_stage * per_stage) +
+                        " (give every rank the same flags, run config and plan)");
   return true;
 }
 
@@ -314,22 +339,22 @@ Result<std::vector<float>> assemble(EngineContext& e, const std::vector<float>& 
 
 }  // namespace
 
-Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank) {
-  return build_checked(normalised, rank, normalised.config);
+Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank, int stage) {
+  return build_checked(normalised, rank, normalised.config, stage);
 }
 
 Result<RankPlan> plan_rank(const EngineOptions& options) {
   RankPlan p;
   p.options = options;
-  if (Result<bool> r = normalise(p.options, p.rank, p.dp, p.mp_rank); !r) return make_error(r.error());
+  if (Result<bool> r = normalise(p.options, p.rank, p.dp, p.mp_rank, p.stage); !r) return make_error(r.error());
   const EngineOptions& o = p.options;
-  Result<Schedule> s = build_checked(o, p.rank, o.config);
+  Result<Schedule> s = build_checked(o, p.rank, o.config, p.stage);
   if (!s) return make_error(s.error());
   p.schedule = std::move(s).value();
   if (o.config.optimizer_overlap == OptimizerOverlap::dpu) {  // warm-up steps run the ordinary schedule
     TrainingConfig plain = o.config;
     plain.optimizer_overlap = OptimizerOverlap::none;
-    Result<Schedule> warm = build_checked(o, p.rank, plain);
+    Result<Schedule> warm = build_checked(o, p.rank, plain, p.stage);
     if (!warm) return make_error(warm.error());
     p.warmup = std::move(warm).value();
   }
@@ -355,8 +380,10 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   e.dp = plan.dp;
   e.mp = std::max(1, e.o.config.mp);
   e.mp_rank = plan.mp_rank;
-  e.world_rank = e.rank * e.mp + e.mp_rank;
-  e.world = e.dp * e.mp;
+  e.pp = std::max(1, e.o.config.pp);
+  e.stage = plan.stage;
+  e.world_rank = (e.stage * e.dp + e.rank) * e.mp + e.mp_rank;
+  e.world = e.dp * e.mp * e.pp;
   e.slice = mp_slice(e.o.model, e.mp, e.mp_rank);
   e.plan = std::move(plan);
   if (MpiWorld::get().rank() != e.world_rank || MpiWorld::get().size() != e.world)
@@ -378,14 +405,19 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   if (e.world > 1) {
     // the dp group (the ranks of this mp rank's slice) and the mp group (this dp rank's slices);
     // at mp 1 the dp group is the world
+    // (and the pp group: this dp rank's and mp rank's stages, ordered by stage)
     auto group = [&](int color, int key) { return make_mpi_collectives(e.o.stall_timeout_s, color, key); };
-    Result<std::unique_ptr<Collectives>> c = e.mp > 1 ? group(e.mp_rank, e.rank) : group(-1, 0);
+    const bool split = e.mp > 1 || e.pp > 1;
+    Result<std::unique_ptr<Collectives>> c = split ? group(e.stage * e.mp + e.mp_rank, e.rank) : group(-1, 0);
     if (!c) return make_error(c.error());
-    if (e.mp > 1) {
-      Result<std::unique_ptr<Collectives>> m = group(e.rank, e.mp_rank), w = group(-1, 0);
+    if (split) {
+      Result<std::unique_ptr<Collectives>> m = group(e.stage * e.dp + e.rank, e.mp_rank),
+                                           q = group(e.rank * e.mp + e.mp_rank, e.stage), w = group(-1, 0);
       if (!m) return make_error(m.error());
+      if (!q) return make_error(q.error());
       if (!w) return make_error(w.error());
-      e.mp_coll = std::move(m).value();
+      if (e.mp > 1) e.mp_coll = std::move(m).value();
+      if (e.pp > 1) e.pp_coll = std::move(q).value();
       e.world_coll = std::move(w).value();
     }
     if (e.dp > 1) e.coll = std::move(c).value();
@@ -429,16 +461,19 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   Result<std::unique_ptr<GptOps>> g =
       GptOps::create(*e.be, e.slice, int(e.o.config.bsz), int(e.o.config.seq), e.o.config.ci, micro_batches,
                      e.o.config.tiling_factor, e.tiers.buffer(e.plan.schedule, ws),
-                     std::size_t(e.plan.schedule.sizes.workspace_bytes));
+                     std::size_t(e.plan.schedule.sizes.workspace_bytes), e.pp > 1);
   if (!g) return make_error(g.error());
   e.gpt = std::move(g).value();
+  const StageBlocks sb = stage_blocks(e.o.model.layers, e.pp, e.stage);
+  e.gpt->set_stage(sb.first, sb.last);
   Result<Stream> s1 = e.k().stream_create(e.cx()), s2 = e.k().stream_create(e.cx());
   if (!s1 || !s2) return make_error("backend: cannot create copy streams");
   e.h2d = *s1;
   e.d2h = *s2;
   e.gpt->set_data_parallel(e.dp, std::max(1, e.o.config.grad_accum));
   if (e.o.backend == "cuda") {  // NCCL between the GPUs of each group, bootstrapped over its MPI
-    for (auto [coll, boot] : {std::pair{&e.coll, &e.boot}, std::pair{&e.mp_coll, &e.mp_boot}}) {
+    for (auto [coll, boot] :
+         {std::pair{&e.coll, &e.boot}, std::pair{&e.mp_coll, &e.mp_boot}, std::pair{&e.pp_coll, &e.pp_boot}}) {
       if (!*coll) continue;
       Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, **coll);
       if (!c) return make_error(c.error());
@@ -512,7 +547,11 @@ Result<IterationReport> Engine::step(const std::vector<int>& tokens, const std::
   double sum = 0;
   for (float x : e.step_losses) sum += x;  // in double on the host: the mean does not depend on a kernel's order
   double mean = sum / double(e.step_losses.size());
-  if (e.dp > 1) {  // the global batch's mean: every rank's mean, averaged
+  if (e.pp > 1) {  // the last stage's (mp rank 0 of each of its dp ranks), to every rank
+    Result<double> all = e.everyone()->all_reduce_sum(e.stage == e.pp - 1 && e.mp_rank == 0 ? mean : 0.0);
+    if (!all) return make_error(all.error());
+    mean = *all / e.dp;
+  } else if (e.dp > 1) {  // the global batch's mean: every rank's mean, averaged
     Result<double> all = e.coll->all_reduce_sum(mean);
     if (!all) return make_error(all.error());
     mean = *all / e.dp;

@@ -135,7 +135,8 @@ struct RankTraffic {
 struct RankPlan {
   EngineOptions options;  // normalised: dp the job's ranks, seq the model's, capacity applied
   int rank = 0, dp = 1;   // this process's data-parallel rank and the dp group's size
-  int mp_rank = 0;        // its place in its tensor-slicing group (config.mp ranks; world rank rank x mp + mp_rank)
+  int mp_rank = 0;        // its place in its tensor-slicing group (config.mp ranks)
+  int stage = 0;          // its pipeline stage (config.pp); world rank (stage x dp + rank) x mp + mp_rank
   Schedule schedule; // every iteration's (with dpu: after the warm-up)
   std::optional<Schedule> warmup;  // dpu: the ordinary schedule the warm-up iterations run
 };
@@ -148,7 +149,7 @@ struct RankPlan {
 Result<RankPlan> plan_rank(const EngineOptions& options);
 // Rank `rank`'s schedule for options plan_rank normalised (RankPlan::options), built and checked as
 // plan_rank builds this rank's: what another rank executes (the broadcast variant's ranks differ).
-Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank);
+Result<Schedule> rank_schedule(const EngineOptions& normalised, int rank, int stage = 0);
 
 class Engine {
  public:

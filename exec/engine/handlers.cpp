@@ -187,12 +187,19 @@ Result<Token> compute(EngineContext& e, const Step& s) {
   const std::size_t at = (std::size_t(std::max(0, s.accum_step)) * std::size_t(e.sched->micro_batches) +
                           std::size_t(c.micro_batch)) * per_mb;
   const bool fresh_forward = s.phase == Phase::forward;
-  if (fresh_forward && op.role == OpRole::embed) {  // this micro-step's tokens and targets, in stream order
+  // this micro-step's tokens (the embedding's forward, and its backward: a pipeline's first stage
+  // runs later micro-steps' forwards in between) and targets (the head's forward, on the last stage)
+  if (op.role == OpRole::embed && (fresh_forward || backward))
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->tokens(c.micro_batch), e.batch_tokens + at, per_mb * sizeof(int));
+  if (fresh_forward && op.role == OpRole::lm_head)
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->targets(c.micro_batch), e.batch_targets + at, per_mb * sizeof(int));
-  }
+  // a pipeline stage's backward starts from the next stage's input gradient and ends with its own
+  const StageBlocks sb = stage_blocks(e.o.model.layers, e.pp, e.stage);
+  if (backward && e.stage < e.pp - 1 && op.role == OpRole::residual2 && op.block == sb.last - 1)
+    e.gpt->take_stage_grad(c.micro_batch);
   if (backward) e.gpt->backward(c);
   else e.gpt->forward(c);
+  if (backward && e.stage > 0 && op.role == OpRole::ln1 && op.block == sb.first) e.gpt->give_stage_grad(c.micro_batch);
   if (fresh_forward && op.role == OpRole::lm_head)  // its losses, before a later micro-step overwrites them
     e.k().copy_d2h_async(e.cx(), 0, e.step_losses.data() + at, e.gpt->losses(c.micro_batch), per_mb * sizeof(float));
   if (backward && mixed && grad_target)
@@ -589,7 +596,18 @@ Result<Token> accumulate(EngineContext& e, const Step& s) {
 
 Result<Token> release(EngineContext&, const Step&) { return Token{}; }  // the plan reuses its bytes
 
-Result<Token> p2p(EngineContext&, const Step&) { return unsupported("a pipeline stage's send or receive"); }
+// A pipeline stage's activations (forward) or their gradients (backward) to or from its neighbour
+// stage, from or into the stage's buffers of the GPT's workspace (fp32).
+Result<Token> p2p(EngineContext& e, const Step& s) {
+  if (!e.pp_coll) return make_error("internal error: a pipeline send or receive without the pp group");
+  const bool recv = s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
+  float* buf = fwd ? (recv ? e.gpt->stage_input() : e.gpt->stage_output())
+                   : (recv ? e.gpt->stage_grad_input() : e.gpt->stage_grad_output());
+  const std::size_t count = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq) * std::size_t(e.o.model.hidden);
+  const int peer = s.collective.root;
+  return collective_token(recv ? e.pp_coll->recv(buf, count, adam::DType::fp32, peer)
+                               : e.pp_coll->send(buf, count, adam::DType::fp32, peer));
+}
 Result<Token> all_to_all(EngineContext&, const Step&) {
   return unsupported("a mixture of experts' token all-to-all (the executor trains the paper's GPT)");
 }

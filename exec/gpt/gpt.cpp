@@ -352,9 +352,12 @@ struct GptOps::Layout {
 
   // Walks every buffer in a fixed order; `take(floats)` returns where it goes (or counts it).
   template <typename Take>
-  void carve(std::vector<MicroBatch>& mb, float*& wstage, float*& gstage, Take take) const {
+  void carve(std::vector<MicroBatch>& mb, float*& wstage, float*& gstage, std::array<float*, 4>& io, bool pipeline,
+             Take take) const {
     wstage = take(staging);
     gstage = take(staging);
+    if (pipeline)
+      for (float*& p : io) p = take(BT * C);
     mb.resize(std::size_t(mbs));
     for (MicroBatch& m : mb) {
       m.tokens = reinterpret_cast<int*>(take(BT));
@@ -388,12 +391,14 @@ constexpr std::size_t kAlign = 256;  // bytes: cudaMalloc's alignment, enough fo
 std::size_t aligned(std::size_t floats) { return (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles) {
+std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles,
+                                    bool pipeline) {
   Layout l(cfg, B, T, ci, micro_batches, tiles);
   std::size_t total = 0;
   std::vector<MicroBatch> mb;
   float *w = nullptr, *g = nullptr;
-  l.carve(mb, w, g, [&](std::size_t n) -> float* {
+  std::array<float*, 4> io{};
+  l.carve(mb, w, g, io, pipeline, [&](std::size_t n) -> float* {
     total += aligned(n);
     return nullptr;
   });
@@ -401,7 +406,8 @@ std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, 
 }
 
 Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig& cfg, int B, int T, int ci,
-                                               int micro_batches, int tiles, void* workspace, std::size_t bytes) {
+                                               int micro_batches, int tiles, void* workspace, std::size_t bytes,
+                                               bool pipeline) {
   if (cfg.layers < 1 || cfg.hidden < 1 || cfg.heads < 1 || cfg.hidden % cfg.heads != 0)
     return make_error("hidden (" + std::to_string(cfg.hidden) + ") must be a positive multiple of heads (" +
                       std::to_string(cfg.heads) + ")");
@@ -416,7 +422,7 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
     if (g.linear && tiles > 1 && g.out_features % tiles != 0)
       return make_error("tiling " + std::to_string(tiles) + " must divide the output features of every linear layer (" +
                         g.name + " has " + std::to_string(g.out_features) + ")");
-  const std::size_t need = workspace_bytes(cfg, B, T, ci, micro_batches, tiles);
+  const std::size_t need = workspace_bytes(cfg, B, T, ci, micro_batches, tiles, pipeline);
   if (bytes < need || reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0)
     return make_error("GPT workspace: " + std::to_string(need) + " bytes aligned to " + std::to_string(kAlign) +
                       " needed, got " + std::to_string(bytes));
@@ -425,7 +431,7 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
   for (const BlockParamOp& op : block_param_ops(gpt_model_spec(cfg))) g->role_bias_[std::size_t(op.role)] = op.bias > 0;
   Layout l(cfg, B, T, ci, micro_batches, tiles);
   char* at = static_cast<char*>(workspace);
-  l.carve(g->mb_, g->weight_staging_, g->grad_staging_, [&](std::size_t n) {
+  l.carve(g->mb_, g->weight_staging_, g->grad_staging_, g->io_, pipeline, [&](std::size_t n) {
     float* p = reinterpret_cast<float*>(at);
     at += aligned(n);
     return p;
@@ -436,18 +442,27 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
 
 // ---- operators -------------------------------------------------------------------------------
 
-const float* GptOps::block_input(int b, int u) const { return mb_[std::size_t(u)].stream[b % 2]; }
+const float* GptOps::block_input(int b, int u) const { return block_in(b, u, false); }
 
 const float* GptOps::block_in(int b, int u, bool recompute) const {
   const MicroBatch& m = mb_[std::size_t(u)];
-  if (!recompute) return m.stream[b % 2];
-  if (b % ci_ == 0) return m.segment_input;                 // the loaded checkpoint
-  return m.ws[std::size_t((b - 1) % ci_)].res3;             // the previous block of the segment
+  if (!recompute) return b == first_block_ && first_block_ > 0 && io_[0] ? io_[0] : m.stream[b % 2];  // a later stage: what it received
+  const int rel = b - first_block_;
+  if (rel % ci_ == 0) return m.segment_input;                  // the loaded checkpoint
+  return m.ws[std::size_t((rel - 1) % ci_)].res3;              // the previous block of the segment
 }
 
 float* GptOps::block_out(int b, int u, bool recompute) {
   MicroBatch& m = mb_[std::size_t(u)];
-  return recompute ? m.ws[std::size_t(b % ci_)].res3 : m.stream[(b + 1) % 2];
+  if (recompute) return m.ws[std::size_t((b - first_block_) % ci_)].res3;
+  return b == last_block_ - 1 && b != cfg_.layers - 1 && io_[1] ? io_[1] : m.stream[(b + 1) % 2];  // to the next stage
+}
+
+void GptOps::take_stage_grad(int u) {
+  be_.ops().copy_d2d_async(be_.ctx(), 0, mb_[std::size_t(u)].dx, io_[2], std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
+}
+void GptOps::give_stage_grad(int u) {
+  be_.ops().copy_d2d_async(be_.ctx(), 0, io_[3], mb_[std::size_t(u)].dx, std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
 }
 
 // A linear operator, or one tile of its output columns: out (BT, OC) columns [o0, o0 + OCt).

@@ -4,7 +4,7 @@
 #   - a run saved at step 10 and resumed continues with the losses of an unbroken run, bit for bit;
 #   - a run killed (kill -9) while it writes its next checkpoint leaves the previous one loadable,
 #     and resuming from it again gives the unbroken run's losses;
-#   - (also mp 2 x dp 2 on NVMe: each rank's files hold its slice and shard)
+#   - (also mp 2 x dp 2 on NVMe and pp 2 in CPU memory: each rank's files hold its slice, stage and shard)
 #   - a checkpoint is refused by a run with another dp, mp or placement, naming the field, and a damaged
 #     file is refused by its checksum.
 set -euo pipefail
@@ -33,12 +33,12 @@ check() {  # check NAME LAUNCHER... -- FLAGS...
   local sw="$dir/swap-$name" ck="$dir/ck-$name"
   mkdir -p "$sw"
   local ref resumed again
-  ref=$("${launch[@]}" "$mw" run --config "$dir/run.yaml" "$@" --nvme-dir "$sw" --json | losses | tail10)
-  "${launch[@]}" "$mw" run --config "$dir/run.yaml" "$@" --nvme-dir "$sw" --steps 10 --save "$ck" >/dev/null
-  resumed=$("${launch[@]}" "$mw" run --config "$dir/run.yaml" "$@" --nvme-dir "$sw" --resume "$ck" --json | losses)
+  ref=$("${launch[@]}" "$mw" run --config "${cfg:-$dir/run.yaml}" "$@" --nvme-dir "$sw" --json | losses | tail10)
+  "${launch[@]}" "$mw" run --config "${cfg:-$dir/run.yaml}" "$@" --nvme-dir "$sw" --steps 10 --save "$ck" >/dev/null
+  resumed=$("${launch[@]}" "$mw" run --config "${cfg:-$dir/run.yaml}" "$@" --nvme-dir "$sw" --resume "$ck" --json | losses)
   [ "$(echo $resumed)" = "$(echo $ref)" ] || { echo "FAIL $name: resumed $resumed != $ref"; exit 1; }
   # killed while writing the step-15 checkpoint: its shards are on disk, its manifest is not
-  MEMWALL_SAVE_PAUSE_S=30 "${launch[@]}" "$mw" run --config "$dir/run.yaml" "$@" --nvme-dir "$sw" --resume "$ck" \
+  MEMWALL_SAVE_PAUSE_S=30 "${launch[@]}" "$mw" run --config "${cfg:-$dir/run.yaml}" "$@" --nvme-dir "$sw" --resume "$ck" \
     --save "$ck" --save-every 15 >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 600); do
@@ -51,7 +51,7 @@ check() {  # check NAME LAUNCHER... -- FLAGS...
   wait "$pid" 2>/dev/null || true
   [ ! -e "$ck/step-00000015/manifest.json" ] || { echo "FAIL $name: the kill came too late"; exit 1; }
   [ "$(cat "$ck/latest")" = "step-00000010" ] || { echo "FAIL $name: latest is $(cat "$ck/latest")"; exit 1; }
-  again=$("${launch[@]}" "$mw" run --config "$dir/run.yaml" "$@" --nvme-dir "$sw" --resume "$ck" --json | losses)
+  again=$("${launch[@]}" "$mw" run --config "${cfg:-$dir/run.yaml}" "$@" --nvme-dir "$sw" --resume "$ck" --json | losses)
   [ "$(echo $again)" = "$(echo $ref)" ] || { echo "FAIL $name: after the kill $again != $ref"; exit 1; }
   echo "$name: resumed at step 10, losses of steps 11-20 bit-identical to an unbroken run, also after kill -9 during the next save"
 }
@@ -60,6 +60,8 @@ check nvme -- --strategy zero_inf_nvme
 check device -- --strategy data_parallel
 check cpu_dp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu
 check nvme_mp2_dp2 "${mpi[@]}" -np 4 -- --strategy zero_inf_nvme --mp 2
+sed 's/^lr: .*/&\ntied_embeddings: false/' "$dir/run.yaml" >"$dir/untied.yaml"
+cfg="$dir/untied.yaml" check cpu_pp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu --pp 2 --grad-accum 2
 # refusals: another dp, another placement, a damaged file
 out=$("$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --resume "$dir/ck-cpu_dp2" 2>&1 >/dev/null) && exit 1
 echo "$out" | grep -q 'manifest.json: run.dp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
