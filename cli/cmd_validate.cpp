@@ -85,10 +85,7 @@ Command add_validate(CLI::App& app) {
                                                    std::to_string(*f->in.steps));
             if (!f->trace_dir.empty()) make_output_folder("--trace-dir", f->trace_dir);
             PreparedRun prep = prepare_run(f->in, *sub);
-            if (prep.options.config.pp > 1)
-              throw UsageError("--pp: validate replays the schedules of one pipeline stage's ranks; `memwall run` "
-                               "executes pipeline stages and `memwall simulate` replays them");
-            exec::EngineOptions& o = prep.options;
+exec::EngineOptions& o = prep.options;
             o.trace = true;
             if (o.config.optimizer_overlap == OptimizerOverlap::dpu && prep.rc.steps <= o.config.dpu_warmup + 1)
               throw UsageError("--steps: with --optimizer-overlap dpu, more than the warm-up (" +
@@ -140,9 +137,10 @@ Command add_validate(CLI::App& app) {
               std::cerr << "memwall validate: warning: while it ran, " << adam::describe_load(load)
                         << "; the measured times include their share of the cores (run it on a quiet machine)\n";
             if (show) std::cerr << "validate: simulating the same schedule ..." << std::endl;
-            std::vector<Schedule> others;  // the broadcast variant's other ranks
+            std::vector<Schedule> others;  // the broadcast variant's other ranks, a pipeline's other stages
             if (executed.broadcast)
               for (int r = 1; r < engine->ranks(); ++r) others.push_back(take(exec::rank_schedule(run, r)));
+            for (int stage = 1; stage < c.pp; ++stage) others.push_back(take(exec::rank_schedule(run, 0, stage)));
             std::vector<const Schedule*> replayed = {&executed};
             for (const Schedule& x : others) replayed.push_back(&x);
             sim::SimOptions so;

@@ -49,6 +49,13 @@ CONFIGS_MP2 = [
     ("mp 2, zero3", SMALL, ["--strategy", "zero3", "--mp", "2"]),
     ("mp 2, zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu", "--mp", "2"]),
 ]
+# Pipeline stages (--pp 2, 1F1B over 4 accumulated micro-steps; the executor's pipelines need an
+# untied head): the two ranks are the model's two stages, against the same 2-rank profile.
+SMALL_UNTIED = dict(SMALL, tied_embeddings="false")
+CONFIGS_PP2 = [
+    ("pp 2 (4 micro-steps), zero3", SMALL_UNTIED, ["--strategy", "zero3", "--pp", "2", "--grad-accum", "4"]),
+    ("pp 2 (4 micro-steps), zero_inf_cpu", SMALL_UNTIED, ["--strategy", "zero_inf_cpu", "--pp", "2", "--grad-accum", "4"]),
+]
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader"]
 
 
@@ -111,7 +118,7 @@ def main():
                            stderr=subprocess.DEVNULL, env=env)
         rows = []
         for ranks, label, shape, flags in ([(1, *c) for c in CONFIGS] + [(2, *c) for c in CONFIGS_DP2] +
-                                           [(2, *c) for c in CONFIGS_MP2]):
+                                           [(2, *c) for c in CONFIGS_MP2] + [(2, *c) for c in CONFIGS_PP2]):
             cfg = os.path.join(tmp, "run.yaml")
             write_config(cfg, shape)
             cmd = (MPIRUN if ranks > 1 else []) + [
@@ -124,8 +131,10 @@ def main():
             it = j["iteration_s"]
             ph = j["phase_s"]
             mp = int(flags[flags.index("--mp") + 1]) if "--mp" in flags else 1
-            row = {"config": label, "dp": ranks // mp, "mp": mp,
-                   "model": f'{shape["layers"]}x{shape["hidden"]}, bsz {shape["bsz"]}',
+            pp = int(flags[flags.index("--pp") + 1]) if "--pp" in flags else 1
+            row = {"config": label, "dp": ranks // (mp * pp), "mp": mp, "pp": pp,
+                   "model": f'{shape["layers"]}x{shape["hidden"]}, bsz {shape["bsz"]}' +
+                            (", untied head" if shape.get("tied_embeddings") == "false" else ""),
                    "measured_ms": round(1e3 * it["measured"], 2),
                    "simulated_ms": round(1e3 * it["simulated"], 2),
                    "error_pct": round(it["error_pct"], 1)}
