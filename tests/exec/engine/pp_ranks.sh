@@ -53,8 +53,10 @@ out=$("$mw" run --config "$dir/tied.yaml" --pp 2 2>&1) && exit 1
 echo "$out" | grep -q "a tied embedding has copies on the first and last stage" || { echo "FAIL: $out"; exit 1; }
 out=$("$mw" run --config "$dir/gpt.yaml" --pp 2 2>&1) && exit 1
 echo "$out" | grep -q "ranks per data-parallel rank do not divide this job's 1 ranks" || { echo "FAIL: $out"; exit 1; }
-python3 - "$dir" "${placements[@]}" <<'PY'
+HERE=$(cd "$(dirname "$0")" && pwd) python3 - "$dir" "${placements[@]}" <<'PY'
 import json, os, sys
+sys.path.insert(0, os.environ["HERE"])
+from layout_check import compare
 d, placements = sys.argv[1], sys.argv[2:]
 bad = []
 for kind in ("gpt", "llama"):
@@ -70,15 +72,7 @@ for kind in ("gpt", "llama"):
             if (j["pp"], j["dp"], j["global_batch"], len(j["ranks"])) != (pp, np_ // pp, 8, np_):
                 bad.append(f"{kind} {p} {tag}: pp {j['pp']} dp {j['dp']} global batch {j['global_batch']} "
                            f"ranks {len(j['ranks'])}")
-            rel = max(abs(a - b) / abs(b) for a, b in zip([s["loss"] for s in j["steps"]], ref))
-            worst = max(worst, rel)
-            if rel > 1e-5:
-                bad.append(f"{kind} {p} {tag}: losses differ from one rank's by {rel:.2e} relative")
-            for rank, links in enumerate(j["ranks"]):
-                for link, v in links.items():
-                    if v["moved_bytes"] != v["schedule_bytes"]:
-                        bad.append(f"{kind} {p} {tag} rank {rank} {link}: moved {v['moved_bytes']} != "
-                                   f"schedule {v['schedule_bytes']}")
+            worst = max(worst, compare(load("1.1"), j, f"{kind} {p} {tag}", bad))
         print(f"{kind:5s} {p:14s} losses {ref[0]:.5f} -> {ref[-1]:.5f} against pp 2, 3, 4 and pp 2 x dp 2: "
               f"worst relative difference {worst:.1e}; bytes per rank and link = the rank's schedule")
 if bad:

@@ -52,10 +52,13 @@ for p in "${placements[@]}"; do
     fi
   done
 done
+export HERE="$here"
 tags=()
 for p in "${placements[@]}"; do tags+=("$(basename "$p" .yaml)"); done
 python3 - "$dir" "$clip" "${tags[@]}" <<'PY'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.environ["HERE"])
+from layout_check import compare
 d, clip, placements = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 bad = []
 for p in placements:
@@ -69,21 +72,7 @@ for p in placements:
         j = runs[dp]
         assert j["dp"] == int(dp[0]), (p, dp, j["dp"])
         assert j["grad_accum"] == (2 if dp == "2a" else 1) and j["global_batch"] == 4, (p, dp, j["grad_accum"])
-        losses = [s["loss"] for s in j["steps"]]
-        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
-        worst = max(worst, rel)
-        if rel > 1e-5:
-            bad.append(f"{p} dp {dp}: losses differ from dp 1 by {rel:.2e} relative")
-        if clip > 0:
-            norms = [s["grad_norm"] for s in j["steps"]]
-            rel = max(abs(a - b) / abs(b) for a, b in zip(norms, ref_norms))
-            worst = max(worst, rel)
-            if rel > 1e-5:
-                bad.append(f"{p} dp {dp}: gradient norms differ from dp 1 by {rel:.2e} relative")
-        for rank, links in enumerate(j["ranks"]):
-            for link, v in links.items():
-                if v["moved_bytes"] != v["schedule_bytes"]:
-                    bad.append(f"{p} dp {dp} rank {rank} {link}: moved {v['moved_bytes']} != schedule {v['schedule_bytes']}")
+        worst = max(worst, compare(runs["1"], j, f"{p} dp {dp}", bad, ("loss", "grad_norm") if clip > 0 else ("loss",)))
     print(f"{p:14s} dp 1/2/4/2x2: losses {ref[0]:.5f} -> {ref[-1]:.5f}" +
           (f", norms {ref_norms[0]:.4f} -> {ref_norms[-1]:.4f} (clipped at {clip:g})" if clip > 0 else "") +
           f", worst relative difference {worst:.1e}; "

@@ -80,8 +80,10 @@ for p in zero3 zero_inf_cpu zero_inf_nvme; do
       --nvme-dir "$dir/swap.clip.$p" --json >"$dir/clip.$p.$np.$mp.json"
   done
 done
-python3 - "$dir" "${placements[@]}" <<'PY'
+HERE=$(cd "$(dirname "$0")" && pwd) python3 - "$dir" "${placements[@]}" <<'PY'
 import json, os, sys
+sys.path.insert(0, os.environ["HERE"])
+from layout_check import compare, summary
 d, placements = sys.argv[1], sys.argv[2:]
 bad = []
 for kind in ("gpt", "llama"):
@@ -99,46 +101,28 @@ for kind in ("gpt", "llama"):
                            f"global batch {j['global_batch']}")
             if len(j["ranks"]) != np_:
                 bad.append(f"{kind} {p} {tag}: {len(j['ranks'])} ranks reported, the job has {np_}")
-            losses = [s["loss"] for s in j["steps"]]
-            rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
-            worst = max(worst, rel)
+            worst = max(worst, compare(load("1.1.1"), j, f"{kind} {p} {tag}", bad))
             shown.append(f"mp {mp} x dp {np_ // mp}" + (f" x accum {ga}" if ga > 1 else ""))
-            if rel > 1e-5:
-                bad.append(f"{kind} {p} {tag}: losses differ from one rank's by {rel:.2e} relative")
             for rank, links in enumerate(j["ranks"]):
-                for link, v in links.items():
-                    if v["moved_bytes"] != v["schedule_bytes"]:
-                        bad.append(f"{kind} {p} {tag} rank {rank} {link}: moved {v['moved_bytes']} != "
-                                   f"schedule {v['schedule_bytes']}")
                 if mp > 1 and links.get("gpu_gpu", {}).get("schedule_bytes", 0) <= 0:
                     bad.append(f"{kind} {p} {tag} rank {rank}: no gpu_gpu bytes: the mp all-reduces are missing")
         print(f"{kind:5s} {p:14s} losses {ref[0]:.5f} -> {ref[-1]:.5f} against {', '.join(shown)}: "
               f"worst relative difference {worst:.1e}; bytes per rank and link = the rank's schedule")
 if "zero_inf_cpu" in placements:
-    ref = [s["loss"] for s in json.loads(open(f"{d}/gpt.zero_inf_cpu.1.1.1.json").read().splitlines()[-1])["steps"]]
+    ref = summary(f"{d}/gpt.zero_inf_cpu.1.1.1.json")
     for place in ("act_ckpt_gpu_p", "act_ckpt_cpu_p"):
         for tag in ("2.2.1", "4.2.1"):
-            j = json.loads(open(f"{d}/gpt.zero_inf_cpu.{tag}.{place}.json").read().splitlines()[-1])
-            rel = max(abs(a - b) / abs(b) for a, b in zip([s["loss"] for s in j["steps"]], ref))
-            if rel > 1e-5:
-                bad.append(f"zero_inf_cpu {place} {tag}: losses differ from one rank's by {rel:.2e} relative")
-            for rank, links in enumerate(j["ranks"]):
-                for link, v in links.items():
-                    if v["moved_bytes"] != v["schedule_bytes"]:
-                        bad.append(f"{place} {tag} rank {rank} {link}: moved {v['moved_bytes']} != {v['schedule_bytes']}")
+            compare(ref, summary(f"{d}/gpt.zero_inf_cpu.{tag}.{place}.json"), f"zero_inf_cpu {place} {tag}", bad)
         print(f"gpt   zero_inf_cpu, {place.replace('_', ' ')}: mp 2 and mp 2 x dp 2 give one rank's losses")
 for p in ("zero3", "zero_inf_cpu", "zero_inf_nvme"):
-    last = lambda tag: json.loads(open(f"{d}/clip.{p}.{tag}.json").read().splitlines()[-1])["steps"]
-    ref = last("1.1")
+    ref_run = summary(f"{d}/clip.{p}.1.1.json")
+    ref = ref_run["steps"]
     if not any(s["grad_norm"] > 2 for s in ref):
         bad.append(f"clip {p}: no step's norm is above 2: nothing clipped")
     worst = 0.0
     for tag in ("2.2", "4.2"):
-        for key in ("loss", "grad_norm"):
-            rel = max(abs(a[key] - b[key]) / abs(b[key]) for a, b in zip(last(tag), ref))
-            worst = max(worst, rel)
-            if rel > 1e-5:
-                bad.append(f"clip {p} {tag}: {key} differs from one rank's by {rel:.2e} relative")
+        worst = max(worst, compare(ref_run, summary(f"{d}/clip.{p}.{tag}.json"), f"clip {p} {tag}", bad,
+                                   ("loss", "grad_norm")))
     print(f"gpt   {p:14s} clipped at 2: norms {ref[0]['grad_norm']:.4f} -> {ref[-1]['grad_norm']:.4f}; mp 2 and "
           f"mp 2 x dp 2 give one rank's norms and losses (worst {worst:.1e})")
 if bad:
