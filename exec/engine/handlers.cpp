@@ -271,9 +271,10 @@ Result<Token> sum_written_gradient(EngineContext& e, const Step& s, const char* 
   Token t;
   t.kind = Token::host;
   const std::size_t unit = std::size_t(s.unit);
-  const auto [off, n] = counted_for_norm(e, unit_of(e, s));
+  const std::pair<std::size_t, std::size_t> counted = counted_for_norm(e, unit_of(e, s));
+  const std::size_t n = counted.second;  // (not a structured binding: clang 14 cannot capture one)
   const adam::DType dt = e.o.precision;
-  const char* from = src + off * psz(e);
+  const char* from = src + counted.first * psz(e);
   t.task = e.lane->post([&e, unit, from, n, dt]() -> std::string {
     e.norm.units[unit] = host_sum_squares(from, dt, n);
     return "";
