@@ -270,6 +270,11 @@ void StrategyFlags::check_ckpt_partition(const Placement& pl, int mp) const {
                    "partition_activations); with --mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
 }
 
+std::string layout_words(int dp, int mp, int pp) {
+  return "dp " + std::to_string(dp) + (mp > 1 ? ", mp " + std::to_string(mp) : "") +
+         (pp > 1 ? ", pp " + std::to_string(pp) : "");
+}
+
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent) {
   std::vector<size_t> width;
   std::vector<bool> numeric;  // right-align columns whose body cells all start with a digit

@@ -168,10 +168,9 @@ Command add_run(CLI::App& app) {
                           ? " (" + adam::describe(o.lr_schedule) + ")"
                           : "")
                   << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
-                  << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", dp "
-                  << engine->ranks() << (s.config.mp > 1 ? ", mp " + std::to_string(s.config.mp) : "")
-                  << (s.config.pp > 1 ? ", pp " + std::to_string(s.config.pp) : "")
-                  << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
+                  << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", "
+                  << layout_words(engine->ranks(), s.config.mp, s.config.pp)
+<< (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
                   << (engine->ranks() * s.config.mp * s.config.pp > 1 ? " (mpirun ranks, " : " (") << "global batch "
                   << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "

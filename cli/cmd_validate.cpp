@@ -178,6 +178,8 @@ exec::EngineOptions& o = prep.options;
                                         {"strategy", executed.strategy},
                                         {"profile", o.profile.name},
                                         {"dp", c.dp},
+                                        {"mp", c.mp},
+                                        {"pp", c.pp},
                                         {"steps", prep.rc.steps},
                                         {"schedule_steps", executed.steps.size()},
                                         {"host_threads", engine->stats().threads},
@@ -243,8 +245,8 @@ exec::EngineOptions& o = prep.options;
             std::cout << "memwall validate: GPT " << o.model.layers << " layers, hidden " << o.model.hidden << ", "
                       << o.model.heads << " heads, bsz " << format_g(c.bsz) << " x seq " << c.seq << ", ci " << c.ci
                       << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
-                      << ", dp " << c.dp << " ("
-                      << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
+                      << ", " << layout_words(c.dp, c.mp, c.pp) << " ("
+<< executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
                       << "measured: " << statistic << "; simulated: one iteration replayed\n"
                       << render_table(rows);
             if (engine->backend_caps().name == "cpu")

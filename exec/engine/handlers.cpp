@@ -217,8 +217,7 @@ Result<Token> reduce(EngineContext& e, const Step& s) {
     if (!e.mp_coll || s.op < 0) return make_error("internal error: a tensor-slicing all-reduce without its group or operator");
     const ScheduleOp& op = e.sched->ops[size_t(s.op)];
     float* buf = e.gpt->mp_partial_sums(op.role, op.block, s.phase == Phase::backward, std::max(0, s.micro_batch));
-    const std::size_t count = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq) * std::size_t(e.o.model.hidden);
-    return collective_token(e.mp_coll->all_reduce(buf, count, adam::DType::fp32));
+    return collective_token(e.mp_coll->all_reduce(buf, e.gpt->stream_elems(), adam::DType::fp32));
   }
   const UnitLayout& u = unit_of(e, s);
   char* buf = src_or_state(e, s, State::grad16, u);
@@ -255,13 +254,12 @@ std::pair<std::size_t, std::size_t> counted_for_norm(const EngineContext& e, con
   const std::size_t at = t.sharded(State::optim32) ? u.from : 0, len = t.opt_len(u);
   if (e.mp_rank == 0) return {0, len};
   const ParamGroup& g = t.groups()[u.group];
-  const bool row_parallel = g.name.ends_with(".proj") || g.name.ends_with(".fc2");
-  if (g.linear && !row_parallel) return {0, len};
   if (!g.linear) return {0, 0};
+  if (!g.row_parallel) return {0, len};
   const std::size_t tiles = std::size_t(std::max(1, u.tile >= 0 ? e.o.config.tiling_factor : 1));
   const std::size_t weights = std::size_t(g.out_features) / tiles * std::size_t(g.in_features);
-  const std::size_t from = std::max(at, std::size_t(0)), to = std::min(at + len, weights);
-  return to > from ? std::pair{from - at, to - from} : std::pair<std::size_t, std::size_t>{0, 0};
+  const std::size_t to = std::min(at + len, weights);
+  return to > at ? std::pair{std::size_t(0), to - at} : std::pair<std::size_t, std::size_t>{0, 0};
 }
 
 // Gradient clipping with gradients on NVMe: the sum of squares of a unit's final gradient (the last
@@ -604,7 +602,7 @@ Result<Token> p2p(EngineContext& e, const Step& s) {
   const bool recv = s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
   float* buf = fwd ? (recv ? e.gpt->stage_input() : e.gpt->stage_output())
                    : (recv ? e.gpt->stage_grad_input() : e.gpt->stage_grad_output());
-  const std::size_t count = std::size_t(e.o.config.bsz) * std::size_t(e.o.model.max_seq) * std::size_t(e.o.model.hidden);
+  const std::size_t count = e.gpt->stream_elems();
   const int peer = s.collective.root;
   return collective_token(recv ? e.pp_coll->recv(buf, count, adam::DType::fp32, peer)
                                : e.pp_coll->send(buf, count, adam::DType::fp32, peer));

@@ -133,6 +133,7 @@ std::vector<ParamGroup> gpt_param_groups(const GptConfig& c) {
         pg.linear = true;
         pg.out_features = t.shape[0];
         pg.in_features = t.shape[1];
+        pg.row_parallel = g.ends_with(".proj") || g.ends_with(".fc2");
       }
       groups.push_back(pg);
     }

@@ -91,7 +91,8 @@ struct ParamGroup {
   std::size_t elems = 0;
   bool linear = false;           // weight (OC, IC) then bias (OC) if any: may be tiled by output rows
   bool bias = false;             // a linear group's bias, a norm's shift (LayerNorm's, not RMSNorm's)
-  long in_features = 0, out_features = 0;
+  bool row_parallel = false;     // proj, fc2: Megatron's row-parallel (input features sliced, bias whole)
+long in_features = 0, out_features = 0;
 };
 
 // The operator graph's description of this GPT (seq = max_seq): what its schedule is built from.
@@ -179,8 +180,10 @@ class GptOps {
   const GptConfig& config() const { return cfg_; }
   int B() const { return B_; }
   int T() const { return T_; }
-
-  void forward(const OpCall& c);
+  // Elements of one (B, T, C) activation: what a pipeline message, a tensor-slicing all-reduce
+  // and a stage buffer hold (fp32).
+  std::size_t stream_elems() const { return std::size_t(B_) * std::size_t(T_) * std::size_t(cfg_.hidden); }
+void forward(const OpCall& c);
   void backward(const OpCall& c);
   // The loss is the mean over every position of every micro-batch of `micro_steps` accumulated
   // micro-steps of `ranks` data-parallel ranks: each backward scales its gradients so the sum over
