@@ -348,8 +348,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
     o << "memwall plan: " << head << "\n";
     if (!not_executed.empty())
       o << "(not searched: " << not_executed << ": memwall run, which executes " << p.name
-        << "'s plans, runs pipeline stages only with an untied head and mp 1, and no expert parallelism; "
-           "--fix pp=N plans stages for it, or for simulate)\n";
+        << "'s plans, runs no expert parallelism; --fix ep=N plans it for simulate)\n";
     o << "chosen: " << config_words(best) << "\n"
       << "  " << format_sig(t.tflops_per_gpu) << " TFLOPS per GPU, iteration " << format_sig(t.iteration_s) << " s = compute "
       << format_sig(t.compute_s) << " s + exposed " << format_sig(t.exposed_s) << " s (parameter/gradient traffic "

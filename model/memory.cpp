@@ -364,6 +364,8 @@ struct Derived {
   int in_flight = 1, other_ckpts = 0;  // micro-steps a 1F1B stage holds checkpoints of; the others'
   Tier pt = Tier::gpu;
   bool resident = false, fetched = false, grad_buffer = false, tied_pending = false;
+  bool tied_stages = false;  // the tied embedding's copy on a pipeline's first or last stage
+  bool tied_in_forward = false;  // 1F1B runs a forward after the first backward: the sum is alive
   int lookahead = 0;
   std::vector<Group> block_fwd{};  // one block's runs in forward order
   int groups_per_block = 0, keep = 0, keep_segments = 0;
@@ -406,8 +408,11 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   // the GPU) by its all-gather, `depth - 2` ahead.
   d.lookahead = d.pt != Tier::gpu ? std::max(c.prefetch_depth - 1, 0) : std::max(c.prefetch_depth - 2, 0);
   d.grad_buffer = pl.grad16.tier != Tier::gpu || (pl.grad16.partitioned && d.dp > 1);
-  // the tied embedding's gradient collects over backward
-  d.tied_pending = d.grad_buffer && d.first && d.last && m.tied_embeddings;
+  // the tied embedding's gradient collects over backward; under pipeline stages, on the first and
+  // the last stage, over every micro-step (it leaves once the stage's backward is done)
+  d.tied_stages = d.grad_buffer && m.tied_embeddings && d.pp > 1 && (d.first || d.last);
+  d.tied_pending = d.grad_buffer && m.tied_embeddings && ((d.first && d.last) || d.tied_stages);
+  d.tied_in_forward = d.tied_stages && std::min(d.pp - stage - 1, d.ga) < d.ga - 1;
   d.groups_per_block = 0;
   for (const BlockParamOp& op : block_param_ops(m)) {
     const double bytes = z.param_bytes * mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c);
@@ -521,7 +526,10 @@ void backward_list(const Derived& d, std::vector<Group>& list) {
 
 // The fullest moment of one compute list: the fetched window of the L + 1 groups from each group
 // on, the running group's gradient, the tied embedding's pending one, checkpoints and AWM.
-void evaluate(const Derived& d, const std::vector<Group>& list, const char* phase, Moment& best) {
+// `pending`: the tied embedding's sum is alive from the list's start; `fewer`: checkpoints of the
+// other micro-steps in flight fewer than d.other_ckpts.
+void evaluate_pass(const Derived& d, const std::vector<Group>& list, const char* phase, Moment& best, bool pending,
+                   int fewer) {
   auto window_from = [&](size_t r, int j, int& groups, int left) {
     double sum = 0;
     groups = 0;
@@ -533,8 +541,7 @@ void evaluate(const Derived& d, const std::vector<Group>& list, const char* phas
     }
     return d.fetched ? sum : 0;
   };
-  bool pending = false;
-  // l2l (micro-batches > 1): a loop's groups stay from its first micro-batch to its last, so from
+// l2l (micro-batches > 1): a loop's groups stay from its first micro-batch to its last, so from
   // the second micro-batch on the whole loop is fetched, and its prefetch reaches past its end;
   // its gradients collect over the micro-batches, all at once
   std::vector<size_t> loop_start(list.size(), 0);
@@ -548,13 +555,13 @@ void evaluate(const Derived& d, const std::vector<Group>& list, const char* phas
   }
   for (size_t r = 0; r < list.size(); ++r) {
     const Group& g = list[r];
-    if (g.backward && g.lm_head && d.tied_pending) pending = true;
+    if (g.backward && (g.lm_head || (g.embed_backward && d.tied_stages)) && d.tied_pending) pending = true;
     if (!g.evaluate) continue;
     // the LM head's and the embedding's backward add to the tied embedding's pending buffer
     const bool collects = d.tied_pending && (g.lm_head || g.embed_backward);
     const double grad = d.mb > 1 ? loop_grads[g.loop] : g.backward && d.grad_buffer && !collects ? g.bytes : 0;
     const double tied = pending ? d.embed : 0;
-    const int ckpts = g.ckpts + (d.ckpt_gpu ? d.other_ckpts : 0);
+    const int ckpts = g.ckpts + (d.ckpt_gpu ? std::max(0, d.other_ckpts - fewer) : 0);
     // inside a run the window changes only where it reaches past the run's end
     for (int j = 0; j < g.count; j = std::max(j + 1, g.count - d.lookahead - 1)) {
       int groups = 0;
@@ -570,6 +577,17 @@ void evaluate(const Derived& d, const std::vector<Group>& list, const char* phas
   }
 }
 
+void evaluate(const Derived& d, const std::vector<Group>& list, const char* phase, Moment& best) {
+  // Under stages the tied embedding's sum is alive from the first micro-step's backward on, and in
+  // the forwards 1F1B runs after it. The first micro-step's backward runs without it; on the first
+  // stage, when no forward follows that backward, the later ones hold one micro-step's
+  // checkpoints fewer than it.
+  if (std::string(phase) == "forward") return evaluate_pass(d, list, phase, best, d.tied_in_forward, 0);
+  evaluate_pass(d, list, phase, best, false, 0);
+  if (d.tied_stages && d.ga > 1)
+    evaluate_pass(d, list, phase, best, true, d.tied_in_forward || d.last ? 0 : d.segments * d.mb);
+}
+
 // The GPU tier: persistent states, then the buffers of the fullest moment.
 void fill_gpu(const Derived& d, const Moment& best, TierMemory& gpu) {
   std::vector<MemoryPart> parts;
@@ -578,7 +596,10 @@ void fill_gpu(const Derived& d, const Moment& best, TierMemory& gpu) {
                          std::to_string(d.c.prefetch_depth) + ")",
                      best.window});
   if (best.grad > 0) parts.push_back({"gradient of the running group, before its reduce or offload", best.grad});
-  if (best.tied > 0) parts.push_back({"tied embedding gradient (LM head to embedding backward)", best.tied});
+  if (best.tied > 0)
+    parts.push_back({d.tied_stages ? "tied embedding gradient (summed over the micro-steps, then with the other stage's)"
+                                   : "tied embedding gradient (LM head to embedding backward)",
+                     best.tied});
   if (best.ckpts > 0)
     parts.push_back({"activation checkpoints on the GPU (" + std::to_string(best.ckpts) + " of Eq. 3's " +
                          std::to_string(d.segments * d.mb * d.in_flight) + (d.gathered ? ", 1/mp of each" : "") + ")",

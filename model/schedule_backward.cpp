@@ -18,8 +18,11 @@ double grad_collective_bytes(const Shape& sh, double bytes, double pieces) {
 // Gradients are final (and the optimizer may read them) only in the last micro-step; partitioned
 // or offloaded ones are reduced and moved in every micro-step and accumulate where they land.
 bool last_micro_step(const Builder& b) { return b.e.accum < 0 || b.e.accum == b.sh.grad_accum - 1; }
-// A micro-step after the first: what it reduces or offloads adds to the earlier micro-steps' sum.
-bool adds_to_earlier(const Builder& b) { return b.e.accum > 0; }
+// A micro-step after the first: what it reduces or offloads adds to the earlier micro-steps' sum
+// (not the tied embedding's under stages: it collects on the GPU and leaves once, summed).
+bool adds_to_earlier(const Builder& b, int unit) {
+  return b.e.accum > 0 && !b.sh.collects_across_stages(b.sh.units[size_t(unit)]);
+}
 
 // This micro-step's gradient (this rank's `keep` bytes of unit's, in buffer `src` on tier t) added
 // into the earlier micro-steps' sum: buffer `dst`, or (-1) the persistent grad16 on t.
@@ -57,7 +60,7 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
     const double got = grad_collective_bytes(sh, whole * (dp - 1) / dp, dp - 1);
     Step st = transfer({StepKind::reduce_scatter, Phase::backward, bcast ? Hop::reduce : Hop::rs, State::grad16, got,
                         Tier::gpu, Tier::gpu, sh.collective_link},
-                       u.name, deps({compute_id}), buf, gp.tier == Tier::gpu && !adds_to_earlier(b) ? -1 : buf);
+                       u.name, deps({compute_id}), buf, gp.tier == Tier::gpu && !adds_to_earlier(b, unit) ? -1 : buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::reduce, CommGroup::dp, dp, u.root, got * dp / (dp - 1)}
                           : CollectiveSpec{CollectiveKind::reduce_scatter, group, dp, -1, got / (dp - 1)};
@@ -83,7 +86,7 @@ int reduce_gradient(Builder& b, int unit, int buf, int compute_id, double whole,
 int offload_gradient(Builder& b, int unit, int buf, int after, double keep) {
   const Shape& sh = b.sh;
   const ScheduleUnit& u = sh.units[size_t(unit)];
-  const bool to_nvme = sh.pl.grad16.tier == Tier::nvme, adds = adds_to_earlier(b);
+  const bool to_nvme = sh.pl.grad16.tier == Tier::nvme, adds = adds_to_earlier(b, unit);
   // dpu: the slot this gradient overwrites holds the previous iteration's until its update read it
   const std::vector<int> readers = delayed_update_readers(b, unit);
   std::vector<int> gc_deps = deps({after});
@@ -132,6 +135,47 @@ int offload_gradient(Builder& b, int unit, int buf, int after, double keep) {
   return prev;
 }
 
+// The tied embedding's gradient on the first or last stage, summed over every micro-step, added
+// to the other stage's copy's (an all-reduce of the two, CommGroup::tied). Returns the step.
+int tied_allreduce(Builder& b, int unit, int buf, int after, double whole) {
+  const Shape& sh = b.sh;
+  Step st = transfer({StepKind::allreduce, Phase::backward, Hop::ar, State::grad16, whole, Tier::gpu, Tier::gpu,
+                      sh.tied_link},
+                     sh.units[size_t(unit)].name, deps({after}), buf, buf);
+  st.unit = unit;
+  st.collective = {CollectiveKind::all_reduce, CommGroup::tied, 2, -1, whole};
+  return b.e.emit(std::move(st));
+}
+
+// A whole gradient (`made`: the step after which it is; `compute_id`: its last backward compute)
+// reduced over dp and moved to the gradient tier.
+void leave(Builder& b, int unit, int buf, int made, int compute_id, double whole) {
+  const Shape& sh = b.sh;
+  double keep = 0;
+  int prev = reduce_gradient(b, unit, buf, made, whole, keep);
+  if (sh.pl.grad16.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
+    // a later micro-step's reduced part, in the buffer's slice, added to the earlier ones' in grad16
+    if (keep > 0 && buf >= 0 && prev != compute_id && adds_to_earlier(b, unit))
+      prev = accumulate(b, unit, Tier::gpu, buf, -1, keep, deps({prev}));
+    if (buf >= 0) b.e.free_at(prev, buf);
+    b.grads.done.push_back(prev);
+    if (prev != compute_id) b.grads.offloads.push_back(prev);  // the optimizer reads the reduced gradient
+    return;
+  }
+  const int last = offload_gradient(b, unit, buf, prev, keep);
+  if (last_micro_step(b)) gradient_final(b, unit, last);
+}
+
+// The tied embedding's gradient under stages, once the stage's last backward is done: all-reduced
+// with the other stage's copy, then reduced over dp and moved to its tier as any other.
+void tied_gradient(Builder& b) {
+  if (!b.grads.tied) return;
+  const Grads::Tied t = *b.grads.tied;
+  b.grads.tied.reset();
+  const int made = tied_allreduce(b, t.unit, t.buf, b.chain.last, t.bytes);
+  leave(b, t.unit, t.buf, made, t.compute, t.bytes);
+}
+
 }  // namespace
 
 // Backward produced the gradient of (a tile of) an operator's parameters. Reduce it across the
@@ -148,19 +192,17 @@ void grad_ready(Builder& b, const Item& it, int compute_id) {
     buf = p->second;
     b.grads.pending.erase(p);
   }
-  double keep = 0;
-  int prev = reduce_gradient(b, unit, buf, compute_id, sh.param_bytes(it.v), keep);
-  if (sh.pl.grad16.tier == Tier::gpu || keep <= 0) {  // the persistent grad16 on the GPU holds it, or another rank does
-    // a later micro-step's reduced part, in the buffer's slice, added to the earlier ones' in grad16
-    if (keep > 0 && buf >= 0 && prev != compute_id && adds_to_earlier(b))
-      prev = accumulate(b, unit, Tier::gpu, buf, -1, keep, deps({prev}));
-    if (buf >= 0) b.e.free_at(prev, buf);
-    b.grads.done.push_back(prev);
-    if (prev != compute_id) b.grads.offloads.push_back(prev);  // the optimizer reads the reduced gradient
+  if (sh.collects_across_stages(sh.units[size_t(unit)])) {
+    if (!last_micro_step(b)) {  // the next micro-step's backward adds to it
+      if (buf >= 0) b.grads.pending[unit] = buf;
+      return;
+    }
+    // summed with the other stage's copy after this stage's backward (tied_gradient): nothing of
+    // this stage's backward may wait for the other stage's
+    b.grads.tied = Grads::Tied{unit, buf, compute_id, sh.param_bytes(it.v)};
     return;
   }
-  const int last = offload_gradient(b, unit, buf, prev, keep);
-  if (last_micro_step(b)) gradient_final(b, unit, last);
+  leave(b, unit, buf, compute_id, compute_id, sh.param_bytes(it.v));
 }
 
 namespace {
@@ -255,6 +297,7 @@ void backward(Builder& b) {
     if (b.pipe.backward_sent >= 0) b.e.step(b.chain.last).deps.push_back(b.pipe.backward_sent);
     b.pipe.backward_sent = p2p(b, Phase::backward, Hop::send, sh.stage - 1, sh.p2p_prev, deps({b.chain.last}));
   }
+  if (last_micro_step(b)) tied_gradient(b);
 }
 
 }  // namespace memwall::build

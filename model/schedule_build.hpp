@@ -40,6 +40,7 @@ struct Shape {
   // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
   LinkClass collective_link = LinkClass::gpu_gpu;
   LinkClass p2p_prev = LinkClass::none, p2p_next = LinkClass::none;  // to the stage before / after
+  LinkClass tied_link = LinkClass::none;  // between the first and the last stage (the tied embedding's copies)
   std::vector<size_t> owner;  // per vertex: the operator whose parameters it uses (SIZE_MAX: none)
   std::vector<int> op_index;  // per vertex: Schedule::ops
   std::vector<ScheduleOp> ops;
@@ -84,6 +85,13 @@ struct Shape {
     return z.param_bytes * mp_params(o) / tiles(o);
   }
   int unit(const Item& it) const { return unit_of.at({owner[it.v], it.tile}); }
+  // A tied embedding under pipeline stages has a copy on the first stage (the embedding's) and on
+  // the last (the LM head's): its gradient collects over every micro-step on the GPU and the two
+  // copies' sums are all-reduced (CommGroup::tied) before it is reduced over dp, as Megatron-LM
+  // does, so both stages update their copy alike.
+  bool collects_across_stages(const ScheduleUnit& u) const {
+    return pp > 1 && m.tied_embeddings && u.role == OpRole::embed;
+  }
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }
   // Pipeline stages: the operators this stage computes (its blocks; the embedding on the first,
@@ -164,6 +172,13 @@ struct Grads {
   std::vector<int> offloads;   // the steps that finish a gradient: the optimizer waits for all of them
   std::vector<int> done;       // per gradient in backward order: the step that frees its buffer
   std::map<int, int> written;  // grad16 on NVMe: unit -> the latest write of its slot (accumulation reads it back)
+  // The tied embedding's gradient under stages, summed over the micro-steps: it leaves once the
+  // stage's backward is done (the other stage's copy is whole only after its own backward).
+  struct Tied {
+    int unit = -1, buf = -1, compute = -1;
+    double bytes = 0;
+  };
+  std::optional<Tied> tied;
 };
 
 // Checkpoints saved in forward, by (block, micro-batch of the iteration).

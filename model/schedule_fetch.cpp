@@ -24,7 +24,8 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
     auto node_of = [&](int st) { return long(st) * per_stage / p.gpus_per_node; };
     if (stage > 0) p2p_prev = node_of(stage - 1) != node_of(stage) ? LinkClass::network : LinkClass::gpu_gpu;
     if (stage + 1 < pp) p2p_next = node_of(stage + 1) != node_of(stage) ? LinkClass::network : LinkClass::gpu_gpu;
-  }
+    tied_link = node_of(0) != node_of(pp - 1) ? LinkClass::network : LinkClass::gpu_gpu;
+}
   std::map<std::string, size_t> index;
   std::map<std::pair<OpRole, int>, size_t> by_role;
   op_index.assign(g.size(), -1);

@@ -243,7 +243,7 @@ void run_chunks(Builder& b, const std::vector<int>& after) {
 
 // Gradient clipping: once every gradient is final (`after`), this rank's sum of squares over its
 // optimizer partition's gradients, then (the partition spread over dp ranks) every rank's sum to
-// every rank. The updates wait for the step returned (-1: no clipping). Gradients on NVMe were
+// every rank, then the slices' sums (mp), then the stages' (pp). The updates wait for the step returned (-1: no clipping). Gradients on NVMe were
 // summed as their final values were written (the pinned copy the write reads): nothing to read here.
 int gradient_norm(Builder& b, const std::vector<int>& after) {
   const Shape& sh = b.sh;
@@ -273,6 +273,16 @@ int gradient_norm(Builder& b, const std::vector<int>& after) {
                        Tier::gpu, LinkClass::gpu_gpu},
                       "grad_norm", deps({id}));
     x.collective = {CollectiveKind::all_gather, CommGroup::mp, sh.c.mp, -1, 8.0};
+    id = b.e.emit(std::move(x));
+  }
+  if (sh.pp > 1) {
+    // then the stages' sums (each stage holds its own blocks' parameters), over the ranks of this
+    // rank's dp rank and slice in every stage: the network where the stages span nodes
+    const bool one_node = long(sh.dp) * sh.c.mp * sh.pp <= sh.p.gpus_per_node;
+    Step x = transfer({StepKind::grad_norm, Phase::optimizer, Hop::gg, State::grad16, 8.0 * (sh.pp - 1), Tier::gpu,
+                       Tier::gpu, one_node ? LinkClass::gpu_gpu : LinkClass::network},
+                      "grad_norm", deps({id}));
+    x.collective = {CollectiveKind::all_gather, CommGroup::pp, sh.pp, -1, 8.0};
     id = b.e.emit(std::move(x));
   }
   return id;

@@ -20,7 +20,9 @@ std::vector<std::pair<bool, int>> micro_step_order(const Shape& sh) {
 }
 
 // Stages send their output activations forward and their input gradients back, one (B, T, C)
-// tensor per micro-step, split over the tensor slices (Megatron's scatter/gather).
+// tensor per micro-step, split over the tensor slices (Megatron's scatter/gather): with mp > 1
+// each slice sends its 1/mp part (the tensor is the same on every slice) and the receiving
+// slices all-gather the parts over the mp group. Returns the step after which the tensor is whole.
 int p2p(Builder& b, Phase ph, Hop hop, int peer, LinkClass link, std::vector<int> d) {
   const Shape& sh = b.sh;
   const bool recv = hop == Hop::recv;
@@ -32,7 +34,15 @@ int p2p(Builder& b, Phase ph, Hop hop, int peer, LinkClass link, std::vector<int
   st.state.reset();
   st.block = blk;
   st.collective = {recv ? CollectiveKind::recv : CollectiveKind::send, CommGroup::pp, 2, peer, bytes};
-  return b.e.emit(std::move(st));
+  const int id = b.e.emit(std::move(st));
+  if (!recv || sh.c.mp <= 1) return id;
+  Step g = transfer({StepKind::p2p, ph, Hop::mp, State::act_ckpt, bytes * (sh.c.mp - 1), Tier::gpu, Tier::gpu,
+                     LinkClass::gpu_gpu},
+                    "block" + std::to_string(blk) + ".input", deps({id}));
+  g.state.reset();
+  g.block = blk;
+  g.collective = {CollectiveKind::all_gather, CommGroup::mp, sh.c.mp, -1, bytes};
+  return b.e.emit(std::move(g));
 }
 
 }  // namespace memwall::build

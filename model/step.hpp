@@ -55,8 +55,9 @@ enum class CollectiveKind : std::uint8_t {
 };
 // ep: the expert-parallel group (ep consecutive data-parallel ranks, whose experts differ); edp: the
 // expert data-parallel group (the dp / ep ranks holding the same experts), over which an expert's
-// parameters are partitioned and its gradients reduced.
-enum class CommGroup : std::uint8_t { dp, mp, pp, ep, edp };
+// parameters are partitioned and its gradients reduced. tied: the first and the last pipeline
+// stage's ranks of one dp rank and slice, which hold the tied embedding's two copies (pp > 1).
+enum class CommGroup : std::uint8_t { dp, mp, pp, ep, edp, tied };
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::none;
   CommGroup group = CommGroup::dp;
@@ -182,6 +183,7 @@ constexpr const char* to_string(CommGroup g) {
     case CommGroup::pp: return "pp";
     case CommGroup::ep: return "ep";
     case CommGroup::edp: return "edp";
+    case CommGroup::tied: return "tied";
   }
   return "?";
 }

@@ -47,9 +47,8 @@ std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
     dropped += (dropped.empty() ? "" : "; ") + std::string(name) + " " + these;
     degrees = {1};
   };
-  // tensor slicing runs, its embedding whole on every slice
+  // tensor slicing and pipeline stages run, the embedding whole on every slice
   s.executor = true;
-narrow(s.pp, fixes.pp, "pp");
   narrow(s.ep, fixes.ep, "ep");
   return dropped;
 }

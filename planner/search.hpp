@@ -70,12 +70,11 @@ Result<SearchSpace> narrow_placements(SearchSpace s, const std::function<std::st
                                       const std::string& who);
 
 // Planning for a profile `memwall run` executes (HardwareProfile::executor_backend): the executor
-// runs data-parallel ranks and tensor slicing (its embedding whole on each slice), pipeline stages
-// only with an untied head, mp 1 and no clipping, and no expert parallelism, so the searched pp and
-// ep narrow to 1 (a fixed pp stays), and every plan written runs. A degree
+// runs data-parallel ranks, tensor slicing (its embedding whole on each slice) and pipeline stages,
+// and no expert parallelism, so the searched ep narrows to 1, and every plan written runs. A degree
 // the user fixed stays (plan and simulate it; `memwall run` refuses it with the reason), as do the
-// degrees of a space where 1 is not one (a fixed placement that needs tensor slicing). Returns
-// the narrowed dimensions ("mp 2, 4", ...), empty when nothing was.
+// degrees of a space where 1 is not one. Returns the narrowed dimensions ("ep 2, 4", ...), empty
+// when nothing was.
 std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes);
 
 inline constexpr int kPipelineMicroBatchesPerStage = 4;

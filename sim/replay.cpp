@@ -113,11 +113,13 @@ struct QuietEngineArgs {
 struct Layout {
   int dp = 1, mp = 1, pp = 1, ep = 1, gpus_per_node = 1;
   int busy_per_node = 1;  // GPUs of a node that run the schedule, sharing its PCIe root, DRAM, NVMe, CPU, NICs
-  Group dp_group, mp_group, ep_group, edp_group;
+  Group dp_group, mp_group, ep_group, edp_group, pp_group, tied_group;
   PathRates rates;  // every group's members see the same idle routes
   const Group& group(CommGroup g) const {
     switch (g) {
       case CommGroup::mp: return mp_group;
+      case CommGroup::pp: return pp_group;
+      case CommGroup::tied: return tied_group;
       case CommGroup::ep: return ep_group;
       case CommGroup::edp: return edp_group;
       default: return dp_group;
@@ -499,7 +501,9 @@ class Replayer {
     const CollectiveOp op = collective_of(st);
     if (op.group.members <= 1) return;
     const PathRates& r = lay_.rates;
-    if (!sym_) {
+    // a collective over the stages (the gradient norm's exchange, the tied embedding's all-reduce)
+    // meets the stages' replayed GPUs
+    if (!sym_ || across_stages(st.collective.group)) {
       Instance& in = instance(st, g, op);
       a.heads = {in.start};
       a.tail = in.done;
@@ -510,9 +514,14 @@ class Replayer {
   }
 
   // A pipeline stage's send or receive: the k-th message from one GPU to its peer in the stage
-  // st.root (same dp rank and slice) meets the peer's k-th receive from it.
+  // st.root (same dp rank and slice) meets the peer's k-th receive from it. The all-gather over the
+  // slices that makes a received tensor whole is a collective of the mp group.
   void p2p(const Step& st, const Gpu& g, StepActs& a) {
-    const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
+    if (!is_p2p(st)) {
+      collective(st, g, a);
+      return;
+    }
+const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
     const bool send = st.collective.kind == CollectiveKind::send;
     const int from = send ? g.index : peer, to = send ? peer : g.index;
     const int k = p2p_seq_[{from, to, send}]++;
@@ -533,11 +542,14 @@ class Replayer {
     a.tail = in.done;
   }
 
+  static bool across_stages(CommGroup k) { return k == CommGroup::pp || k == CommGroup::tied; }
+
   Instance& instance(const Step& st, const Gpu& g, const CollectiveOp& op) {
-    const CommGroup kind = st.collective.group == CommGroup::pp ? CommGroup::dp : st.collective.group;
+    const CommGroup kind = st.collective.group;
     // Members share g's stage and: its slice m and (dp) nothing more, (ep) its block of ep
-    // consecutive dp ranks, (edp) its place in that block; or (mp) its dp rank d. The member x's
-    // dp rank and slice:
+    // consecutive dp ranks, (edp) its place in that block; or (mp) its dp rank d. (pp: g's dp rank
+    // and slice, one member per stage; tied: the first and the last stage's.) The member x's dp
+    // rank and slice:
     const int ep = std::max(1, lay_.ep);
     auto member = [&](int x) -> std::pair<int, int> {
       switch (kind) {
@@ -550,21 +562,29 @@ class Replayer {
     int group = 0;  // which group of its kind in the stage
     switch (kind) {
       case CommGroup::mp: group = g.d; break;
+      case CommGroup::pp:
+      case CommGroup::tied: group = g.d * lay_.mp + g.m; break;
       case CommGroup::ep: group = (g.d / ep) * lay_.mp + g.m; break;
       case CommGroup::edp: group = (g.d % ep) * lay_.mp + g.m; break;
       default: group = g.m; break;
     }
     const int seq = seq_[{g.index, int(kind)}]++;
-    const long key = (long(g.s) * 8 + int(kind)) * (long(lay_.dp) * lay_.mp + 1) + group;
+    const int stage = across_stages(kind) ? 0 : g.s;  // the group spans stages
+    const long key = (long(stage) * 8 + int(kind)) * (long(lay_.dp) * lay_.mp + 1) + group;
     auto [it, fresh] = index_.try_emplace({key, seq}, instances_.size());
     if (fresh) {
       Instance in;
       in.op = op;
       in.hop = step_label(st);
-      const int base = g.s * lay_.dp * lay_.mp;  // the first GPU of g's stage
+      const int per_stage = lay_.dp * lay_.mp;
       for (int x = 0; x < op.group.members; ++x) {
+        if (across_stages(kind)) {
+          const int s = kind == CommGroup::tied && x == 1 ? lay_.pp - 1 : x;
+          in.gpus.push_back(s * per_stage + g.d * lay_.mp + g.m);
+          continue;
+        }
         const auto [d, m] = member(x);
-        in.gpus.push_back(base + d * lay_.mp + m);
+        in.gpus.push_back(g.s * per_stage + d * lay_.mp + m);
       }
       in.start = dag_.add(delay(0));
       in.done = dag_.add(delay(0));
@@ -642,6 +662,10 @@ Layout job_layout(const Schedule& s0, const HardwareProfile& profile) {
   lay.mp_group = {s0.config.mp, s0.config.mp};
   lay.ep_group = {lay.ep, std::min(lay.ep, dp_per_node)};  // consecutive dp ranks
   lay.edp_group = {s0.dp / lay.ep, std::max(1, dp_per_node / lay.ep)};  // every ep-th dp rank
+  // stages sit on consecutive GPUs (dp x mp each): a node holds one member of a pp group, or
+  // several where several stages fit it
+  lay.pp_group = {s0.pp, std::clamp(profile.gpus_per_node / std::max(1, s0.dp * s0.config.mp), 1, s0.pp)};
+  lay.tied_group = {2, lay.pp_group.per_node >= s0.pp ? 2 : 1};  // the first and last stage: one node, or two
   lay.rates = path_rates(profile, lay.busy_per_node);
   return lay;
 }

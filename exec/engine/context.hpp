@@ -50,7 +50,9 @@ struct EngineContext {
   std::unique_ptr<Collectives> boot;  // the MPI collectives NCCL was bootstrapped over
   std::unique_ptr<Collectives> mp_coll, mp_boot;  // the mp group, mp > 1: the same two
   std::unique_ptr<Collectives> pp_coll, pp_boot;  // the pp group (this dp and mp rank's stages), pp > 1
-  std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp or pp > 1 (MPI)
+  // the tied group (this dp and mp rank's first and last stage), a tied embedding with pp > 1, on those stages
+  std::unique_ptr<Collectives> tied_coll, tied_boot;
+std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp or pp > 1 (MPI)
   std::unique_ptr<adam::CpuAdam> adam;
   std::unique_ptr<HostLane> lane;
   // host threads (options.threads): fitted to the load when `fitted`, from `looked` on

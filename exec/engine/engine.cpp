@@ -88,16 +88,10 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank, int& 
     const std::string why = "--pp " + std::to_string(pp) + ": ";
     if (pp > o.model.layers)
       return make_error(why + "more stages than the model's " + std::to_string(o.model.layers) + " blocks");
-    if (o.model.tied_embeddings)
-      return make_error(why + "a tied embedding has copies on the first and last stage whose gradients the schedule "
-                        "does not all-reduce yet; train an untied LM head (tied_embeddings: false) or --pp 1");
-    if (mp > 1)
-      return make_error(why + "with --mp " + std::to_string(mp) + " the stages exchange 1/mp of each activation "
-                        "(Megatron's scatter and gather), which the executor does not run yet; use --mp 1 or --pp 1");
-    if (o.config.grad_clip > 0)
-      return make_error(why + "gradient clipping needs the norm over every stage, an exchange the schedule does not "
-                        "have yet; clip at --pp 1");
-    if (o.placement.layer_major)
+if (mp > 1 && long(o.config.bsz) * o.model.max_seq * o.model.hidden % mp != 0)
+      return make_error(why + "each of the " + std::to_string(mp) + " tensor slices sends 1/mp of a stage's "
+                        "activations; needs bsz x seq x hidden divisible by " + std::to_string(mp));
+if (o.placement.layer_major)
       return make_error(why + "l2l runs one stage's layers for every micro-batch; not with pipeline stages");
     if (o.serial)
       return make_error(why + "--serial waits for each send before the next step, but a stage's send completes only "
@@ -419,6 +413,13 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
       if (e.mp > 1) e.mp_coll = std::move(m).value();
       if (e.pp > 1) e.pp_coll = std::move(q).value();
       e.world_coll = std::move(w).value();
+      if (e.pp > 1 && e.o.model.tied_embeddings) {  // every rank splits; a middle stage's group is its own
+        const bool ends = e.stage == 0 || e.stage == e.pp - 1;
+        Result<std::unique_ptr<Collectives>> t =
+            group(ends ? e.rank * e.mp + e.mp_rank : e.dp * e.mp + e.world_rank, e.stage);
+        if (!t) return make_error(t.error());
+        if (ends) e.tied_coll = std::move(t).value();
+      }
     }
     if (e.dp > 1) e.coll = std::move(c).value();
     if (Result<bool> r = check_ranks_agree(e); !r) return make_error(r.error());
@@ -473,7 +474,8 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   e.gpt->set_data_parallel(e.dp, std::max(1, e.o.config.grad_accum));
   if (e.o.backend == "cuda") {  // NCCL between the GPUs of each group, bootstrapped over its MPI
     for (auto [coll, boot] :
-         {std::pair{&e.coll, &e.boot}, std::pair{&e.mp_coll, &e.mp_boot}, std::pair{&e.pp_coll, &e.pp_boot}}) {
+         {std::pair{&e.coll, &e.boot}, std::pair{&e.mp_coll, &e.mp_boot}, std::pair{&e.pp_coll, &e.pp_boot},
+          std::pair{&e.tied_coll, &e.tied_boot}}) {
       if (!*coll) continue;
       Result<std::unique_ptr<Collectives>> c = make_nccl_collectives(*e.be, **coll);
       if (!c) return make_error(c.error());

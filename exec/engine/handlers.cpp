@@ -223,6 +223,10 @@ Result<Token> reduce(EngineContext& e, const Step& s) {
   char* buf = src_or_state(e, s, State::grad16, u);
   const adam::DType dt = e.o.precision;
   if (s.collective.kind == CollectiveKind::reduce) return collective_token(e.coll->reduce(buf, u.elems, dt, s.collective.root));
+  if (s.collective.group == CommGroup::tied) {  // the tied embedding's two copies, first and last stage
+    if (!e.tied_coll) return make_error("internal error: a tied embedding's all-reduce without the tied group");
+    return collective_token(e.tied_coll->all_reduce(buf, u.elems, dt));
+  }
   if (s.collective.kind == CollectiveKind::all_reduce) return collective_token(e.coll->all_reduce(buf, u.elems, dt));
   char* out = s.dst_buf < 0 ? e.tiers.unit_in(State::grad16, u) : buf + std::size_t(e.rank) * u.shard * psz(e);
   return collective_token(e.coll->reduce_scatter(buf, out, u.shard, dt));
@@ -249,11 +253,13 @@ Result<Token> offload_optimizer(EngineContext& e, const Step& s) {
 // part of unit u's optimizer slice the norm counts on this rank, as (offset, count) into the slice:
 // all of it; nothing of a norm's or the embedding's (whole on every slice) elsewhere; and of proj's
 // and fc2's tiles only their weight rows (a tile is [W_t, b_t], the bias whole on every slice).
+// A tied embedding's copy on a pipeline's last stage is counted on the first stage only.
 std::pair<std::size_t, std::size_t> counted_for_norm(const EngineContext& e, const UnitLayout& u) {
   const Tiers& t = e.tiers;
   const std::size_t at = t.sharded(State::optim32) ? u.from : 0, len = t.opt_len(u);
-  if (e.mp_rank == 0) return {0, len};
   const ParamGroup& g = t.groups()[u.group];
+  if (e.pp > 1 && e.stage == e.pp - 1 && e.o.model.tied_embeddings && g.name == "embed") return {0, 0};
+  if (e.mp_rank == 0) return {0, len};
   if (!g.linear) return {0, 0};
   if (!g.row_parallel) return {0, len};
   const std::size_t tiles = std::size_t(std::max(1, u.tile >= 0 ? e.o.config.tiling_factor : 1));
@@ -499,13 +505,17 @@ Result<Token> norm_on_device(EngineContext& e) {
   return tok;
 }
 
-// Every rank's sum to every rank of the step's group (dp, then mp) as two fp32 words (over MPI in
-// host memory, also beside NCCL), each adding them in rank order: every rank gets the same bits.
+// Every rank's sum to every rank of the step's group (dp, then mp, then pp) as two fp32 words (over
+// MPI in host memory, also beside NCCL), each adding them in rank order: every rank gets the same bits.
 Result<Token> exchange_norms(EngineContext& e, const Step& s) {
-  const bool mp = s.collective.group == CommGroup::mp;
-  Collectives* c = mp ? (e.mp_boot ? e.mp_boot.get() : e.mp_coll.get()) : (e.boot ? e.boot.get() : e.coll.get());
+  Collectives* c = nullptr;
+  std::size_t ranks = 0;
+  switch (s.collective.group) {
+    case CommGroup::mp: c = e.mp_boot ? e.mp_boot.get() : e.mp_coll.get(), ranks = std::size_t(e.mp); break;
+    case CommGroup::pp: c = e.pp_boot ? e.pp_boot.get() : e.pp_coll.get(), ranks = std::size_t(e.pp); break;
+    default: c = e.boot ? e.boot.get() : e.coll.get(), ranks = std::size_t(e.dp); break;
+  }
   if (!c) return make_error("internal error: a gradient-norm exchange without its group");
-  const std::size_t ranks = std::size_t(mp ? e.mp : e.dp);
   const float hi = float(e.norm.mine);
   e.norm.words = {hi, float(e.norm.mine - double(hi))};
   e.norm.all.assign(2 * ranks, 0.0f);
@@ -596,16 +606,21 @@ Result<Token> accumulate(EngineContext& e, const Step& s) {
 Result<Token> release(EngineContext&, const Step&) { return Token{}; }  // the plan reuses its bytes
 
 // A pipeline stage's activations (forward) or their gradients (backward) to or from its neighbour
-// stage, from or into the stage's buffers of the GPT's workspace (fp32).
+// stage, from or into the stage's buffers of the GPT's workspace (fp32). With tensor slicing each
+// slice sends and receives its 1/mp part of the tensor (the same on every slice), and the hop-mp
+// step all-gathers the received parts over the mp group (Megatron's scatter and gather).
 Result<Token> p2p(EngineContext& e, const Step& s) {
-  if (!e.pp_coll) return make_error("internal error: a pipeline send or receive without the pp group");
-  const bool recv = s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
+  const bool gather = s.hop == Hop::mp;
+  if (!e.pp_coll || (gather && !e.mp_coll)) return make_error("internal error: a pipeline message without its group");
+  const bool recv = gather || s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
   float* buf = fwd ? (recv ? e.gpt->stage_input() : e.gpt->stage_output())
                    : (recv ? e.gpt->stage_grad_input() : e.gpt->stage_grad_output());
-  const std::size_t count = e.gpt->stream_elems();
+  const std::size_t part = e.gpt->stream_elems() / std::size_t(e.mp);
+  if (gather) return collective_token(e.mp_coll->all_gather(buf, part, part, adam::DType::fp32));
+  float* mine = buf + std::size_t(e.mp_rank) * part;
   const int peer = s.collective.root;
-  return collective_token(recv ? e.pp_coll->recv(buf, count, adam::DType::fp32, peer)
-                               : e.pp_coll->send(buf, count, adam::DType::fp32, peer));
+  return collective_token(recv ? e.pp_coll->recv(mine, part, adam::DType::fp32, peer)
+                               : e.pp_coll->send(mine, part, adam::DType::fp32, peer));
 }
 Result<Token> all_to_all(EngineContext&, const Step&) {
   return unsupported("a mixture of experts' token all-to-all (the executor trains the paper's GPT)");

@@ -98,6 +98,45 @@ TEST(GradClip, EveryUpdateWaitsForTheNormOfEveryFinalGradient) {
       }
 }
 
+// Pipeline stages: each stage sums its own blocks' gradients; after dp and mp, the sums are
+// exchanged over the stages (the pp group: this rank's dp rank and slice in every stage), across
+// the network where the stages span nodes, and every update of every stage waits for it.
+TEST(GradClip, StagesExchangeTheirSumsLast) {
+  const ModelSpec m = *model_from_shape(4, 256, 4, 64, 512);
+  for (int nodes : {1, 2})
+    for (int stage : {0, 1}) {
+      SCOPED_TRACE("nodes " + std::to_string(nodes) + " stage " + std::to_string(stage));
+      TrainingConfig c;
+      c.seq = m.seq;
+      c.bsz = 2;
+      c.mp = 2;
+      c.pp = 2;
+      c.dp = 4 * nodes;  // 16 GPUs a stage on two nodes
+      c.grad_accum = 2;
+      c.grad_clip = 1;
+      const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), nodes);
+      Result<Schedule> s = build_schedule(m, *preset("zero3"), c, p, 0, MemorySizes{}, stage);
+      ASSERT_TRUE(s.ok()) << s.error();
+      EXPECT_TRUE(check_invariants(*s).empty());
+      std::vector<const Step*> exchange;
+      for (const Step& st : s->steps)
+        if (st.kind == StepKind::grad_norm && is_collective(st)) exchange.push_back(&st);
+      ASSERT_EQ(exchange.size(), 3u);
+      EXPECT_EQ(exchange[0]->collective.group, CommGroup::dp);
+      EXPECT_EQ(exchange[1]->collective.group, CommGroup::mp);
+      const Step& x = *exchange[2];
+      EXPECT_EQ(x.collective.group, CommGroup::pp);
+      EXPECT_EQ(x.collective.kind, CollectiveKind::all_gather);
+      EXPECT_EQ(x.collective.members, 2);
+      EXPECT_DOUBLE_EQ(x.collective.bytes_per_rank, 8);
+      EXPECT_EQ(x.deps, std::vector<int>{exchange[1]->id});
+      EXPECT_EQ(x.link, nodes == 1 ? LinkClass::gpu_gpu : LinkClass::network);
+      for (const Step& st : s->steps) {
+        if (st.kind == StepKind::optimizer) EXPECT_TRUE(clip_ancestors(*s, st.id).count(x.id)) << step_label(st);
+      }
+    }
+}
+
 TEST(GradClip, TheDelayedUpdateAppliesTheNormOfTheIterationBefore) {
   // dpu: the updates run first, on the last iteration's gradients (their norm was taken then); this
   // iteration's norm follows its last gradient and nothing waits for it

@@ -139,7 +139,10 @@ TEST(MemoryModel, PredictsTheWalkedPeaksOfEveryPreset) {
 // depths 0, 1 and 5, one and two nodes. The GPU within 3 %; the CPU within 3 % except with chunks
 // of NVMe optimizer states updated during backward, where the model adds the largest staged
 // parameter read to the chunk (which read is in flight when a chunk completes is not modelled):
-// an upper bound there.
+// an upper bound there. Under stages the partitioned placements (a gradient buffer per unit, and
+// on the first and last stage the tied embedding's sum over the micro-steps, alive from the first
+// backward on) are held on the GPU only: on the CPU the model is above the walk by up to 10 % with
+// dpu and 15.2 % with NVMe chunks updated during backward, which is not explained yet.
 TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
   const HardwareProfile one = *load_profile("dgx2");
   Agreement gpu, cpu;
@@ -156,7 +159,7 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
               Placement pl = *preset(pn);
               if (ckpt > 0) pl.act_ckpt = {ckpt == 1 ? Tier::gpu : Tier::cpu, true};
               if (!check_optimizer_overlap(pl, ov, 0)) continue;
-              if (pp > 1 && (pl.layer_major || pl.param16.partitioned || pl.grad16.partitioned)) continue;
+              if (pp > 1 && pl.layer_major) continue;
               TrainingConfig c;
               c.seq = m.seq;
               c.bsz = 2;
@@ -184,6 +187,7 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
                   const double wg = s.peak_bytes[int(Tier::gpu)], wc = s.peak_bytes[int(Tier::cpu)];
                   EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, wg, 0.03 * wg) << what;
                   gpu.add(mm.of(Tier::gpu).peak_bytes, wg, what);
+                  if (pp > 1 && (pl.param16.partitioned || pl.grad16.partitioned)) continue;
                   if (ov == OptimizerOverlap::backward && pl.optim32.tier == Tier::nvme) {
                     EXPECT_GE(mm.of(Tier::cpu).peak_bytes, wc) << what;
                     EXPECT_LE(mm.of(Tier::cpu).peak_bytes, 1.15 * wc) << what;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <set>
 
 #include "model/memory.hpp"
@@ -106,6 +107,7 @@ TEST(Pipeline, OneForwardOneBackwardAndTheMicroBatchesInFlight) {
     int recv_f = 0, send_f = 0, recv_b = 0, send_b = 0;
     for (const Step& x : st.steps)
       if (x.kind == StepKind::p2p) {
+        EXPECT_NE(x.hop, Hop::mp);  // mp 1: no all-gather of the received parts
         EXPECT_GT(x.bytes, 0);
         EXPECT_EQ(x.collective.root, x.hop == Hop::recv ? (x.phase == Phase::forward ? s - 1 : s + 1)
                                           : (x.phase == Phase::forward ? s + 1 : s - 1));
@@ -144,6 +146,118 @@ TEST(Pipeline, ActivationsCrossTheNetworkWhereStagesAreOnDifferentNodes) {
     if (x.kind == StepKind::p2p) {
       EXPECT_EQ(x.link, LinkClass::gpu_gpu);
     }
+}
+
+// With tensor slicing each slice sends and receives 1/mp of a (B, T, C) activation (Megatron's
+// scatter), and every receive is followed by the all-gather over the mp group that makes it whole,
+// which the computes of the micro-step wait for (not the receive alone).
+TEST(Pipeline, SlicesSendTheirPartAndAllGatherWhatTheyReceive) {
+  const HardwareProfile p = dgx2_nodes();
+  const ModelSpec m = stage_model();
+  const int pp = 3, ga = 4, mp = 2;
+  const double act = 2.0 * 2 * m.seq * m.hidden;  // fp16 (B, T, C), bsz 2
+  for (int s = 0; s < pp; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    const Schedule st = make_stage("three_d", pp, s, ga, p, mp);
+    int recvs = 0, gathers = 0, sends = 0;
+    std::vector<int> dependents(st.steps.size(), 0);
+    for (const Step& x : st.steps)
+      for (int d : x.deps) dependents[size_t(d)]++;
+    for (size_t i = 0; i < st.steps.size(); ++i) {
+      const Step& x = st.steps[i];
+      if (x.kind != StepKind::p2p) continue;
+      if (x.hop == Hop::mp) {
+        ++gathers;
+        ASSERT_EQ(x.collective.kind, CollectiveKind::all_gather);
+        EXPECT_EQ(x.collective.group, CommGroup::mp);
+        EXPECT_EQ(x.collective.members, mp);
+        EXPECT_DOUBLE_EQ(x.collective.bytes_per_rank, act / mp);
+        EXPECT_DOUBLE_EQ(x.bytes, act * (mp - 1) / mp);  // the other slices' parts arrive
+        ASSERT_EQ(x.deps.size(), 1u);
+        const Step& r = st.steps[size_t(x.deps[0])];
+        EXPECT_TRUE(r.kind == StepKind::p2p && r.hop == Hop::recv && r.phase == x.phase && r.block == x.block);
+        // the receive's only dependent is its gather: nothing reads a part before it is whole
+        EXPECT_EQ(dependents[size_t(x.deps[0])], 1);
+        EXPECT_GT(dependents[i], 0);
+      } else {
+        EXPECT_DOUBLE_EQ(x.bytes, act / mp);
+        (x.hop == Hop::recv ? recvs : sends)++;
+      }
+    }
+    EXPECT_EQ(gathers, recvs);
+    EXPECT_EQ(recvs, ga * ((s > 0) + (s < pp - 1)));
+    EXPECT_EQ(sends, recvs);
+    EXPECT_TRUE(check_invariants(st).empty());
+  }
+}
+
+// A tied embedding has a copy on the first stage (the embedding's) and on the last (the LM head's).
+// Each collects its gradient over every micro-step on the GPU and sums it with the other once its
+// stage's backward is done (Megatron-LM's embedding all-reduce, CommGroup::tied), before the one
+// reduce over dp: nothing of the stage's backward waits for it (it waits for the other stage's
+// whole backward), and every update does. Middle stages and an untied head have none.
+TEST(Pipeline, TheTiedEmbeddingsCopiesAreSummedOnceTheStagesBackwardIsDone) {
+  const HardwareProfile p = dgx2_nodes();
+  const int pp = 3, ga = 4;
+  for (const char* name : {"zero3", "zero_inf_cpu", "zero_inf_nvme", "data_parallel"})
+    for (bool tied : {true, false})
+      for (int s = 0; s < pp; ++s) {
+        SCOPED_TRACE(std::string(name) + (tied ? " tied" : " untied") + " stage " + std::to_string(s));
+        ModelSpec m = stage_model();
+        m.tied_embeddings = tied;
+        Result<Schedule> r = build_schedule(m, *preset(name), stage_config(pp, ga, 1), p, 0, MemorySizes{}, s);
+        ASSERT_TRUE(r.ok()) << r.error();
+        const Schedule& st = *r;
+        EXPECT_TRUE(check_invariants(st).empty());
+        std::vector<const Step*> sums;
+        for (const Step& x : st.steps)
+          if (x.collective.group == CommGroup::tied) sums.push_back(&x);
+        if (!tied || (s > 0 && s < pp - 1)) {
+          EXPECT_TRUE(sums.empty());
+          continue;
+        }
+        ASSERT_EQ(sums.size(), 1u);
+        const Step& x = *sums[0];
+        EXPECT_EQ(x.kind, StepKind::allreduce);
+        EXPECT_EQ(x.collective.kind, CollectiveKind::all_reduce);
+        EXPECT_EQ(x.collective.members, 2);
+        EXPECT_EQ(x.link, LinkClass::gpu_gpu);
+        EXPECT_EQ(x.accum_step, ga - 1);
+        const double embed = 2.0 * double(m.vocab + m.seq) * double(m.hidden);  // fp16, tokens and positions
+        EXPECT_DOUBLE_EQ(x.collective.bytes_per_rank, embed);
+        // after every compute of the stage's backward, and issued after its sends and receives
+        // (collectives are issued in schedule order): its partner waits for the whole of this
+        // stage's backward, so nothing of it may wait for the sum
+        std::set<int> before = {x.id};
+        std::function<void(int)> walk = [&](int id) {
+          for (int d : st.steps[size_t(id)].deps)
+            if (before.insert(d).second) walk(d);
+        };
+        walk(x.id);
+        for (const Step& y : st.steps) {
+          if (y.phase == Phase::backward && y.kind == StepKind::compute)
+            EXPECT_TRUE(before.count(y.id)) << step_label(y) << " not before the sum";
+          if (y.phase == Phase::backward && y.kind == StepKind::p2p) EXPECT_LT(y.id, x.id) << step_label(y);
+          if (y.kind == StepKind::optimizer) {
+            std::set<int> up;
+            std::function<void(int)> w2 = [&](int id) {
+              for (int d : st.steps[size_t(id)].deps)
+                if (up.insert(d).second) w2(d);
+            };
+            w2(y.id);
+            EXPECT_TRUE(up.count(x.id)) << step_label(y) << " does not wait for the sum";
+          }
+        }
+        // the embedding's gradient is reduced over dp once, after the sum (not per micro-step)
+        int reduces = 0;
+        for (const Step& y : st.steps)
+          if (y.unit == x.unit && y.phase == Phase::backward && y.state == State::grad16 &&
+              (y.kind == StepKind::reduce_scatter || y.kind == StepKind::allreduce) && y.collective.group == CommGroup::dp) {
+            ++reduces;
+            EXPECT_GT(y.id, x.id);
+          }
+        EXPECT_EQ(reduces, 1);
+      }
 }
 
 TEST(Pipeline, BadStagesAreRefusedWithTheFlag) {

@@ -154,9 +154,9 @@ TEST(PlacementOrder, ExplanationStatesTheRule) {
   EXPECT_GT(r.space_size, 100000u);
 }
 
-// A profile `memwall run` executes: the searched tensor slicing (and pipeline stages, expert
-// parallelism) narrow to 1, which the executor runs, and say what they dropped; a degree the user
-// fixed stays.
+// A profile `memwall run` executes: tensor slicing and pipeline stages stay searched (the executor
+// runs them), expert parallelism narrows to 1, and says what it dropped; a degree the user fixed
+// stays.
 TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
   HardwareProfile p = *load_profile("local-cpu");
   ASSERT_FALSE(p.executor_backend.empty());
@@ -180,14 +180,33 @@ TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
   clipped.grad_clip = 1;
   EXPECT_EQ(narrow_to_executor(clipped, {}), "");
   EXPECT_EQ(clipped.mp, (std::vector<int>{1, 2, 4}));
-  // three_d, fixed: its partitioned checkpoints need mp > 1, which stays; its pipeline stages narrow
+  // three_d, fixed: its partitioned checkpoints need mp > 1, which stays; so do its pipeline stages
   const Fixes three_d = *parse_fixes({"strategy=three_d"});
   SearchSpace t = *make_space(m, p, three_d);
   ASSERT_EQ(t.mp, (std::vector<int>{2, 4}));
   ASSERT_GT(t.pp.size(), 1u);
-  EXPECT_EQ(narrow_to_executor(t, three_d).rfind("pp ", 0), 0u);
+  const std::vector<int> stages = t.pp;
+  EXPECT_EQ(narrow_to_executor(t, three_d), "");
   EXPECT_EQ(t.mp, (std::vector<int>{2, 4}));
-  EXPECT_EQ(t.pp, std::vector<int>{1});
+  EXPECT_EQ(t.pp, stages);
+  // ... and plans pick them where they fit (a smaller model: three_d keeps its slice whole on 64 MiB)
+  const ModelSpec small = make_model(4, 128, 4);
+  SearchSpace ts = *make_space(small, p, three_d);
+  EXPECT_EQ(narrow_to_executor(ts, three_d), "");
+  ts.pp = {2};
+  const SearchResult rt = search(small, p, ts, {});
+  ASSERT_FALSE(rt.ranked.empty());
+  for (const Evaluated& e : rt.ranked) {
+    EXPECT_EQ(e.candidate.config.pp, 2);
+    EXPECT_TRUE(e.candidate.config.embedding_replicated);
+  }
+  // a mixture of experts' expert parallelism narrows
+  const ModelSpec moe = *load_model("mixtral-8x7B");
+  SearchSpace e = *make_space(moe, p, {});
+  if (e.ep.size() > 1) {
+    EXPECT_EQ(narrow_to_executor(e, {}).rfind("ep ", 0), 0u);
+    EXPECT_EQ(e.ep, std::vector<int>{1});
+  }
   const Fixes fixed = *parse_fixes({"mp=2"});
   SearchSpace f = *make_space(m, p, fixed);
   EXPECT_EQ(narrow_to_executor(f, fixed), "");

@@ -3,6 +3,8 @@
 // is Eq. 6 within 2 %. Also: overlap helps, and a schedule that does not fit is not simulated.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "model/analysis.hpp"
 #include "sim/collectives.hpp"
 #include "sim/platform.hpp"
@@ -180,6 +182,83 @@ TEST(Replay, PipelineStagesIdleForOneFOneBsBubble) {
   }
   for (int pp : {2, 4})
     EXPECT_NEAR(t[pp] / t[1], double(micro + pp - 1) / (double(pp) * micro), 0.03) << "pp " << pp;
+}
+
+// Gradient clipping with stages: the norm's last exchange is over the stages, so the last stage
+// (whose backward ends first under 1F1B) starts its updates only after the first stage's last
+// gradient; without clipping it starts before. The stages meet in one collective, in the replay of
+// one GPU per stage and in the full one alike.
+TEST(Replay, TheNormOverStagesHoldsEveryStagesUpdatesUntilTheLastGradient) {
+  ModelSpec m = *model_from_shape(8, 1024, 16, 256, 1000);
+  m.tied_embeddings = false;  // (a tied one holds the last stage's updates too: the test below)
+  const HardwareProfile p = *load_profile("dgx2");
+  const Placement pl = *preset("zero3");
+  double iteration[2][2] = {{0, 0}, {0, 0}};
+  for (bool full : {false, true})
+    for (int clip : {0, 1}) {
+      SCOPED_TRACE(std::string(full ? "full" : "one GPU per stage") + (clip ? ", clipped" : ""));
+      TrainingConfig c;
+      c.seq = m.seq;
+      c.bsz = 1;
+      c.dp = 2;
+      c.pp = 2;
+      c.grad_accum = 4;
+      c.grad_clip = clip;
+      SimOptions o;
+      o.trace = true;
+      o.full = full;
+      Result<std::vector<Schedule>> stages = build_schedules(m, pl, c, p);
+      ASSERT_TRUE(stages.ok()) << stages.error();
+      Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
+      ASSERT_TRUE(r.ok()) << r.error();
+      EXPECT_EQ(r->full, full);
+      iteration[full][clip] = r->iteration_s;
+      double first_backward_end = 0, last_update_start = 1e30;
+      for (const TraceEvent& e : r->trace) {
+        const int stage = e.rank / 2;  // dp 2 GPUs per stage
+        const Step& st = (*stages)[size_t(stage)].steps[size_t(e.step)];
+        if (stage == 0 && st.phase == Phase::backward) first_backward_end = std::max(first_backward_end, e.end_s);
+        if (stage == 1 && st.kind == StepKind::optimizer) last_update_start = std::min(last_update_start, e.start_s);
+      }
+      ASSERT_GT(first_backward_end, 0);
+      ASSERT_LT(last_update_start, 1e30);
+      if (clip) EXPECT_GE(last_update_start, first_backward_end);
+      else EXPECT_LT(last_update_start, first_backward_end);
+    }
+  // the one-GPU-per-stage replay stands for the full one
+  EXPECT_NEAR(iteration[0][1] / iteration[1][1], 1.0, 0.02);
+}
+
+// A tied embedding's copies on the first and last stage are summed in one collective of the two
+// stages' GPUs: it starts at the same moment on both (once the later of them reaches it), in the
+// replay of one GPU per stage and in the full one, which agree.
+TEST(Replay, TheTiedEmbeddingsCopiesMeetAcrossStages) {
+  const ModelSpec m = *model_from_shape(6, 1024, 16, 256, 1000);  // tied, as the paper's GPT
+  ASSERT_TRUE(m.tied_embeddings);
+  const HardwareProfile p = *load_profile("dgx2");
+  double iteration[2] = {0, 0};
+  for (bool full : {false, true}) {
+    SCOPED_TRACE(full ? "full" : "one GPU per stage");
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.bsz = 1;
+    c.dp = 2;
+    c.pp = 3;
+    c.grad_accum = 4;
+    SimOptions o;
+    o.trace = true;
+    o.full = full;
+    Result<SimReport> r = simulate_isolated(m, *preset("zero3"), c, p, o);
+    ASSERT_TRUE(r.ok()) << r.error();
+    iteration[full] = r->iteration_s;
+    std::map<int, double> start;  // stage -> when its sum started
+    for (const TraceEvent& e : r->trace)
+      if (e.name == "allreduce.ar embed" && e.rank % 2 == 0) start[e.rank / 2] = e.start_s;
+    ASSERT_EQ(start.size(), 2u);
+    ASSERT_TRUE(start.count(0) && start.count(2));
+    EXPECT_DOUBLE_EQ(start[0], start[2]);
+  }
+  EXPECT_NEAR(iteration[0] / iteration[1], 1.0, 0.02);
 }
 
 // Stages that straddle nodes (6 or 24 GPUs on nodes of 16): one GPU cannot stand for its stage,

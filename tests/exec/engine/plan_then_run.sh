@@ -3,7 +3,8 @@
 # shipped local-cpu profile (a 64 MiB cpu-backend device) for an 8-layer, 512-hidden GPT that needs
 # ~400 MiB with every state on the device, then `memwall run --plan` of what it wrote: it must
 # train (the loss falls) with the device's high-water mark within its capacity.
-# Then the same over ranks: dp 4, a Llama block at dp 2, and mp 2 x dp 2 (tensor slicing).
+# Then the same over ranks: dp 4, a Llama block at dp 2, mp 2 x dp 2 (tensor slicing), and a three_d
+# plan of mp 2 x pp 2 x dp 2 (8 ranks).
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -94,3 +95,25 @@ grep -q "^  mp: 2" "$dir/pm.yaml" && grep -q "^  embedding: replicated" "$dir/pm
 timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4 "$mw" run --plan "$dir/pm.yaml" \
   --steps 4 --nvme-dir "$dir" --json >"$dir/runm.json"
 check_llama "$dir/runm.json" 2 2 "mp 2 x dp 2, mpirun -np 4 run --plan"
+
+# 3D parallelism (issue 26): the paper's GPT (a tied embedding) planned for eight devices with
+# strategy three_d, mp 2 and pp 2 fixed and a global batch of 16, then mpirun -np 8 run --plan:
+# mp 2 x pp 2 x dp 2 over 8 accumulated micro-steps trains, every rank moving its schedule's bytes.
+"$mw" plan --profile local-cpu --gpus 8 --layers 8 --hidden 256 --heads 8 --seq 64 --vocab 256 \
+  --fix strategy=three_d --fix mp=2 --fix pp=2 --global-batch 16 -o "$dir/p3d.yaml" >"$dir/plan3d.txt"
+grep -q "^  pp: 2" "$dir/p3d.yaml" && grep -q "^  mp: 2" "$dir/p3d.yaml" || { cat "$dir/p3d.yaml"; exit 1; }
+timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 8 "$mw" run --plan "$dir/p3d.yaml" \
+  --steps 4 --nvme-dir "$dir" --json >"$dir/run3d.json"
+python3 - "$dir/run3d.json" <<'PY'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert (j["dp"], j["mp"], j["pp"], j["global_batch"], len(j["ranks"])) == (2, 2, 2, 16, 8), \
+    (j["dp"], j["mp"], j["pp"], j["global_batch"], len(j["ranks"]))
+losses = [s["loss"] for s in j["steps"]]
+assert losses[-1] < losses[0], losses
+for rank, links in enumerate(j["ranks"]):
+    for name, v in links.items():
+        assert v["moved_bytes"] == v["schedule_bytes"], (rank, name, v)
+assert j["device_high_water_bytes"] <= j["device_capacity_bytes"], j
+print(f"three_d plan, mp 2 x pp 2 x dp 2, mpirun -np 8 run --plan: losses {[round(l, 4) for l in losses]}")
+PY
