@@ -49,14 +49,25 @@ CONFIGS_MP2 = [
     ("mp 2, zero3", SMALL, ["--strategy", "zero3", "--mp", "2"]),
     ("mp 2, zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu", "--mp", "2"]),
 ]
-# Pipeline stages (--pp 2, 1F1B over 4 accumulated micro-steps; the executor's pipelines need an
-# untied head): the two ranks are the model's two stages, against the same 2-rank profile.
-SMALL_UNTIED = dict(SMALL, tied_embeddings="false")
+# Pipeline stages (--pp 2, 1F1B over 4 accumulated micro-steps; the tied embedding's copies on the
+# two stages summed after their backward): the two ranks are the model's two stages, against the
+# same 2-rank profile.
 CONFIGS_PP2 = [
-    ("pp 2 (4 micro-steps), zero3", SMALL_UNTIED, ["--strategy", "zero3", "--pp", "2", "--grad-accum", "4"]),
-    ("pp 2 (4 micro-steps), zero_inf_cpu", SMALL_UNTIED, ["--strategy", "zero_inf_cpu", "--pp", "2", "--grad-accum", "4"]),
+    ("pp 2 (4 micro-steps), zero3", SMALL, ["--strategy", "zero3", "--pp", "2", "--grad-accum", "4"]),
+    ("pp 2 (4 micro-steps), zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu", "--pp", "2", "--grad-accum", "4"]),
 ]
-MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader"]
+# All three at once, mp 2 x pp 2 x dp 2 (mpirun -np 8 on this machine's cores), against a profile
+# calibrated under an 8-rank mpirun (gpu.shared_peak: the eight ranks' GEMMs at once).
+CONFIGS_3D = [
+    ("mp 2 x pp 2 x dp 2 (4 micro-steps), zero3", SMALL,
+     ["--strategy", "zero3", "--mp", "2", "--pp", "2", "--grad-accum", "4"]),
+    ("mp 2 x pp 2 x dp 2 (4 micro-steps), zero_inf_cpu", SMALL,
+     ["--strategy", "zero_inf_cpu", "--mp", "2", "--pp", "2", "--grad-accum", "4"]),
+]
+
+
+def mpirun(ranks):
+    return ["mpirun", "-np", str(ranks), "--oversubscribe", "--mca", "btl", "self,vader"] if ranks > 1 else []
 
 
 def write_config(path, shape):
@@ -109,19 +120,21 @@ def main():
     mw = a.memwall
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.TemporaryDirectory(prefix="memwall-validation-") as tmp:
-        profiles = {1: os.path.join(a.out, "calibrated.yaml"), 2: os.path.join(a.out, "calibrated-2-ranks.yaml")}
+        profiles = {r: os.path.join(a.out, "calibrated.yaml" if r == 1 else f"calibrated-{r}-ranks.yaml")
+                    for r in (1, 2, 8)}
         for ranks, profile in profiles.items():
             print(f"calibrating ({ranks} rank{'s' if ranks > 1 else ''}) ...", flush=True)
-            subprocess.run((MPIRUN if ranks > 1 else []) +
+            subprocess.run(mpirun(ranks) +
                            [mw, "calibrate", "--nvme-dir", tmp, "--device-memory", "256MiB", "--name",
                             f"this-machine-{ranks}", "-o", profile], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, env=env)
         rows = []
         for ranks, label, shape, flags in ([(1, *c) for c in CONFIGS] + [(2, *c) for c in CONFIGS_DP2] +
-                                           [(2, *c) for c in CONFIGS_MP2] + [(2, *c) for c in CONFIGS_PP2]):
+                                           [(2, *c) for c in CONFIGS_MP2] + [(2, *c) for c in CONFIGS_PP2] +
+                                           [(8, *c) for c in CONFIGS_3D]):
             cfg = os.path.join(tmp, "run.yaml")
             write_config(cfg, shape)
-            cmd = (MPIRUN if ranks > 1 else []) + [
+            cmd = mpirun(ranks) + [
                 mw, "validate", "--profile", profiles[ranks], "--config", cfg, "--steps", str(a.steps), "--json",
                 "--nvme-dir", tmp] + flags
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
