@@ -89,6 +89,19 @@ class MpiCollectives : public Collectives {
   MpiCollectives(double stall_timeout_s, MPI_Comm comm) : comm_(comm), stall_timeout_s_(stall_timeout_s) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    members_ = "over every rank of the job";
+    if (comm_ != MPI_COMM_WORLD) {  // the group's members by their world ranks, for messages
+      MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+      MPI_Comm_group(comm_, &mine);
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      std::vector<int> in(std::size_t(size_), 0), out(std::size_t(size_), 0);
+      for (int i = 0; i < size_; ++i) in[std::size_t(i)] = i;
+      MPI_Group_translate_ranks(mine, size_, in.data(), world, out.data());
+      MPI_Group_free(&mine);
+      MPI_Group_free(&world);
+      members_ = "over world ranks ";
+      for (int i = 0; i < size_; ++i) members_ += (i ? ", " : "") + std::to_string(out[std::size_t(i)]);
+    }
     MPI_Op_create(&sum16<adam::DType::bf16>, 1, &types_.bf16_sum);
     MPI_Op_create(&sum16<adam::DType::fp16>, 1, &types_.fp16_sum);
   }
@@ -211,7 +224,7 @@ class MpiCollectives : public Collectives {
       if (watch.moved()) last_change = now;
       const double still = std::chrono::duration<double>(now - last_change).count();
       if (still > stall_timeout_s_)
-        return make_error("stuck in " + what + ": no rank of this node moved for " + format_sig(still, 3) +
+        return make_error("stuck in " + what + " " + members_ + ": no rank of this node moved for " + format_sig(still, 3) +
                           " s (limit " + format_sig(stall_timeout_s_, 3) + " s); " + watch.waiting_for());
       std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
       backoff_us = std::min(1000, backoff_us * 2);
@@ -223,6 +236,7 @@ class MpiCollectives : public Collectives {
   }
   MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0, size_ = 1;
+  std::string members_;  // "over world ranks 0, 2": the group's members
   double stall_timeout_s_ = 120;
   Types types_;
 };

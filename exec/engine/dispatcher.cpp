@@ -16,6 +16,31 @@ using Clock = std::chrono::steady_clock;
 
 std::string describe(const Step& s) { return "step " + std::to_string(s.id) + " (" + step_label(s) + ")"; }
 
+// The group a collective step talks to and its members' world ranks: " over the pp group (world
+// ranks 1, 3)"; a send or receive names its peer; "" for any other step.
+std::string group_words(const EngineContext& e, const Step& s) {
+  if (!is_collective(s)) return "";
+  auto world = [&](int stage, int d, int m) { return (stage * e.dp + d) * e.mp + m; };
+  std::vector<int> ranks;
+  switch (s.collective.group) {
+    case CommGroup::mp:
+      for (int m = 0; m < e.mp; ++m) ranks.push_back(world(e.stage, e.rank, m));
+      break;
+    case CommGroup::pp:
+      if (is_p2p(s)) return " with world rank " + std::to_string(world(s.collective.root, e.rank, e.mp_rank)) + " (pp group)";
+      for (int st = 0; st < e.pp; ++st) ranks.push_back(world(st, e.rank, e.mp_rank));
+      break;
+    case CommGroup::tied:
+      ranks = {world(0, e.rank, e.mp_rank), world(e.pp - 1, e.rank, e.mp_rank)};
+      break;
+    default:  // dp (and ep / edp, which the executor does not run)
+      for (int d = 0; d < e.dp; ++d) ranks.push_back(world(e.stage, d, e.mp_rank));
+      break;
+  }
+  std::string out = std::string(" over the ") + to_string(s.collective.group) + " group (world ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out + ")";
+}
 // The time a step takes on idle resources of `p`: what the watchdog allows it (many times over).
 double expected_time(const Step& s, const HardwareProfile& p, long hidden) {
   auto over = [](double amount, double rate) { return rate > 0 ? amount / rate : 0.0; };
@@ -234,7 +259,7 @@ class Loop {
     for (int id : inflight_) {
       const Step& s = steps_[size_t(id)];
       const char* res = step_resource(s);
-      what += (what.empty() ? "" : "; ") + describe(s) + " on " + (*res ? res : "no resource") + ", in flight " +
+      what += (what.empty() ? "" : "; ") + describe(s) + group_words(e_, s) + " on " + (*res ? res : "no resource") + ", in flight " +
               format_sig(at - times_[size_t(id)].start_s, 3) + " s, expected " + format_sig(t_.expected_s[size_t(id)], 3) + " s";
     }
     error_ = "stuck: nothing completed on any lane or rank for " + format_sig(at - last_change_, 3) + " s (limit " +

@@ -70,7 +70,7 @@ int main() {
   const int pid = peers.empty() ? 0 : peers[0].pid;
   if (pid > 0) kill(pid, SIGCONT);
   const std::string want = "waiting for rank 1 (pid " + std::to_string(pid) + "), stopped (SIGSTOP";
-  bool named = !stopped && stopped.error().find("stuck in a barrier: no rank of this node moved for") == 0 &&
+  bool named = !stopped && stopped.error().find("stuck in a barrier over every rank of the job: no rank of this node moved for") == 0 &&
                stopped.error().find(want) != std::string::npos;
   std::cout << "rank 0's barrier with rank 1 stopped: " << (stopped ? "returned" : stopped.error()) << " after " << took
             << " s\n";

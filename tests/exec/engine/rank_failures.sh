@@ -5,7 +5,10 @@
 #   - an I/O error on rank 1 mid-run (its parameter swap file cut to nothing under it) stops the
 #     job: MPI_Abort with the rank, the file and the offset, within seconds;
 #   - a rank stopped with SIGSTOP stops the job within the stall limit, rank 0 naming the rank it
-#     waits for, and leaves no process behind.
+#     waits for, and leaves no process behind;
+#   - the same in a job of mp 2 x pp 2 (4 ranks, world rank 3 stopped: stage 1's second slice): the
+#     others' messages name the group of the step they wait on (its members' world ranks, or the
+#     peer stage's rank) and the stopped rank.
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -85,3 +88,27 @@ grep -q "memwall run: rank 0: .*stuck.*waiting for rank 1 (pid $rank1), stopped 
 sleep 2
 if kill -0 "$rank1" 2>/dev/null; then kill -9 "$rank1"; echo "FAIL: the stopped rank $rank1 was left behind"; exit 1; fi
 echo "rank 1 stopped (SIGSTOP): the job stopped in ${took} s (exit $rc): $(grep -o 'waiting for rank 1 .*' "$dir/err.txt" | head -1 | cut -c1-150)"
+
+# mp 2 x pp 2: the stopped rank is in an mp group (with world rank 2) and a pp group (with rank 1)
+sed 's/^steps: 100000/steps: 100000\ntied_embeddings: false/' "$dir/run.yaml" >"$dir/run3d.yaml"
+"${mpi[@]}" -np 4 "$mw" run --config "$dir/run3d.yaml" --strategy zero_inf_cpu --mp 2 --pp 2 --grad-accum 2 \
+  --stall-timeout 5 >"$dir/out.txt" 2>"$dir/err.txt" &
+pid=$!
+wait_first_step
+rank3=
+for p in $(pgrep -x memwall); do
+  { tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=3' && grep -q "$dir/run3d.yaml" "/proc/$p/cmdline" &&
+    rank3=$p; } 2>/dev/null || true
+done
+[ -n "$rank3" ] || { echo "FAIL: rank 3's process not found"; kill "$pid"; exit 1; }
+kill -STOP "$rank3"
+start=$(date +%s)
+wait_job 60
+kill -CONT "$rank3" 2>/dev/null || true
+[ "$rc" != 0 ] || { echo "FAIL: the job went on with rank 3 stopped"; exit 1; }
+[ "$took" -lt 30 ] || { echo "FAIL: took $took s to stop (stall limit 5 s)"; exit 1; }
+grep -E "memwall run: rank [012]: .*stuck.*(with world rank 3 \(pp group\)|over the mp group \(world ranks 2, 3\)|over world ranks [0-9, ]*3|waiting for rank 3 \(pid $rank3\), stopped)" \
+  "$dir/err.txt" >/dev/null || { echo "FAIL: no message names rank 3 and its group:"; cat "$dir/err.txt"; exit 1; }
+sleep 2
+if kill -0 "$rank3" 2>/dev/null; then kill -9 "$rank3"; echo "FAIL: the stopped rank $rank3 was left behind"; exit 1; fi
+echo "mp 2 x pp 2, rank 3 stopped: the job stopped in ${took} s (exit $rc): $(grep -oE '(with world rank 3 \(pp group\)|over the mp group \(world ranks 2, 3\))' "$dir/err.txt" | sort -u | tr '\n' ';')"
