@@ -9,6 +9,10 @@
 // key/value heads for 4 query heads, SwiGLU, untied LM head, no biases) or mixed (MQA with a head
 // size of 12 (not 32/4), GeGLU, LayerNorm, rotary, tied, biases on qkv only: the remaining combinations).
 // X: gradient clipping at global norm X (meta.json then has each step's norm, grad_norms).
+// --mp=N, under mpirun -np N: the model in N tensor slices (Megatron's); each rank writes its
+// slice's initial parameters and batch-0 gradients (params.rankR.bin, grads.rankR.bin) and where
+// each of their elements sits in the whole parameter array (index.rankR.bin, uint64:
+// gpt_slice_indices), rank 0 the rest; meta.json says mp.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,7 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/engine/collectives.hpp"
 #include "exec/engine/engine.hpp"
+#include "exec/gpt/gpt.hpp"
 #include "tests/exec/device_skip.hpp"
 
 using namespace memwall;
@@ -36,9 +42,11 @@ int main(int argc_in, char** argv_in) {
   std::string kind = "gpt";
   int tiling = 1;
   double clip = 0;
+  int mp = 1;
   for (int i = 0; i < argc_in; ++i) {
     const std::string a = argv_in[i];
     if (a.starts_with("--kind=")) kind = a.substr(7);
+    else if (a.starts_with("--mp=")) mp = std::stoi(a.substr(5));
     else if (a.starts_with("--clip=")) clip = std::stod(a.substr(7));
     else if (a.starts_with("--tiling=")) tiling = std::stoi(a.substr(9));
     else args.push_back(argv_in[i]);
@@ -75,6 +83,7 @@ int main(int argc_in, char** argv_in) {
   }
   o.config.tiling_factor = tiling;
   o.config.grad_clip = clip;
+  o.config.mp = mp;
 const int ci = std::stoi(argv[2]);
   o.config.bsz = 3;
   o.config.ci = ci == 0 ? o.model.layers : ci;
@@ -157,16 +166,27 @@ if (i == 0) {  // batch 0 by the engine: its logits, and the gradients CPU Adam 
   meta["loss"] = losses.front();
   meta["losses"] = losses;
   meta["grad_clip"] = clip;
+  meta["mp"] = mp;
   if (clip > 0) meta["grad_norms"] = norms;
 meta["tensors"] = nlohmann::json::array();
   for (const ParamTensor& p : gpt_param_tensors(o.model))
     meta["tensors"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"elems", p.elems}});
+  if (mp > 1) {  // this slice's part, and where it sits in the whole model
+    const int r = MpiWorld::get().rank();
+    const std::string tag = ".rank" + std::to_string(r) + ".bin";
+    const std::vector<std::size_t> at = gpt_slice_indices(mp_slice(o.model, mp, r));
+    write_bin(dir + "/params" + tag, params0);
+    write_bin(dir + "/grads" + tag, grads);
+    write_bin(dir + "/index" + tag, std::vector<std::uint64_t>(at.begin(), at.end()));
+    if (r != 0) return 0;
+  } else {
+    write_bin(dir + "/params.bin", params0);
+    write_bin(dir + "/grads.bin", grads);
+  }
   std::ofstream(dir + "/meta.json") << meta.dump(1) << "\n";
-  write_bin(dir + "/params.bin", params0);
   write_bin(dir + "/tokens.bin", tokens);
   write_bin(dir + "/targets.bin", targets);
   write_bin(dir + "/logits.bin", logits);
-  write_bin(dir + "/grads.bin", grads);
   (void)V;
   return 0;
 }
