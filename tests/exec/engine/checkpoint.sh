@@ -4,9 +4,10 @@
 #   - a run saved at step 10 and resumed continues with the losses of an unbroken run, bit for bit;
 #   - a run killed (kill -9) while it writes its next checkpoint leaves the previous one loadable,
 #     and resuming from it again gives the unbroken run's losses;
-#   - (also mp 2 x dp 2 on NVMe and pp 2 in CPU memory: each rank's files hold its slice, stage and shard)
-#   - a checkpoint is refused by a run with another dp, mp or placement, naming the field, and a damaged
-#     file is refused by its checksum.
+#   - (also mp 2 x dp 2 on NVMe, pp 2 in CPU memory and mp 2 x pp 2 on NVMe, both with the tied
+#     embedding's two copies: each rank's files hold its slice, stage and shard)
+#   - a checkpoint is refused by a run with another dp, mp, pp or placement, naming the field, and a
+#     damaged file is refused by its checksum.
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -60,8 +61,8 @@ check nvme -- --strategy zero_inf_nvme
 check device -- --strategy data_parallel
 check cpu_dp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu
 check nvme_mp2_dp2 "${mpi[@]}" -np 4 -- --strategy zero_inf_nvme --mp 2
-sed 's/^lr: .*/&\ntied_embeddings: false/' "$dir/run.yaml" >"$dir/untied.yaml"
-cfg="$dir/untied.yaml" check cpu_pp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu --pp 2 --grad-accum 2
+check cpu_pp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu --pp 2 --grad-accum 2
+check nvme_mp2_pp2 "${mpi[@]}" -np 4 -- --strategy zero_inf_nvme --mp 2 --pp 2 --grad-accum 2
 # refusals: another dp, another placement, a damaged file
 out=$("$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --resume "$dir/ck-cpu_dp2" 2>&1 >/dev/null) && exit 1
 echo "$out" | grep -q 'manifest.json: run.dp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
@@ -70,8 +71,11 @@ echo "$out" | grep -q 'manifest.json: run.placement: the checkpoint has' || { ec
 out=$(timeout 120 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --nvme-dir "$dir/swap-nvme" \
   --resume "$dir/ck-nvme_mp2_dp2" 2>&1 >/dev/null) && exit 1
 echo "$out" | grep -q 'manifest.json: run.mp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
+out=$(timeout 120 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --mp 2 --nvme-dir "$dir/swap-nvme" \
+  --resume "$dir/ck-nvme_mp2_pp2" 2>&1 >/dev/null) && exit 1
+echo "$out" | grep -q 'manifest.json: run.pp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
 f="$dir/ck-device/step-00000010/rank0000.optim32"
 printf '\x01' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 out=$("$mw" run --config "$dir/run.yaml" --strategy data_parallel --resume "$dir/ck-device" 2>&1 >/dev/null) && exit 1
 echo "$out" | grep -q 'rank0000.optim32: checksum differs from the manifest' || { echo "FAIL: $out"; exit 1; }
-echo "refused: another dp, another mp, another placement, a damaged file (each naming the field or file)"
+echo "refused: another dp, another mp, another pp, another placement, a damaged file (each naming the field or file)"
