@@ -31,6 +31,15 @@ wait_job() {  # the job $pid's exit code into $rc, seconds since $start into $to
   set -e
   took=$(($(date +%s) - start))
 }
+stop_rank() {  # stop_rank R CONFIG: SIGSTOP world rank R of the job running CONFIG; its pid into $stopped
+  stopped=
+  for p in $(pgrep -x memwall); do
+    { tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1" && grep -q "$2" "/proc/$p/cmdline" &&
+      stopped=$p; } 2>/dev/null || true
+  done
+  [ -n "$stopped" ] || { echo "FAIL: rank $1's process not found"; kill "$pid"; exit 1; }
+  kill -STOP "$stopped"
+}
 wait_first_step() {  # until the job's first step row is printed (30 s at most)
   for _ in $(seq 1 300); do
     grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && return
@@ -71,13 +80,8 @@ echo "rank 1's I/O error stopped the job in ${took} s (exit $rc): $(grep -o 'ran
   >"$dir/out.txt" 2>"$dir/err.txt" &
 pid=$!
 wait_first_step
-rank1=
-for p in $(pgrep -x memwall); do
-  { tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=1' && grep -q "$dir/run.yaml" "/proc/$p/cmdline" &&
-    rank1=$p; } 2>/dev/null || true
-done
-[ -n "$rank1" ] || { echo "FAIL: rank 1's process not found"; kill "$pid"; exit 1; }
-kill -STOP "$rank1"
+stop_rank 1 "$dir/run.yaml"
+rank1=$stopped
 start=$(date +%s)
 wait_job 60
 kill -CONT "$rank1" 2>/dev/null || true
@@ -95,13 +99,8 @@ sed 's/^steps: 100000/steps: 100000\ntied_embeddings: false/' "$dir/run.yaml" >"
   --stall-timeout 5 >"$dir/out.txt" 2>"$dir/err.txt" &
 pid=$!
 wait_first_step
-rank3=
-for p in $(pgrep -x memwall); do
-  { tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=3' && grep -q "$dir/run3d.yaml" "/proc/$p/cmdline" &&
-    rank3=$p; } 2>/dev/null || true
-done
-[ -n "$rank3" ] || { echo "FAIL: rank 3's process not found"; kill "$pid"; exit 1; }
-kill -STOP "$rank3"
+stop_rank 3 "$dir/run3d.yaml"
+rank3=$stopped
 start=$(date +%s)
 wait_job 60
 kill -CONT "$rank3" 2>/dev/null || true
