@@ -654,13 +654,17 @@ NcStaging nc_staging(const Derived& d, const std::vector<Group>& fwd, const std:
 
 // A gradient staged for NVMe beside the read of the group `depth` ahead of it (with depth 0 a
 // group's copy to the GPU follows its read at once: no read waits): (both, the gradient alone).
-std::pair<double, double> gc_staging(const Derived& d, const std::vector<Group>& bwd, double pshare, double gshare) {
+// `accumulates`: a later micro-step's gradient is staged beside the earlier ones' sum read back
+// (not the tied embedding's under stages: it leaves once, summed on the GPU).
+std::pair<double, double> gc_staging(const Derived& d, const std::vector<Group>& bwd, double pshare, double gshare,
+                                     bool accumulates) {
   double pair = 0, alone = 0;
   const int depth = std::max(d.c.prefetch_depth, 0);
   const bool nc_staged = d.pt == Tier::nvme;
   for (size_t r = 0; r < bwd.size(); ++r) {
     if (!bwd[r].backward) continue;
-    const double gc = bwd[r].bytes * std::min(1.0, gshare * (bwd[r].expert ? d.c.ep : 1));
+    const bool tied = d.tied_stages && (bwd[r].lm_head || bwd[r].embed_backward);
+    const double gc = bwd[r].bytes * std::min(1.0, gshare * (bwd[r].expert ? d.c.ep : 1)) * (accumulates && !tied ? 2 : 1);
     for (int j = 0; j < bwd[r].count; j = std::max(j + 1, bwd[r].count - depth - 1)) {
       double ahead = 0;  // the slice of the group `depth` after group j of run r
       if (nc_staged && depth >= 1) {
@@ -724,15 +728,11 @@ void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector
   const double gshare = d.pl.grad16.partitioned && !d.broadcast ? 1.0 / d.dp : 1.0;
   const bool nc_staged = d.pt == Tier::nvme;
   const NcStaging nc = nc_staging(d, fwd, bwd, pshare);
-  auto [gc_pair, gc_alone] =
-      d.pl.grad16.tier == Tier::nvme ? gc_staging(d, bwd, pshare, gshare) : std::pair<double, double>{0, 0};
   // gradient accumulation: a later micro-step's gradient waits in CPU memory to be added to the
   // earlier ones' sum, which on NVMe is read back beside it (one group at a time)
   const bool accumulates = d.ga > 1 && d.pl.grad16.tier != Tier::gpu;
-  if (accumulates && d.pl.grad16.tier == Tier::nvme) {
-    gc_pair += gc_alone;
-    gc_alone *= 2;
-  }
+  auto [gc_pair, gc_alone] = d.pl.grad16.tier == Tier::nvme ? gc_staging(d, bwd, pshare, gshare, accumulates)
+                                                            : std::pair<double, double>{0, 0};
   optimizer_parts(d, optim, passes, chunk_parts);
   const double overlapped_chunk = sum_parts(chunk_parts);  // backward overlap: one chunk's buffers beside a steady moment
   // the fullest of: the start of a pass (depth + 1 reads), a gradient's write beside a read, and
@@ -754,10 +754,11 @@ void fill_cpu(const Derived& d, const std::vector<Group>& fwd, const std::vector
   if (accumulates && d.pl.grad16.tier == Tier::cpu) {  // the largest unit's part this rank keeps
     double total = 0, at = 0, largest = 0;
     visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double e, bool) { total += e; });
-    visit_units(d.m, d.c, d.stage, [&](OpRole, int, int, double whole, bool expert) {
+    visit_units(d.m, d.c, d.stage, [&](OpRole role, int, int, double whole, bool expert) {
       const double kept = d.broadcast ? (unit_owner(at, whole, total, d.dp) == d.rank ? whole : 0)
                                       : whole * std::min(1.0, gshare * (expert ? d.c.ep : 1));
-      largest = std::max(largest, kept * d.z.param_bytes);
+      const bool tied = d.tied_stages && role == OpRole::embed;  // summed on the GPU, staged once
+      if (!tied) largest = std::max(largest, kept * d.z.param_bytes);
       at += whole;
     });
     passes.push_back({"a later micro-step's gradient staged for its sum (one unit)", largest});

@@ -187,8 +187,9 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
                   const double wg = s.peak_bytes[int(Tier::gpu)], wc = s.peak_bytes[int(Tier::cpu)];
                   EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, wg, 0.03 * wg) << what;
                   gpu.add(mm.of(Tier::gpu).peak_bytes, wg, what);
-                  if (pp > 1 && (pl.param16.partitioned || pl.grad16.partitioned)) continue;
-                  if (ov == OptimizerOverlap::backward && pl.optim32.tier == Tier::nvme) {
+                  const bool nvme_overlap = ov == OptimizerOverlap::backward && pl.optim32.tier == Tier::nvme;
+                  if (nvme_overlap && pp > 1 && pl.grad16.partitioned) continue;  // see above: not held yet
+                  if (nvme_overlap) {
                     EXPECT_GE(mm.of(Tier::cpu).peak_bytes, wc) << what;
                     EXPECT_LE(mm.of(Tier::cpu).peak_bytes, 1.15 * wc) << what;
                   } else {
