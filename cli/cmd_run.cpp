@@ -68,8 +68,9 @@ Command add_run(CLI::App& app) {
       "Tensor slicing (--mp N, Megatron-LM's: heads and feed-forward split, two all-reduces per block each\n"
       "way, the embedding whole on every slice) runs over mpirun -np dp x mp ranks, consecutive ranks one mp\n"
       "group. Pipeline stages (--pp N, 1F1B over --grad-accum micro-steps; a tied embedding's two copies\n"
-      "summed after the stages' backward) run over mpirun -np dp x mp x pp ranks, the stages last. Planned and simulated but not executed, so refused\n"
-      "with the reason: 1-bit Adam (--onebit-adam) and block-sparse attention (--attention-density).\n"
+      "summed after the stages' backward) run over mpirun -np dp x mp x pp ranks, the stages last.\n"
+      "Planned and simulated but not executed, so refused with the reason: 1-bit Adam (--onebit-adam) and\n"
+      "block-sparse attention (--attention-density).\n"
       "The executor trains the paper's GPT block and today's dense kinds: grouped-query attention (kv_heads,\n"
       "head_dim), SwiGLU / GeGLU feed-forward (ffn, intermediate), RMSNorm, rotary positions (rope_theta),\n"
       "untied LM head, linear layers without biases (a Llama block), from a plan's model or the run config's\n"
@@ -170,7 +171,7 @@ Command add_run(CLI::App& app) {
                   << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", "
                   << layout_words(engine->ranks(), s.config.mp, s.config.pp)
-<< (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
+                  << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
                   << (engine->ranks() * s.config.mp * s.config.pp > 1 ? " (mpirun ranks, " : " (") << "global batch "
                   << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
                   << engine->backend_caps().name << " (" << engine->backend_caps().device << ", capacity "

@@ -246,7 +246,7 @@ exec::EngineOptions& o = prep.options;
                       << o.model.heads << " heads, bsz " << format_g(c.bsz) << " x seq " << c.seq << ", ci " << c.ci
                       << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
                       << ", " << layout_words(c.dp, c.mp, c.pp) << " ("
-<< executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
+                      << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
                       << "measured: " << statistic << "; simulated: one iteration replayed\n"
                       << render_table(rows);
             if (engine->backend_caps().name == "cpu")

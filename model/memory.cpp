@@ -541,7 +541,7 @@ void evaluate_pass(const Derived& d, const std::vector<Group>& list, const char*
     }
     return d.fetched ? sum : 0;
   };
-// l2l (micro-batches > 1): a loop's groups stay from its first micro-batch to its last, so from
+  // l2l (micro-batches > 1): a loop's groups stay from its first micro-batch to its last, so from
   // the second micro-batch on the whole loop is fetched, and its prefetch reaches past its end;
   // its gradients collect over the micro-batches, all at once
   std::vector<size_t> loop_start(list.size(), 0);

@@ -37,6 +37,9 @@ struct EngineContext {
   // consecutive ranks, as Megatron-LM lays them out).
   int mp = 1, mp_rank = 0, world_rank = 0, world = 1;
   int pp = 1, stage = 0;  // pipeline stages and this rank's (world rank (stage x dp + rank) x mp + mp_rank)
+  // The world rank of stage `st`, data-parallel rank `d`, slice `m`: the stages outermost, then dp,
+  // then mp (Megatron-LM's order; the one place it is written).
+  int world_rank_of(int st, int d, int m) const { return (st * dp + d) * mp + m; }
   GptConfig slice;  // the model as this rank holds and computes it: mp_slice(o.model, mp, mp_rank)
   RankPlan plan;
   const Schedule* sched = nullptr;  // the schedule this iteration runs: plan.schedule, or plan.warmup
@@ -52,7 +55,7 @@ struct EngineContext {
   std::unique_ptr<Collectives> pp_coll, pp_boot;  // the pp group (this dp and mp rank's stages), pp > 1
   // the tied group (this dp and mp rank's first and last stage), a tied embedding with pp > 1, on those stages
   std::unique_ptr<Collectives> tied_coll, tied_boot;
-std::unique_ptr<Collectives> world_coll;        // every rank of the job, mp or pp > 1 (MPI)
+  std::unique_ptr<Collectives> world_coll;  // every rank of the job, mp or pp > 1 (MPI)
   std::unique_ptr<adam::CpuAdam> adam;
   std::unique_ptr<HostLane> lane;
   // host threads (options.threads): fitted to the load when `fitted`, from `looked` on

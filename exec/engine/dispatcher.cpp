@@ -20,7 +20,7 @@ std::string describe(const Step& s) { return "step " + std::to_string(s.id) + " 
 // ranks 1, 3)"; a send or receive names its peer; "" for any other step.
 std::string group_words(const EngineContext& e, const Step& s) {
   if (!is_collective(s)) return "";
-  auto world = [&](int stage, int d, int m) { return (stage * e.dp + d) * e.mp + m; };
+  auto world = [&](int stage, int d, int m) { return e.world_rank_of(stage, d, m); };
   std::vector<int> ranks;
   switch (s.collective.group) {
     case CommGroup::mp:
@@ -41,6 +41,7 @@ std::string group_words(const EngineContext& e, const Step& s) {
   for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
   return out + ")";
 }
+
 // The time a step takes on idle resources of `p`: what the watchdog allows it (many times over).
 double expected_time(const Step& s, const HardwareProfile& p, long hidden) {
   auto over = [](double amount, double rate) { return rate > 0 ? amount / rate : 0.0; };

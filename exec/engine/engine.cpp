@@ -88,10 +88,10 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank, int& 
     const std::string why = "--pp " + std::to_string(pp) + ": ";
     if (pp > o.model.layers)
       return make_error(why + "more stages than the model's " + std::to_string(o.model.layers) + " blocks");
-if (mp > 1 && long(o.config.bsz) * o.model.max_seq * o.model.hidden % mp != 0)
+    if (mp > 1 && long(o.config.bsz) * o.model.max_seq * o.model.hidden % mp != 0)
       return make_error(why + "each of the " + std::to_string(mp) + " tensor slices sends 1/mp of a stage's "
                         "activations; needs bsz x seq x hidden divisible by " + std::to_string(mp));
-if (o.placement.layer_major)
+    if (o.placement.layer_major)
       return make_error(why + "l2l runs one stage's layers for every micro-batch; not with pipeline stages");
     if (o.serial)
       return make_error(why + "--serial waits for each send before the next step, but a stage's send completes only "
@@ -376,7 +376,7 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   e.mp_rank = plan.mp_rank;
   e.pp = std::max(1, e.o.config.pp);
   e.stage = plan.stage;
-  e.world_rank = (e.stage * e.dp + e.rank) * e.mp + e.mp_rank;
+  e.world_rank = e.world_rank_of(e.stage, e.rank, e.mp_rank);
   e.world = e.dp * e.mp * e.pp;
   e.slice = mp_slice(e.o.model, e.mp, e.mp_rank);
   e.plan = std::move(plan);

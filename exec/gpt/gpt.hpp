@@ -92,7 +92,7 @@ struct ParamGroup {
   bool linear = false;           // weight (OC, IC) then bias (OC) if any: may be tiled by output rows
   bool bias = false;             // a linear group's bias, a norm's shift (LayerNorm's, not RMSNorm's)
   bool row_parallel = false;     // proj, fc2: Megatron's row-parallel (input features sliced, bias whole)
-long in_features = 0, out_features = 0;
+  long in_features = 0, out_features = 0;
 };
 
 // The operator graph's description of this GPT (seq = max_seq): what its schedule is built from.
@@ -183,7 +183,7 @@ class GptOps {
   // Elements of one (B, T, C) activation: what a pipeline message, a tensor-slicing all-reduce
   // and a stage buffer hold (fp32).
   std::size_t stream_elems() const { return std::size_t(B_) * std::size_t(T_) * std::size_t(cfg_.hidden); }
-void forward(const OpCall& c);
+  void forward(const OpCall& c);
   void backward(const OpCall& c);
   // The loss is the mean over every position of every micro-batch of `micro_steps` accumulated
   // micro-steps of `ranks` data-parallel ranks: each backward scales its gradients so the sum over
