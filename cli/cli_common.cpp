@@ -219,6 +219,10 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--pp", config.pp, 1, kMaxPp,
           "Pipeline stages (3D parallelism): contiguous blocks per stage, stages across nodes, the\n"
           "--grad-accum micro-batches run 1F1B (bubble (pp-1)/(m+pp-1)); plan, schedule and simulate (run: 1)");
+  add_int(app, "--virtual-stages", config.virtual_stages, 1, kMaxPp,
+          "Interleaved 1F1B (Megatron-LM's virtual pipeline): each of the --pp stages holds this many chunks\n"
+          "of blocks, chunk k of stage s the (k pp + s)-th of pp x v; the bubble shrinks to (pp-1)/(v m+pp-1)\n"
+          "at v times the activation messages; --grad-accum a multiple of pp; schedule, simulate (run: 1)");
   add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
           "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
           "bsz x grad-accum x dp); the optimizer runs once per step");
@@ -257,7 +261,11 @@ TrainingConfig StrategyFlags::training(const ModelSpec& model, const Placement& 
   check_ckpt_partition(pl, c.mp);
   c = take(fit_to_profile(c, p));
   ModelSpec built = model;  // the blocks whose steps are built
-  if (one_stage && c.pp > 1) built.layers = (model.layers + c.pp - 1) / c.pp;
+  if (one_stage && c.pp > 1) {
+    built.layers = 0;
+    for (int s = 0; s < c.pp; ++s)
+      built.layers = std::max(built.layers, stage_block_count(model.layers, c.pp, c.virtual_stages, s));
+  }
   return take(check_schedule_size(built, pl, c, p));
 }
 
@@ -270,9 +278,10 @@ void StrategyFlags::check_ckpt_partition(const Placement& pl, int mp) const {
                    "partition_activations); with --mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
 }
 
-std::string layout_words(int dp, int mp, int pp) {
+std::string layout_words(int dp, int mp, int pp, int virtual_stages) {
   return "dp " + std::to_string(dp) + (mp > 1 ? ", mp " + std::to_string(mp) : "") +
-         (pp > 1 ? ", pp " + std::to_string(pp) : "");
+         (pp > 1 ? ", pp " + std::to_string(pp) : "") +
+         (virtual_stages > 1 ? " interleaved x" + std::to_string(virtual_stages) : "");
 }
 
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent) {

@@ -111,8 +111,9 @@ struct TokensFlag {
 // The throughput fields of every JSON report (results/METRICS.md, "Throughput and utilisation").
 nlohmann::ordered_json throughput_json(const Throughput& t);
 
-// An executed job's rank layout in words: "dp 2", "dp 2, mp 2, pp 2" (mp and pp when above 1).
-std::string layout_words(int dp, int mp, int pp);
+// A job's rank layout in words: "dp 2", "dp 2, mp 2, pp 2", "dp 1, pp 4 interleaved x2" (mp, pp and
+// the virtual stages when above 1).
+std::string layout_words(int dp, int mp, int pp, int virtual_stages = 1);
 
 // A plain text table: first row is the header; columns after the first are right-aligned.
 std::string render_table(const std::vector<std::vector<std::string>>& rows, int indent = 2);

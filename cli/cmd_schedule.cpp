@@ -66,7 +66,7 @@ nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
   }
   for (int l = 1; l < kLinkClasses; ++l) traffic[to_string(LinkClass(l))] = s.traffic_bytes[l];
   nlohmann::ordered_json j = {{"strategy", s.strategy}, {"rank", s.rank}, {"dp", s.dp}, {"mp", s.mp},
-                              {"pp", s.pp}, {"stage", s.stage}, {"grad_accum", s.grad_accum},
+                              {"pp", s.pp}, {"virtual_stages", s.config.virtual_stages}, {"stage", s.stage}, {"grad_accum", s.grad_accum},
                               {"compute_flops", s.compute_flops}, {"peak_bytes", peak}, {"peak_moment", when},
                               {"capacity_bytes", cap},
                               {"traffic_bytes", traffic}, {"fits", !s.overflow.has_value()}};
@@ -79,7 +79,8 @@ nlohmann::ordered_json schedule_json(const Schedule& s, const MemoryModel& mm) {
 std::string summary_text(const Schedule& s, const MemoryModel& mm) {
   std::ostringstream o;
   o << "\nrank " << s.rank << " of dp " << s.dp << " (mp " << s.mp
-    << (s.pp > 1 ? ", stage " + std::to_string(s.stage) + " of pp " + std::to_string(s.pp) : std::string()) << "), " << s.steps.size() << " steps, "
+    << (s.pp > 1 ? ", stage " + std::to_string(s.stage) + " of pp " + std::to_string(s.pp) : std::string())
+    << (s.config.virtual_stages > 1 ? " interleaved x" + std::to_string(s.config.virtual_stages) : std::string()) << "), " << s.steps.size() << " steps, "
     << format_sig(s.compute_flops / 1e12) << " TFLOP on the GPU\n";
   std::vector<std::vector<std::string>> rows = {
       {"tier", "peak", "buffer arena (plan)", "capacity per rank", "peaks in (memory model)"}};

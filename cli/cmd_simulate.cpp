@@ -97,7 +97,9 @@ Command add_simulate(CLI::App& app) {
                                            : std::to_string(r.gpus) + " of " + std::to_string(p.total_gpus()) +
                                                  " GPUs on " + std::to_string(p.nodes) + " node(s)";
               o_text << "memwall simulate: " << m.name << " on " << p.name << " (" << gpus << ": dp " << r.dp
-                     << " x mp " << r.mp << (r.pp > 1 ? " x pp " + std::to_string(r.pp) : std::string()) << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
+                     << " x mp " << r.mp << (r.pp > 1 ? " x pp " + std::to_string(r.pp) : std::string())
+                     << (r.virtual_stages > 1 ? " interleaved x" + std::to_string(r.virtual_stages) : std::string())
+                     << "), strategy " << r.strategy << ", bsz " << format_g(c.bsz) << ", ci "
                      << c.ci
                      << (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) + " (global batch " +
                                                 format_g(c.bsz * c.grad_accum * r.dp) + ")"

@@ -49,13 +49,13 @@ int local_copies(const ModelSpec& m, const TrainingConfig& c, const BlockParamOp
 template <typename F>
 void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
   const int pp = std::max(1, c.pp);
-  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
   const int t = std::max(1, c.tiling_factor), ep = std::max(1, c.ep);
   // the token (and learned position) embeddings; a tied LM head's weight is the token embedding's,
   // on the last stage too
   if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
     f(OpRole::embed, -1, -1, mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c), false);
   const BlockParamOps ops = block_param_ops(m);
+  for (const StageBlocks& sb : stage_chunks(m.layers, pp, c.virtual_stages, stage))
   for (int b = sb.first; b < sb.last; ++b)
     for (const BlockParamOp& op : ops) {
       const int per = op.linear ? t : 1;
@@ -211,7 +211,7 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
     });
     return mine;
   }
-  const StageBlocks sb = stage_blocks(m.layers, pp, stage);
+  const int nb = stage_block_count(m.layers, pp, c.virtual_stages, stage);
   const int ep = std::max(1, c.ep);
   double block = 0, expert = 0;  // with ep > 1: this rank's routed experts, apart
   for (const BlockParamOp& op : block_param_ops(m)) {
@@ -223,11 +223,11 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
       block += each * op.copies;
     }
   }
-  double n = (sb.last - sb.first) * block;
+  double n = nb * block;
   if (stage == 0 || (stage == pp - 1 && m.tied_embeddings))
     n += mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c);
   if (stage == pp - 1) n += norm_param_elems(m) + mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c);
-  const double e = (sb.last - sb.first) * expert;
+  const double e = nb * expert;
   if (!sp.partitioned || dp <= 1) return n + e;
   return n / dp + e / std::max(1, dp / ep);
 }
@@ -381,8 +381,9 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.ci = std::max(1, c.ci);
   d.mb = pl.layer_major ? std::max(1, c.micro_batches) : 1;
   d.ga = std::max(1, c.grad_accum);
-  d.sb = stage_blocks(m.layers, d.pp, stage);
-  d.nb = d.sb.last - d.sb.first;
+  // interleaved: a pass runs one chunk of the stage's blocks; the largest stands for them all
+  for (const StageBlocks& k : stage_chunks(m.layers, d.pp, c.virtual_stages, stage))
+    if (k.last - k.first > d.nb) d.sb = k, d.nb = k.last - k.first;
   d.segments = (d.nb + d.ci - 1) / d.ci;
   d.first = stage == 0;
   d.last = stage == d.pp - 1;
@@ -399,7 +400,7 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   d.head = m.tied_embeddings ? d.embed : z.param_bytes * mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c);
   d.norm = z.param_bytes * norm_param_elems(m);
   d.ckpt_gpu = pl.act_ckpt.tier == Tier::gpu;
-  d.in_flight = d.pp > 1 ? std::min(d.pp - stage, d.ga) : 1;
+  d.in_flight = d.pp > 1 ? pipeline_in_flight(d.pp, c.virtual_stages, d.ga, stage) : 1;
   d.other_ckpts = (d.in_flight - 1) * d.segments * d.mb;
   d.pt = pl.param16.tier;
   d.resident = d.pt == Tier::gpu && !pl.param16.partitioned;
@@ -412,7 +413,14 @@ Derived derive(const ModelSpec& m, const Placement& pl, const TrainingConfig& c,
   // the last stage, over every micro-step (it leaves once the stage's backward is done)
   d.tied_stages = d.grad_buffer && m.tied_embeddings && d.pp > 1 && (d.first || d.last);
   d.tied_pending = d.grad_buffer && m.tied_embeddings && ((d.first && d.last) || d.tied_stages);
-  d.tied_in_forward = d.tied_stages && std::min(d.pp - stage - 1, d.ga) < d.ga - 1;
+  if (d.tied_stages) {  // a forward after the first backward of the chunk with the tied copy
+    const int tied_chunk = d.first ? 0 : std::max(1, c.virtual_stages) - 1;
+    bool backward_seen = false;
+    for (const PipelinePass& x : pipeline_order(d.pp, c.virtual_stages, d.ga, stage)) {
+      if (!x.forward && x.chunk == tied_chunk) backward_seen = true;
+      if (x.forward && backward_seen) d.tied_in_forward = true;
+    }
+  }
   d.groups_per_block = 0;
   for (const BlockParamOp& op : block_param_ops(m)) {
     const double bytes = z.param_bytes * mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c);

@@ -57,13 +57,13 @@ Schedule generate(const ModelSpec& model, const Placement& placement, const Trai
   s.ops = sh.ops;
   s.units = sh.units;
   build::Emitter e(s, sh);
-  build::Builder b{sh, e, {}, {}, {}, {}};
+  build::Builder b{sh, e, {}, {}, {}, {}, std::vector<build::Pipe>(size_t(sh.v))};
   build::plan_optimizer(b);
   build::delayed_update(b);
-  for (const auto& [fwd, u] : build::micro_step_order(sh)) {
-    e.accum = u;
-    if (fwd) build::forward(b);
-    else build::backward(b);
+  for (const PipelinePass& pass : build::micro_step_order(sh)) {
+    e.accum = pass.micro_batch;
+    if (pass.forward) build::forward(b, pass.chunk);
+    else build::backward(b, pass.chunk);
   }
   e.accum = -1;
   build::optimizer(b);
@@ -103,8 +103,8 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
   Result<TrainingConfig> cfg = validate_ranges(config, model.layers);
   if (!cfg) return make_error(cfg.error());
   if (stage >= 0 && stage < std::max(1, config.pp)) {  // the size of what is built: this stage's blocks
-    const StageBlocks sb = stage_blocks(model.layers, std::max(1, config.pp), stage);
-    cfg = schedule_size_check(config, std::max(1, sb.last - sb.first), machine_memory_bytes());
+    const int blocks = stage_block_count(model.layers, std::max(1, config.pp), config.virtual_stages, stage);
+    cfg = schedule_size_check(config, std::max(1, blocks), machine_memory_bytes());
     if (!cfg) return make_error(cfg.error());
   }
   if (config.mp > profile.gpus_per_node)

@@ -250,16 +250,20 @@ std::vector<int> load_checkpoints(Builder& b, int b0, std::vector<int>& open) {
 
 }  // namespace
 
-void backward(Builder& b) {
+void backward(Builder& b, int k) {
   const Shape& sh = b.sh;
-  std::vector<Item> items = sh.items_of(sh.tail_ops, Phase::backward);
-  if (!sh.last_stage())
-    b.chain.next_deps.push_back(p2p(b, Phase::backward, Hop::recv, sh.stage + 1, sh.p2p_next, deps({b.pipe.backward_done})));
+  const StageBlocks& cb = sh.chunks[size_t(k)];
+  Pipe& pipe = b.pipe[size_t(k)];
+  std::vector<Item> items;
+  if (sh.ends_pipeline(k))
+    items = sh.items_of(sh.tail_ops, Phase::backward);
+  else
+    b.chain.next_deps.push_back(p2p(b, Phase::backward, Hop::recv, k, deps({pipe.backward_done})));
   std::map<size_t, int> segment_start;  // item index -> first block of the segment starting there
   const int ci = sh.c.ci;
-  const int segments = (sh.blocks.last - sh.blocks.first + ci - 1) / ci;
+  const int segments = (cb.last - cb.first + ci - 1) / ci;
   for (int sgi = segments - 1; sgi >= 0; --sgi) {
-    const int b0 = sh.blocks.first + sgi * ci, b1 = std::min(sh.blocks.last, b0 + ci);
+    const int b0 = cb.first + sgi * ci, b1 = std::min(cb.last, b0 + ci);
     std::vector<size_t> seg;
     for (int blk = b0; blk < b1; ++blk)
       for (size_t v : sh.block_ops(blk)) seg.push_back(v);
@@ -269,8 +273,10 @@ void backward(Builder& b) {
     items.insert(items.end(), rb.begin(), rb.end());
   }
   const size_t head_at = items.size();
-  std::vector<Item> head = sh.items_of(sh.head_ops, Phase::backward);
-  items.insert(items.end(), head.begin(), head.end());
+  if (sh.starts_pipeline(k)) {
+    std::vector<Item> head = sh.items_of(sh.head_ops, Phase::backward);
+    items.insert(items.end(), head.begin(), head.end());
+  }
   std::vector<int> open;  // buffers of the open segment, given back when it is done
   auto close_segment = [&]() {
     for (int buf : open) b.e.free_at(b.chain.last, buf);
@@ -284,7 +290,7 @@ void backward(Builder& b) {
     const int b0 = it->second;
     const std::vector<int> loads = load_checkpoints(b, b0, open);
     b.chain.next_deps.insert(b.chain.next_deps.end(), loads.begin(), loads.end());
-    const double awm = block_activation_bytes(sh) * std::min(ci, sh.blocks.last - b0);  // one micro-batch's at a time
+    const double awm = block_activation_bytes(sh) * std::min(ci, cb.last - b0);  // one micro-batch's at a time
     if (awm > 0) {
       const int buf = b.e.buffer(BufferKind::awm, "awm:segment" + std::to_string(b0), Tier::gpu, awm);
       b.chain.next_allocs.push_back(buf);
@@ -292,12 +298,13 @@ void backward(Builder& b) {
     }
   });
   close_segment();
-  b.pipe.backward_done = b.chain.last;
-  if (!sh.first_stage()) {
-    if (b.pipe.backward_sent >= 0) b.e.step(b.chain.last).deps.push_back(b.pipe.backward_sent);
-    b.pipe.backward_sent = p2p(b, Phase::backward, Hop::send, sh.stage - 1, sh.p2p_prev, deps({b.chain.last}));
+  pipe.backward_done = b.chain.last;
+  if (!sh.starts_pipeline(k)) {
+    if (pipe.backward_sent >= 0) b.e.step(b.chain.last).deps.push_back(pipe.backward_sent);
+    pipe.backward_sent = p2p(b, Phase::backward, Hop::send, k, deps({b.chain.last}));
   }
-  if (last_micro_step(b)) tied_gradient(b);
+  // the stage's last backward is its first chunk's last micro-step
+  if (last_micro_step(b) && k == 0) tied_gradient(b);
 }
 
 }  // namespace memwall::build

@@ -34,12 +34,14 @@ struct Shape {
   const TrainingConfig& c;
   const HardwareProfile& p;
   int rank, dp, stage, pp, micro_batches, grad_accum;
+  int v;  // chunks per stage (interleaved 1F1B's virtual stages; 1: plain 1F1B)
   MemorySizes z;
   OperatorGraph g;
-  StageBlocks blocks;
+  std::vector<StageBlocks> chunks;  // this stage's blocks, chunk by chunk (stage_chunks)
   // A collective inside a node uses NVLink/NVSwitch; one spanning nodes is limited by the network.
   LinkClass collective_link = LinkClass::gpu_gpu;
-  LinkClass p2p_prev = LinkClass::none, p2p_next = LinkClass::none;  // to the stage before / after
+  // to the stage before / after (interleaved: the first stage's before is the last, and back)
+  LinkClass p2p_prev = LinkClass::none, p2p_next = LinkClass::none;
   LinkClass tied_link = LinkClass::none;  // between the first and the last stage (the tied embedding's copies)
   std::vector<size_t> owner;  // per vertex: the operator whose parameters it uses (SIZE_MAX: none)
   std::vector<int> op_index;  // per vertex: Schedule::ops
@@ -94,6 +96,11 @@ struct Shape {
   }
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }
+  // Chunk k holds the embedding (the pipeline's first virtual stage) or the head (its last).
+  bool starts_pipeline(int k) const { return first_stage() && k == 0; }
+  bool ends_pipeline(int k) const { return last_stage() && k == v - 1; }
+  int prev_stage() const { return (stage + pp - 1) % pp; }
+  int next_stage() const { return (stage + 1) % pp; }
   // Pipeline stages: the operators this stage computes (its blocks; the embedding on the first,
   // the final LayerNorm and LM head on the last).
   bool computes(size_t v) const;
@@ -222,7 +229,7 @@ struct Builder {
   Grads grads;
   Ckpts ckpts;
   Optim opt;
-  Pipe pipe;
+  std::vector<Pipe> pipe;  // per chunk
 };
 
 // schedule_fetch.cpp: runs `items` in order with the three-hop prefetch of Sec. 6.2; `before(i)`
@@ -230,22 +237,22 @@ struct Builder {
 void run_items(Builder& b, const std::vector<Item>& items, const std::function<void(size_t)>& before = {});
 // schedule_backward.cpp
 void grad_ready(Builder& b, const Item& it, int compute_id);
-void forward(Builder& b);   // schedule_forward.cpp
+void forward(Builder& b, int chunk);   // schedule_forward.cpp
 // Checkpoints, by (block, micro-batch of the iteration); named per micro-step (schedule_forward.cpp).
 std::pair<int, int> ckpt_key(const Builder& b, int block, int u);
 std::string checkpoint_name(const Builder& b, int block, int u);
 // One block's activation working memory per micro-batch (Eq. 5); 0 with a preallocated workspace.
 double block_activation_bytes(const Shape& sh);
-void backward(Builder& b);  // schedule_backward.cpp
+void backward(Builder& b, int chunk);  // schedule_backward.cpp
 // schedule_optimizer.cpp
 void plan_optimizer(Builder& b);
 void delayed_update(Builder& b);
 void optimizer(Builder& b);
 void gradient_final(Builder& b, int unit, int final_step);
 std::vector<int> delayed_update_readers(const Builder& b, int unit);
-// schedule_pipeline.cpp: the micro-steps in 1F1B order (forward?, micro-step), and one send or
-// receive of a stage's activations or their gradients.
-std::vector<std::pair<bool, int>> micro_step_order(const Shape& sh);
-int p2p(Builder& b, Phase ph, Hop hop, int peer, LinkClass link, std::vector<int> d);
+// schedule_pipeline.cpp: the passes in 1F1B order (interleaved over chunks when v > 1), and one
+// send or receive of a chunk's activations or their gradients.
+std::vector<PipelinePass> micro_step_order(const Shape& sh);
+int p2p(Builder& b, Phase ph, Hop hop, int chunk, std::vector<int> d);
 
 }  // namespace memwall::build

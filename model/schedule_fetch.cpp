@@ -15,17 +15,19 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
       micro_batches(placement.layer_major ? std::max(1, config.micro_batches) : 1),
       grad_accum(std::max(1, config.grad_accum)), z(sizes),
       g(build_gpt_graph(model, config.bsz, config.seq, config.what_if.attention_density)),
-      blocks(stage_blocks(model.layers, std::max(1, config.pp), stage_)) {
+      v(std::max(1, config.virtual_stages)),
+      chunks(stage_chunks(model.layers, std::max(1, config.pp), std::max(1, config.virtual_stages), stage_)) {
   collective_link = dp * c.mp > p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
   // Pipeline stages: consecutive stages sit on consecutive GPUs (dp x mp each, stage-major), so
   // activations cross between nodes where a stage boundary is a node boundary.
   if (pp > 1) {
     const long per_stage = long(dp) * c.mp;
     auto node_of = [&](int st) { return long(st) * per_stage / p.gpus_per_node; };
-    if (stage > 0) p2p_prev = node_of(stage - 1) != node_of(stage) ? LinkClass::network : LinkClass::gpu_gpu;
-    if (stage + 1 < pp) p2p_next = node_of(stage + 1) != node_of(stage) ? LinkClass::network : LinkClass::gpu_gpu;
-    tied_link = node_of(0) != node_of(pp - 1) ? LinkClass::network : LinkClass::gpu_gpu;
-}
+    auto link = [&](int a, int b) { return node_of(a) != node_of(b) ? LinkClass::network : LinkClass::gpu_gpu; };
+    if (stage > 0 || v > 1) p2p_prev = link(prev_stage(), stage);
+    if (stage + 1 < pp || v > 1) p2p_next = link(next_stage(), stage);
+    tied_link = link(0, pp - 1);
+  }
   std::map<std::string, size_t> index;
   std::map<std::pair<OpRole, int>, size_t> by_role;
   op_index.assign(g.size(), -1);
@@ -72,7 +74,9 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
 
 bool Shape::computes(size_t v) const {
   const Operator& op = g.op(v);
-  if (op.block >= 0) return op.block >= blocks.first && op.block < blocks.last;
+  if (op.block >= 0)
+    return std::any_of(chunks.begin(), chunks.end(),
+                       [&](const StageBlocks& k) { return op.block >= k.first && op.block < k.last; });
   return op.role == OpRole::embed ? first_stage() : last_stage();
 }
 

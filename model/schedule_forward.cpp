@@ -1,5 +1,5 @@
-// The forward pass of one micro-step: the embedding, the stage's blocks and the head as one item
-// list, so prefetch crosses block boundaries; a checkpoint saved as each segment starts, and one
+// The forward pass of one micro-step through one chunk of the stage's blocks (the stage's blocks
+// unless interleaved): the embedding, the blocks and the head as one item list, so prefetch crosses block boundaries; a checkpoint saved as each segment starts, and one
 // block's activations held while it runs.
 #include "model/analysis.hpp"
 #include "model/schedule_build.hpp"
@@ -60,21 +60,27 @@ std::vector<int> save_checkpoints(Builder& b, int block) {
 
 // A block's input is the previous block's output, whose memory the next block reuses: the first
 // compute after a block waits for the checkpoint saved from that block's input.
-void forward(Builder& b) {
+void forward(Builder& b, int k) {
   const Shape& sh = b.sh;
-  std::vector<Item> items = sh.items_of(sh.head_ops, Phase::forward);
-  if (!sh.first_stage()) {
+  const StageBlocks& cb = sh.chunks[size_t(k)];
+  Pipe& pipe = b.pipe[size_t(k)];
+  std::vector<Item> items;
+  if (sh.starts_pipeline(k)) {
+    items = sh.items_of(sh.head_ops, Phase::forward);
+  } else {
     // into the buffer the previous micro-step's pass read, and its checkpoint copied
-    std::vector<int> d = deps({b.pipe.forward_done});
-    d.insert(d.end(), b.pipe.forward_saves.begin(), b.pipe.forward_saves.end());
-    b.chain.next_deps.push_back(p2p(b, Phase::forward, Hop::recv, sh.stage - 1, sh.p2p_prev, std::move(d)));
+    std::vector<int> d = deps({pipe.forward_done});
+    d.insert(d.end(), pipe.forward_saves.begin(), pipe.forward_saves.end());
+    b.chain.next_deps.push_back(p2p(b, Phase::forward, Hop::recv, k, std::move(d)));
   }
-  for (int blk = sh.blocks.first; blk < sh.blocks.last; ++blk) {
+  for (int blk = cb.first; blk < cb.last; ++blk) {
     std::vector<Item> bi = sh.items_of(sh.block_ops(blk), Phase::forward);
     items.insert(items.end(), bi.begin(), bi.end());
   }
-  std::vector<Item> tail = sh.items_of(sh.tail_ops, Phase::forward);
-  items.insert(items.end(), tail.begin(), tail.end());
+  if (sh.ends_pipeline(k)) {
+    std::vector<Item> tail = sh.items_of(sh.tail_ops, Phase::forward);
+    items.insert(items.end(), tail.begin(), tail.end());
+  }
   const double act = block_activation_bytes(sh);  // l2l: one micro-batch in the block at a time
   int open_block = -1, open_act = -1;
   std::vector<int> saves_of_open;  // checkpoints taken from the open block's input
@@ -87,23 +93,23 @@ void forward(Builder& b) {
     saves_of_open.clear();
     open_block = blk;
     if (blk < 0) return;
-    if ((blk - sh.blocks.first) % sh.c.ci == 0) saves_of_open = save_checkpoints(b, blk);
+    if ((blk - cb.first) % sh.c.ci == 0) saves_of_open = save_checkpoints(b, blk);
     if (act > 0) {
       open_act = b.e.buffer(BufferKind::activations, "act:block" + std::to_string(blk), Tier::gpu, act);
       b.chain.next_allocs.push_back(open_act);
     }
   });
-  b.pipe.forward_done = b.chain.last;
-  // a stage without the LM head ends on a block: its activations go once the output is sent
-  if (!sh.last_stage()) {
-    if (b.pipe.forward_sent >= 0) b.e.step(b.chain.last).deps.push_back(b.pipe.forward_sent);
-    const int sent = p2p(b, Phase::forward, Hop::send, sh.stage + 1, sh.p2p_next, deps({b.chain.last}));
-    b.pipe.forward_sent = sent;
+  pipe.forward_done = b.chain.last;
+  // a chunk without the LM head ends on a block: its activations go once the output is sent
+  if (!sh.ends_pipeline(k)) {
+    if (pipe.forward_sent >= 0) b.e.step(b.chain.last).deps.push_back(pipe.forward_sent);
+    const int sent = p2p(b, Phase::forward, Hop::send, k, deps({b.chain.last}));
+    pipe.forward_sent = sent;
     if (open_act >= 0) b.e.free_at(sent, open_act);
   }
-  // a stage that ends on a block (no LM head) still reads that block's input into its checkpoints:
+  // a chunk that ends on a block (no LM head) still reads that block's input into its checkpoints:
   // the next compute, and the next micro-step's receive into that input, wait for the copies
-  b.pipe.forward_saves = saves_of_open;
+  pipe.forward_saves = saves_of_open;
   b.chain.next_deps = saves_of_open;
 }
 

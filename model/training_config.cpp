@@ -146,11 +146,22 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
     return make_error("--pp: expected a number of pipeline stages from 1 to " + std::to_string(std::min(kMaxPp, layers)) +
                       " (each stage holds at least one of the model's " + std::to_string(layers) + " blocks), got " +
                       std::to_string(c.pp));
+  if (c.virtual_stages < 1 || long(c.virtual_stages) * c.pp > layers)
+    return make_error("--virtual-stages: expected 1 to " + std::to_string(layers / std::max(1, c.pp)) +
+                      " chunks per pipeline stage (each chunk holds at least one of the model's " +
+                      std::to_string(layers) + " blocks over " + std::to_string(c.pp) + " stage(s)), got " +
+                      std::to_string(c.virtual_stages));
+  if (c.virtual_stages > 1 && c.pp < 2)
+    return make_error("--virtual-stages: interleaving needs pipeline stages (--pp 2 or more), got --pp " +
+                      std::to_string(c.pp));
   if (long(c.dp) * c.mp * c.pp > kMaxGpus)
     return make_error("--dp/--mp/--pp: " + std::to_string(long(c.dp) * c.mp * c.pp) + " GPUs, more than " +
                       std::to_string(kMaxGpus));
   if (c.grad_accum < 1 || c.grad_accum > kMaxGradAccum)
     return make_error(range_error("--grad-accum", "a number of micro-steps", 1, kMaxGradAccum, c.grad_accum));
+  if (c.virtual_stages > 1 && c.grad_accum % c.pp != 0)
+    return make_error("--grad-accum: interleaved 1F1B runs micro-batches in groups of pp; expected a multiple of --pp " +
+                      std::to_string(c.pp) + ", got " + std::to_string(c.grad_accum));
   if (c.dpu_warmup < 0 || c.dpu_warmup > kMaxDpuWarmup)
     return make_error(range_error("--dpu-warmup", "a number of steps", 0, kMaxDpuWarmup, c.dpu_warmup));
   if (!(c.grad_clip >= 0) || !(c.grad_clip <= kMaxGradClip))
@@ -166,6 +177,49 @@ Result<TrainingConfig> validate_ranges(const TrainingConfig& c, int layers) {
     return make_error("--onebit-adam-warmup: expected a share of the training steps >= 0 and below 1, got " +
                       format_sig(c.what_if.onebit_warmup));
   return c;
+}
+
+std::vector<StageBlocks> stage_chunks(int layers, int pp, int v, int stage) {
+  pp = std::max(1, pp);
+  v = std::max(1, v);
+  std::vector<StageBlocks> out;
+  for (int k = 0; k < v; ++k) out.push_back(stage_blocks(layers, pp * v, k * pp + stage));
+  return out;
+}
+
+int stage_block_count(int layers, int pp, int v, int stage) {
+  int n = 0;
+  for (const StageBlocks& b : stage_chunks(layers, pp, v, stage)) n += b.last - b.first;
+  return n;
+}
+
+std::vector<PipelinePass> pipeline_order(int pp, int v, int micro_batches, int stage) {
+  pp = std::max(1, pp);
+  v = std::max(1, v);
+  const int total = micro_batches * v;
+  auto pass = [&](bool fwd, int i) {
+    if (v == 1) return PipelinePass{fwd, i, 0};
+    const int k = (i % (pp * v)) / pp;
+    return PipelinePass{fwd, (i / (pp * v)) * pp + i % pp, fwd ? k : v - 1 - k};
+  };
+  const int warmup = std::min(v == 1 ? pp - stage - 1 : 2 * (pp - stage - 1) + (v - 1) * pp, total);
+  std::vector<PipelinePass> order;
+  for (int i = 0; i < warmup; ++i) order.push_back(pass(true, i));
+  for (int j = 0; j < total - warmup; ++j) {
+    order.push_back(pass(true, warmup + j));
+    order.push_back(pass(false, j));
+  }
+  for (int j = total - warmup; j < total; ++j) order.push_back(pass(false, j));
+  return order;
+}
+
+int pipeline_in_flight(int pp, int v, int micro_batches, int stage) {
+  int now = 0, most = 0;
+  for (const PipelinePass& p : pipeline_order(pp, v, micro_batches, stage)) {
+    now += p.forward ? 1 : -1;
+    most = std::max(most, now);
+  }
+  return most;
 }
 
 Result<TrainingConfig> fit_to_profile(const TrainingConfig& config, const HardwareProfile& p) {

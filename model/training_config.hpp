@@ -3,7 +3,9 @@
 // depth. Defaults are the paper's (seq 1024, ci 1, prefetch i+3/i+2/i+1). Value type.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
@@ -49,11 +51,13 @@ struct TrainingConfig {
   // simulate assume), or whole on each (the executor's: its head then needs no vocabulary-parallel
   // cross-entropy, at the embedding's memory on every mp rank). No effect at mp 1.
   bool embedding_replicated = false;
-int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
+  int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   int micro_batches = 1;   // l2l: micro-batches looped inside each layer (seed 002, Sec. 2)
   int grad_accum = 1;      // gradient accumulation: forward/backward micro-steps per optimizer step
                            // (with pp > 1: the pipeline's micro-batches, run 1F1B)
   int pp = 1;              // pipeline stages (3D parallelism): each holds a contiguous range of blocks
+  int virtual_stages = 1;  // interleaved 1F1B (Megatron-LM's virtual pipeline): each stage holds this many
+                           // chunks of blocks (stage_chunks), the bubble / v at v x the p2p messages
   int ep = 1;              // expert parallelism (a mixture of experts): the routed experts split over
                            // ep consecutive dp ranks, tokens exchanged all-to-all; divides dp
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::none;
@@ -64,7 +68,7 @@ int prefetch_depth = 3;  // nc for op i+3, cg for i+2, gg for i+1 (Sec. 6.2)
   // min(1, grad_clip / (||g|| + 1e-6)), ||g|| the L2 norm over every parameter of the model, before
   // any update. 0: off. The norm needs every gradient final, so the backward overlap is refused.
   double grad_clip = 0;
-WhatIf what_if;
+  WhatIf what_if;
 };
 
 // The ranks the token and position embeddings (and an untied LM head) are split over: mp, or 1
@@ -82,9 +86,30 @@ struct StageBlocks {
 inline StageBlocks stage_blocks(int layers, int pp, int stage) {
   return {int(long(stage) * layers / pp), int(long(stage + 1) * layers / pp)};
 }
-// 1F1B's idle share of a pipeline of `pp` stages over `micro_batches` micro-batches: (p-1)/(m+p-1).
-inline double pipeline_bubble(int pp, int micro_batches) {
-  return double(pp - 1) / double(micro_batches + pp - 1);
+// Interleaved 1F1B: the `v` chunks stage `stage` of `pp` holds, in block order; chunk k is virtual
+// stage k x pp + stage of pp x v (Narayanan et al. 2021, Sec. 2.2.2). One chunk, the stage's
+// blocks, when v is 1.
+std::vector<StageBlocks> stage_chunks(int layers, int pp, int v, int stage);
+// The blocks of all of a stage's chunks.
+int stage_block_count(int layers, int pp, int v, int stage);
+// The passes a pipeline stage runs in one step, 1F1B: (pp - stage - 1) forwards first, then one
+// forward and one backward in turn, then the remaining backwards. Interleaved over v chunks
+// (Narayanan et al. 2021, Sec. 2.2.2) the passes are (micro-batch, chunk) pairs taken in groups of
+// pp micro-batches, chunk by chunk (forward chunks 0..v-1, backward v-1..0), and a stage runs
+// 2 (pp - stage - 1) + (v - 1) pp forwards before its first backward; micro_batches is then a
+// multiple of pp (validate_ranges).
+struct PipelinePass {
+  bool forward;
+  int micro_batch;
+  int chunk;
+};
+std::vector<PipelinePass> pipeline_order(int pp, int v, int micro_batches, int stage);
+// The most chunk passes whose checkpoints a stage holds at once (forwards run, backwards not yet).
+int pipeline_in_flight(int pp, int v, int micro_batches, int stage);
+// 1F1B's idle share of a pipeline of `pp` stages over `micro_batches` micro-batches,
+// (p-1)/(m+p-1); interleaved over v chunks a stage's idle time shrinks v-fold: (p-1)/(v m+p-1).
+inline double pipeline_bubble(int pp, int micro_batches, int v = 1) {
+  return double(pp - 1) / (double(std::max(1, v)) * micro_batches + pp - 1);
 }
 
 // Physical memory of this machine (sysconf), for limits that bound work.

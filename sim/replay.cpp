@@ -513,19 +513,21 @@ class Replayer {
     if (st.bytes > 0) lay_out_one_member(dag_, pf_, op, r, g.host, p_.gpu_memory_Bps, a.heads, a.tail);
   }
 
-  // A pipeline stage's send or receive: the k-th message from one GPU to its peer in the stage
-  // st.root (same dp rank and slice) meets the peer's k-th receive from it. The all-gather over the
-  // slices that makes a received tensor whole is a collective of the mp group.
+  // A pipeline stage's send or receive: the k-th message of a phase from one GPU to its peer in the
+  // stage st.root (same dp rank and slice) meets the peer's k-th receive of that phase from it
+  // (interleaved stages of two: activations and gradients both go from stage 0 to 1). The all-gather
+  // over the slices that makes a received tensor whole is a collective of the mp group.
   void p2p(const Step& st, const Gpu& g, StepActs& a) {
     if (!is_p2p(st)) {
       collective(st, g, a);
       return;
     }
-const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
+    const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
     const bool send = st.collective.kind == CollectiveKind::send;
     const int from = send ? g.index : peer, to = send ? peer : g.index;
-    const int k = p2p_seq_[{from, to, send}]++;
-    auto [it, fresh] = p2p_index_.try_emplace({from, to, k}, instances_.size());
+    const int back = st.phase == Phase::backward;
+    const int k = p2p_seq_[{from, to, back, send}]++;
+    auto [it, fresh] = p2p_index_.try_emplace({from, to, back, k}, instances_.size());
     if (fresh) {
       Instance in;
       in.p2p = true;
@@ -609,8 +611,8 @@ const int peer = (st.collective.root * lay_.dp + g.d) * lay_.mp + g.m;
   std::vector<Instance> instances_;
   std::map<std::pair<long, int>, size_t> index_;  // (stage, group kind and group, sequence number) -> instance
   std::map<std::pair<int, int>, int> seq_;        // (GPU, group kind) -> collectives seen
-  std::map<std::tuple<int, int, int>, size_t> p2p_index_;  // (from GPU, to GPU, k) -> instance
-  std::map<std::tuple<int, int, bool>, int> p2p_seq_;      // (from, to, the sender's side?) -> messages seen
+  std::map<std::tuple<int, int, int, int>, size_t> p2p_index_;  // (from GPU, to GPU, backward?, k) -> instance
+  std::map<std::tuple<int, int, int, bool>, int> p2p_seq_;      // (from, to, backward?, the sender's side?) -> messages seen
   std::map<std::vector<int>, int> runs_;         // compress(): a run of waits -> its join
   std::vector<unsigned> seen_;                   // per Dag node: the step that last waited for it
   unsigned stamp_ = 0;
@@ -761,6 +763,7 @@ Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const 
   rep.mp = c.mp;
   rep.gpus = dp * c.mp * pp;
   rep.pp = pp;
+  rep.virtual_stages = std::max(1, c.virtual_stages);
   rep.peak_flops_per_s = profile.peak_flops_per_s(model.hidden);
   // Bandwidth-centric ranks run identical schedules: one serves all. The broadcast variant's differ
   // (one per rank), and so do pipeline stages (one per stage, the same for its dp ranks).
@@ -807,7 +810,7 @@ double SimReport::backward_s() const {
 nlohmann::ordered_json to_json(const SimReport& r, bool with_trace) {
   nlohmann::ordered_json j = {{"strategy", r.strategy}, {"iteration_s", r.iteration_s}, {"tflops_per_gpu", r.tflops_per_gpu},
                       {"efficiency", r.efficiency}, {"peak_flops_per_s", r.peak_flops_per_s}, {"gpus", r.gpus},
-                      {"dp", r.dp}, {"mp", r.mp}, {"pp", r.pp}, {"ranks_simulated", r.ranks_simulated},
+                      {"dp", r.dp}, {"mp", r.mp}, {"pp", r.pp}, {"virtual_stages", r.virtual_stages}, {"ranks_simulated", r.ranks_simulated},
                       {"nodes_simulated", r.nodes_simulated}, {"full", r.full}, {"activities", r.activities},
                       {"busy_fraction", r.busy_fraction}, {"phase_end_s", r.phase_end_s}};
   for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) j["peak_bytes"][to_string(t)] = r.peak_bytes[size_t(t)];
@@ -836,6 +839,7 @@ SimReport from_json(const nlohmann::json& j) {
   r.dp = j["dp"];
   r.mp = j["mp"];
   r.pp = j.value("pp", 1);
+  r.virtual_stages = j.value("virtual_stages", 1);
   r.ranks_simulated = j["ranks_simulated"];
   r.nodes_simulated = j["nodes_simulated"];
   r.full = j["full"];

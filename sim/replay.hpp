@@ -10,7 +10,8 @@
 //              when all its members have reached it (so a non-owner's broadcast waits for the
 //              owner's fetch) and runs its algorithm's flows step by step. Always used for the
 //              broadcast variant (ZeRO-Offload), whose ranks differ, and for pipeline stages
-//              (config.pp) that do not tile the nodes. A stage's send and its neighbour's receive
+//              (config.pp) that do not tile the nodes. A stage's send and its peer's receive (the next
+//              stage's, or interleaved, the first stage's from the last and back)
 //              meet as one flow between their GPUs.
 //   symmetric  bandwidth-centric partitioning makes every GPU run the same steps at the same time,
 //              so one GPU is replayed with 1/g of each resource its node's g busy GPUs share, and
@@ -56,7 +57,7 @@ struct SimReport {
   double tflops_per_gpu = 0;
   double efficiency = 0;           // achieved / achievable peak
   double peak_flops_per_s = 0;
-  int gpus = 0, dp = 1, mp = 1, pp = 1;
+  int gpus = 0, dp = 1, mp = 1, pp = 1, virtual_stages = 1;
   int ranks_simulated = 0, nodes_simulated = 0;  // GPUs and nodes replayed
   bool full = false;                             // every GPU replayed (else one with its share)
   long activities = 0;

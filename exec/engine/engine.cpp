@@ -93,6 +93,10 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank, int& 
                         "activations; needs bsz x seq x hidden divisible by " + std::to_string(mp));
     if (o.placement.layer_major)
       return make_error(why + "l2l runs one stage's layers for every micro-batch; not with pipeline stages");
+    if (o.config.virtual_stages > 1)
+      return make_error("--virtual-stages " + std::to_string(o.config.virtual_stages) + ": the executor runs one "
+                        "contiguous range of blocks per stage (plain 1F1B); interleaved stages are planned and "
+                        "simulated (memwall simulate, schedule), not run; use --virtual-stages 1");
     if (o.serial)
       return make_error(why + "--serial waits for each send before the next step, but a stage's send completes only "
                         "when its neighbour reaches the matching receive later in its own order; run without --serial");

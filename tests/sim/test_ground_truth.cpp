@@ -99,6 +99,7 @@ struct StageCase {
   int mp, dp, pp;
   Tier optim, ckpt;
   bool ckpt_partitioned = false;  // across the mp ranks, all-gathered over NVLink for the recompute
+  int virtual_stages = 1;         // interleaved: two stages send both ways (activations 0 -> 1 and gradients)
 };
 
 void PrintTo(const StageCase& c, std::ostream* os) { *os << c.name; }
@@ -118,6 +119,7 @@ TEST_P(StageGroundTruth, OneGpuPerStageMatchesEveryGpuReplayed) {
   c.mp = k.mp;
   c.dp = k.dp;
   c.pp = k.pp;
+  c.virtual_stages = k.virtual_stages;
   c.grad_accum = 4;
   Result<SimReport> all = every_gpu(m, pl, c, p);
   ASSERT_TRUE(all.ok()) << all.error();
@@ -136,7 +138,9 @@ INSTANTIATE_TEST_SUITE_P(
                       StageCase{"pp4_mp1_dp2", 1, 2, 4, Tier::gpu, Tier::gpu},
                       StageCase{"pp4_mp2_dp1_ckpt_cpu", 2, 1, 4, Tier::gpu, Tier::cpu},
                       StageCase{"pp2_mp2_dp2_ckpt_cpu_partitioned", 2, 2, 2, Tier::gpu, Tier::cpu, true},
-                      StageCase{"pp4_mp1_dp2_optim_cpu_ckpt_cpu", 1, 2, 4, Tier::cpu, Tier::cpu}),
+                      StageCase{"pp4_mp1_dp2_optim_cpu_ckpt_cpu", 1, 2, 4, Tier::cpu, Tier::cpu},
+                      StageCase{"pp2_mp2_dp2_interleaved2", 2, 2, 2, Tier::gpu, Tier::gpu, false, 2},
+                      StageCase{"pp2_mp1_dp4_optim_cpu_ckpt_cpu_interleaved2", 1, 4, 2, Tier::cpu, Tier::cpu, false, 2}),
     [](const ::testing::TestParamInfo<StageCase>& i) { return i.param.name; });
 
 }  // namespace

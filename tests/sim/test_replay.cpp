@@ -184,6 +184,38 @@ TEST(Replay, PipelineStagesIdleForOneFOneBsBubble) {
     EXPECT_NEAR(t[pp] / t[1], double(micro + pp - 1) / (double(pp) * micro), 0.03) << "pp " << pp;
 }
 
+// Interleaved 1F1B (issue 28, item 3), one GPU per stage: the same pipeline with each stage's
+// blocks in v chunks idles for (p - 1) / v micro-steps' time, so m micro-steps take
+// (m + (p - 1) / v) / (p m) of one GPU's time for them, at v times the activation messages (NVLink
+// here, a small share of a micro-step).
+TEST(Replay, InterleavedStagesDivideTheBubbleByV) {
+  ModelSpec m = *model_from_shape(16, 2048, 16, 1024, 512);  // a small vocabulary: balanced stages
+  HardwareProfile p = *load_profile("dgx2");
+  Placement pl = *preset("data_parallel");
+  const int micro = 8, pp = 4;
+  auto iteration = [&](int stages, int v) {
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.bsz = 1;
+    c.dp = 1;
+    c.pp = stages;
+    c.virtual_stages = v;
+    c.grad_accum = micro;
+    Result<SimReport> r = simulate_isolated(m, pl, c, p, SimOptions{});
+    EXPECT_TRUE(r.ok()) << r.error();
+    if (!r.ok()) return 0.0;
+    EXPECT_FALSE(r->overflow);
+    EXPECT_EQ(r->virtual_stages, v);
+    EXPECT_EQ(r->ranks_simulated, stages);
+    return r->iteration_s;
+  };
+  const double one = iteration(1, 1);
+  for (int v : {1, 2, 4}) {
+    const double t = iteration(pp, v);
+    EXPECT_NEAR(t / one, (micro + double(pp - 1) / v) / (double(pp) * micro), 0.005) << "v " << v;
+  }
+}
+
 // Gradient clipping with stages: the norm's last exchange is over the stages, so the last stage
 // (whose backward ends first under 1F1B) starts its updates only after the first stage's last
 // gradient; without clipping it starts before. The stages meet in one collective, in the replay of
