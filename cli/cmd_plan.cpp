@@ -77,7 +77,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
   nlohmann::ordered_json j = {{"strategy", placement_label(e.candidate.placement)},
                               {"placement", placement_json(e.candidate.placement)},
                               {"bsz", c.bsz}, {"ci", c.ci}, {"tiling_factor", c.tiling_factor}, {"mp", c.mp},
-                              {"dp", c.dp}, {"pp", c.pp}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
+                              {"dp", c.dp}, {"pp", c.pp}, {"virtual_stages", c.virtual_stages}, {"grad_accum", c.grad_accum}, {"global_batch", global_batch(c)},
                               {"prefetch_depth", c.prefetch_depth},
                               {"optimizer_overlap", to_string(c.optimizer_overlap)},
                               {"grad_clip", c.grad_clip},
@@ -106,7 +106,10 @@ std::string config_words(const Evaluated& e) {
   const TrainingConfig& c = e.candidate.config;
   return placement_label(e.candidate.placement) + ", bsz " + format_g(c.bsz) + ", ci " + std::to_string(c.ci) +
          ", tiling " + std::to_string(c.tiling_factor) + ", mp " + std::to_string(c.mp) + ", dp " + std::to_string(c.dp) +
-         (c.pp > 1 ? ", pp " + std::to_string(c.pp) + " (1F1B)" : std::string()) +
+         (c.pp > 1 ? ", pp " + std::to_string(c.pp) +
+                         (c.virtual_stages > 1 ? " (interleaved 1F1B, " + std::to_string(c.virtual_stages) + " chunks each)"
+                                               : std::string(" (1F1B)"))
+                   : std::string()) +
          (c.ep > 1 ? ", ep " + std::to_string(c.ep) + " (experts split, tokens all-to-all)" : std::string()) +
          (c.grad_accum > 1 ? ", grad-accum " + std::to_string(c.grad_accum) : std::string()) +
          (c.optimizer_overlap == OptimizerOverlap::none ? std::string()

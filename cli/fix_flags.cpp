@@ -30,7 +30,7 @@ Result<planner::Fixes> parse_fixes(const std::vector<std::string>& key_values) {
   planner::Fixes f;
   std::map<std::string, std::string> seen;
   const std::string keys =
-      "strategy, param16, grad16, optim32, act_ckpt, fetch, bsz, ci, tiling, mp, pp, ep, prefetch_depth, "
+      "strategy, param16, grad16, optim32, act_ckpt, fetch, bsz, ci, tiling, mp, pp, virtual_stages, ep, prefetch_depth, "
       "optimizer_overlap";
   for (const std::string& kv : key_values) {
     const auto eq = kv.find('=');
@@ -58,11 +58,12 @@ Result<planner::Fixes> parse_fixes(const std::vector<std::string>& key_values) {
         return make_error("--fix bsz: expected a micro-batch per GPU > 0 and at most " + format_g(kMaxBsz) + ", got \"" +
                           value + "\"");
       f.bsz = *b;
-    } else if (key == "ci" || key == "tiling" || key == "mp" || key == "pp" || key == "ep" || key == "prefetch_depth") {
+    } else if (key == "ci" || key == "tiling" || key == "mp" || key == "pp" || key == "virtual_stages" || key == "ep" ||
+               key == "prefetch_depth") {
       const int most = key == "ci"       ? kMaxLayers
                        : key == "tiling" ? kMaxTiling
                        : key == "mp"     ? kMaxMp
-                       : key == "pp"     ? kMaxPp
+                       : key == "pp" || key == "virtual_stages" ? kMaxPp
                        : key == "ep"     ? kMaxExperts
                                          : kMaxPrefetchDepth;
       Result<int> x = parse_int(key, value, key == "prefetch_depth" ? 0 : 1, most);
@@ -71,6 +72,7 @@ Result<planner::Fixes> parse_fixes(const std::vector<std::string>& key_values) {
        : key == "tiling" ? f.tiling
        : key == "mp"     ? f.mp
        : key == "pp"     ? f.pp
+       : key == "virtual_stages" ? f.virtual_stages
        : key == "ep"     ? f.ep
                          : f.prefetch_depth) = *x;
     } else if (key == "optimizer_overlap") {

@@ -278,10 +278,13 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     const bool across = long(k.ep) * k.mp > p.gpus_per_node && p.inter_node_Bps > 0;
     tb.all_to_all_s = transfer_s(m.layers / pp * 6.0 * send * (k.ep - 1) / k.ep, across ? p.inter_node_Bps : p.gpu_gpu_Bps);
   }
-  if (pp > 1) {  // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter)
-    const bool across = dp * mp >= p.gpus_per_node && p.nodes > 1;
+  // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter), once per
+  // chunk when interleaved; the last stage's hop to the first crosses nodes once the job does
+  const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;
+  if (pp > 1) {
+    const bool across = (dp * mp >= p.gpus_per_node || (v > 1 && dp * mp * pp > p.gpus_per_node)) && p.nodes > 1;
     const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;
-    tb.p2p_s = transfer_s(2.0 * 2.0 * k.bsz * double(k.seq) * double(m.hidden) / mp, bw);
+    tb.p2p_s = transfer_s(v * 2.0 * 2.0 * k.bsz * double(k.seq) * double(m.hidden) / mp, bw);
   }
   // Gradient clipping: the norm of this rank's gradient partition, read once where it lives, between
   // the last gradient and the first update (the schedule's grad_norm step)
@@ -305,9 +308,10 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   }
   // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
   // overlap hides it behind the last micro-step's backward only (the gradients are final there),
-  // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides.
+  // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides,
+  // interleaved over v chunks (pp - 1) / v: pipeline_bubble's (pp-1) / (v m + pp - 1) of the step.
   const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s;
-  tb.bubble_s = (pp - 1) * micro_step_s;
+  tb.bubble_s = (pp - 1) * micro_step_s / v;
   if (ga > 1) {
     if (k.optimizer_overlap == OptimizerOverlap::dpu)
       optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;

@@ -46,6 +46,10 @@ Result<SearchSpace> megatron_space(SearchSpace space, const ModelSpec& m) {
   for (int p : s.pp)
     if (m.layers % p == 0) pp.push_back(p);
   s.pp = pp.empty() ? std::vector<int>{1} : pp;
+  std::vector<int> v;  // interleaved: --num-layers-per-virtual-pipeline-stage layers in every chunk
+  for (int x : s.virtual_stages)
+    if (std::all_of(s.pp.begin(), s.pp.end(), [&](int p) { return p == 1 || m.layers % (p * x) == 0; })) v.push_back(x);
+  s.virtual_stages = v.empty() ? std::vector<int>{1} : v;
   std::vector<int> mp;  // transformer_config.py:1446-1450: heads split evenly over the slices
   for (int t : s.mp)
     if (m.heads % t == 0) mp.push_back(t);
@@ -67,10 +71,15 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   if (m.layers % k.pp != 0)
     return make_error("--megatron: " + std::to_string(m.layers) + " layers do not split evenly over " +
                       std::to_string(k.pp) + " pipeline stages (Megatron-LM needs num-layers divisible by them)");
-  const int stage_layers = m.layers / k.pp;
+  const int chunks = k.pp > 1 ? std::max(1, k.virtual_stages) : 1;
+  if (m.layers % (k.pp * chunks) != 0)
+    return make_error("--megatron: " + std::to_string(m.layers) + " layers do not split evenly over " +
+                      std::to_string(k.pp) + " x " + std::to_string(chunks) +
+                      " virtual pipeline stages (Megatron-LM needs num-layers divisible by them)");
+  const int stage_layers = m.layers / k.pp / chunks;
   if (k.ci > stage_layers)
-    return make_error("--megatron: the checkpoint interval " + std::to_string(k.ci) + " is above a stage's " +
-                      std::to_string(stage_layers) + " layers (--recompute-num-layers must be at most that)");
+    return make_error("--megatron: the checkpoint interval " + std::to_string(k.ci) + " is above a " +
+                      std::string(chunks > 1 ? "virtual stage's " : "stage's ") + std::to_string(stage_layers) + " layers (--recompute-num-layers must be at most that)");
   if (precision != "bf16" && precision != "fp16")
     return make_error("--precision: expected bf16 or fp16, got \"" + precision + "\"");
   MegatronExport out;
@@ -113,6 +122,7 @@ Result<MegatronExport> megatron_export(const ModelSpec& m, const Candidate& c, c
   }
   flag("--tensor-model-parallel-size", num(k.mp));
   flag("--pipeline-model-parallel-size", num(k.pp));
+  if (chunks > 1) flag("--num-layers-per-virtual-pipeline-stage", num(m.layers / k.pp / chunks));
   flag("--micro-batch-size", num(micro));
   flag("--global-batch-size", num(micro * k.grad_accum * k.dp));
   // memwall's checkpoint interval: the input of every ci blocks kept, the blocks recomputed

@@ -56,7 +56,7 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
   YAML::Node tn = r.section(root, "", "training");
   r.only_keys(tn, "training",
               {"bsz", "ci", "tiling_factor", "dp", "mp", "prefetch_depth", "optimizer_overlap", "dpu_warmup",
-               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "ep",
+               "optimizer_chunks", "onebit_adam", "attention_density", "grad_accum", "global_batch", "pp", "virtual_stages", "ep",
                "grad_clip", "embedding"});
   TrainingConfig& c = plan.candidate.config;
   c.seq = m.seq;
@@ -70,9 +70,10 @@ Plan read_plan(const YamlReader& r, const HardwareProfile* profile) {
     r.fail(tn["embedding"], "training.embedding", "expected sliced (by vocabulary over mp) or replicated, got \"" +
                                                        embedding + "\"");
   c.embedding_replicated = embedding == "replicated";
-c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
+  c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPrefetchDepth, 3));
   c.grad_accum = int(r.integer_or(tn, "training", "grad_accum", 1, kMaxGradAccum, 1));
   c.pp = int(r.integer_or(tn, "training", "pp", 1, std::min(kMaxPp, m.layers), 1));
+  c.virtual_stages = int(r.integer_or(tn, "training", "virtual_stages", 1, std::max(1, m.layers / c.pp), 1));
   c.ep = int(r.integer_or(tn, "training", "ep", 1, kMaxExperts, 1));
   if (c.ep > 1 && (!m.is_moe() || m.moe.experts % c.ep != 0 || c.dp % c.ep != 0))
     r.fail(tn["ep"], "training.ep",
@@ -97,7 +98,7 @@ c.prefetch_depth = int(r.integer_or(tn, "training", "prefetch_depth", 0, kMaxPre
     if (Result<bool> ok = check_optimizer_overlap(pl, c.optimizer_overlap, c.grad_clip); !ok)
       r.fail(tn["optimizer_overlap"], "training.optimizer_overlap", ok.error());
   }
-c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
+  c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
   c.what_if.attention_density = r.positive_number_or(tn, "training", "attention_density", 1.0, 1.0);
   const long gpus = long(c.dp) * c.mp * c.pp;
   if (gpus != plan.gpus)
@@ -110,12 +111,18 @@ c.what_if.onebit_adam = r.boolean_or(tn, "training", "onebit_adam", false);
   if (Result<TrainingConfig> ok = validate(c, m.layers); !ok) {
     const std::string& e = ok.error();
     const bool depth = e.starts_with("--prefetch-depth"), tiling = e.starts_with("--tiling"),
-               accum = e.starts_with("--grad-accum");
+               accum = e.starts_with("--grad-accum"), chunks = e.starts_with("--virtual-stages");
     const std::string field = depth    ? "training.prefetch_depth"
                               : tiling ? "training.tiling_factor"
                               : accum  ? "training.grad_accum"
+                              : chunks ? "training.virtual_stages"
                                        : "model.layers";
-    r.fail(depth ? tn["prefetch_depth"] : tiling ? tn["tiling_factor"] : accum ? tn["grad_accum"] : mn["layers"], field,
+    r.fail(depth    ? tn["prefetch_depth"]
+           : tiling ? tn["tiling_factor"]
+           : accum  ? tn["grad_accum"]
+           : chunks ? tn["virtual_stages"]
+                    : mn["layers"],
+           field,
            e.substr(e.find(": ") + 2));
   }
 
@@ -193,7 +200,10 @@ std::string plan_yaml(const Plan& plan) {
     << "  mp: " << c.mp << "\n"
     << (c.mp > 1 && c.embedding_replicated ? "  embedding: replicated   # whole on every mp rank (memwall run's)\n"
                                            : std::string())
-<< "  pp: " << c.pp << "                # pipeline stages\n"
+    << "  pp: " << c.pp << "                # pipeline stages\n"
+    << (c.virtual_stages > 1 ? "  virtual_stages: " + std::to_string(c.virtual_stages) +
+                                   "    # interleaved 1F1B: chunks of blocks per stage\n"
+                             : std::string())
     << (c.ep > 1 ? "  ep: " + std::to_string(c.ep) + "                # expert parallelism: experts split over ep dp ranks\n"
                  : std::string())
     << "  prefetch_depth: " << c.prefetch_depth << "\n"

@@ -20,8 +20,11 @@ Result<MemorySizes> sizes_of(const SizesFn& sizes, const Candidate& c) {
 // micro-batches are in flight as ever will be): every later one repeats the buffers of the one
 // before from the same state (tests/model/test_grad_accum.cpp holds the peaks equal), and a
 // schedule of hundreds of micro-steps would be refused for its size rather than for its memory.
+// Interleaved over v chunks, the first stage runs 2 (pp - 1) + (v - 1) pp forwards before its first
+// backward: 2 pp micro-steps (a multiple of pp, as interleaving needs) reach every pass in flight.
 Candidate memory_checked(Candidate c) {
-  c.config.grad_accum = std::min(c.config.grad_accum, std::max(2, c.config.pp + 1));
+  c.config.grad_accum =
+      std::min(c.config.grad_accum, c.config.virtual_stages > 1 ? 2 * c.config.pp : std::max(2, c.config.pp + 1));
   return c;
 }
 

@@ -29,7 +29,7 @@ std::string candidate_key(const Candidate& c) {
   const TrainingConfig& k = c.config;
   return key_of(c.placement) + "|" + format_g(k.bsz) + "/" + std::to_string(k.seq) + "/" + std::to_string(k.ci) + "/" +
          std::to_string(k.tiling_factor) + "/" + std::to_string(k.dp) + "/" + std::to_string(k.mp) + "/" +
-         std::to_string(k.pp) + "/" + std::to_string(k.ep) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
+         std::to_string(k.pp) + "/" + std::to_string(k.virtual_stages) + "/" + std::to_string(k.ep) + "/" + std::to_string(k.grad_accum) + "/" + std::to_string(k.micro_batches) + "/" +
          std::to_string(k.prefetch_depth) + "/" + std::to_string(k.optimizer_chunks) + "/" +
          to_string(k.optimizer_overlap) + "/" + std::to_string(k.dpu_warmup) + "/" + format_g(k.what_if.attention_density) +
          (k.what_if.onebit_adam ? "/1bit" : "") + (k.grad_clip > 0 ? "/clip" + format_g(k.grad_clip) : "");
@@ -50,6 +50,7 @@ std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
   // tensor slicing and pipeline stages run, the embedding whole on every slice
   s.executor = true;
   narrow(s.ep, fixes.ep, "ep");
+  narrow(s.virtual_stages, fixes.virtual_stages, "virtual stages");
   return dropped;
 }
 
@@ -60,7 +61,8 @@ size_t SearchSpace::size() const {
     for (OptimizerOverlap ov : overlaps) allowed += check_optimizer_overlap(p, ov, grad_clip).ok();
     const size_t mps = p.act_ckpt.partitioned ? size_t(std::count_if(mp.begin(), mp.end(), [](int x) { return x > 1; }))
                                               : mp.size();
-    n += (p.param16.partitioned ? tiling.size() : 1) * allowed * (pipeline_allowed(p) ? pp.size() : 1) * mps;
+    n += (p.param16.partitioned ? tiling.size() : 1) * allowed *
+         (pipeline_allowed(p) ? pp.size() * virtual_stages.size() : 1) * mps;
   }
   return n * bsz.size() * ci.size() * ep.size();
 }
@@ -194,6 +196,18 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
   } else if (fx.strategy == "three_d") {  // 3D parallelism: tensor slicing, pipeline and data
     s.pp.clear();
     for (int pp = 1; pp <= m.layers && p.total_gpus() % pp == 0; pp *= 2) s.pp.push_back(pp);
+  }
+  // ---- virtual stages: interleaved 1F1B over 1, 2 or 4 chunks per stage where pp > 1 ----
+  if (fx.virtual_stages) {
+    if (*fx.virtual_stages > 1 && std::none_of(s.pp.begin(), s.pp.end(), [&](int pp) {
+          return pp > 1 && long(pp) * *fx.virtual_stages <= m.layers;
+        }))
+      return make_error("--fix virtual_stages=" + std::to_string(*fx.virtual_stages) +
+                        ": interleaving needs pipeline stages (--fix pp=N, N > 1, or strategy=three_d) with at least one "
+                        "of the model's " + std::to_string(m.layers) + " blocks per chunk");
+    s.virtual_stages = {*fx.virtual_stages};
+  } else if (std::any_of(s.pp.begin(), s.pp.end(), [](int pp) { return pp > 1; })) {
+    s.virtual_stages = {1, 2, 4};
   }
   // Pipelines keep the checkpoints of their micro-batches in flight: where pipeline stages are
   // searched, the placements that allow them also come with their checkpoints partitioned across
@@ -365,8 +379,9 @@ std::string global_batch_words(const TrainingConfig& c, bool fixed, const Hardwa
 namespace {
 
 std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfile& p, double bsz, int ci, int tiling,
-                                         int mp, int pp, int ep, int depth, const WhatIf& what_if,
+                                         int mp, int pp, int v, int ep, int depth, const WhatIf& what_if,
                                          std::optional<long> global) {
+  if (v > 1 && (pp < 2 || long(pp) * v > m.layers)) return std::nullopt;
   TrainingConfig c;
   c.ep = ep;
   c.what_if = what_if;
@@ -376,6 +391,7 @@ std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfi
   c.tiling_factor = tiling;
   c.mp = mp;
   c.pp = pp;
+  c.virtual_stages = v;
   c.dp = p.total_gpus() / (mp * pp);
   c.prefetch_depth = depth;
   if (c.dp < 1) return std::nullopt;
@@ -386,6 +402,7 @@ std::optional<TrainingConfig> config_for(const ModelSpec& m, const HardwareProfi
     std::tie(c.dp, c.grad_accum) = *split;
   }
   if (c.dp % ep != 0) return std::nullopt;
+  if (v > 1 && c.grad_accum % pp != 0) return std::nullopt;  // interleaved: groups of pp micro-batches
   return c;
 }
 
@@ -454,6 +471,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     const std::vector<int>& stages = pipeline_allowed(pl) ? space.pp : untiled;
     for (int mp : space.mp)
       for (int pp : stages)
+      for (int v : pipeline_allowed(pl) ? space.virtual_stages : untiled)
       for (int ep : space.ep)
       if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
 if (ep_allowed(pl, ep))
@@ -468,7 +486,7 @@ if (ep_allowed(pl, ep))
             std::vector<Evaluated> row;
             for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
               std::optional<TrainingConfig> k =
-                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, ep, space.prefetch_depth, space.what_if, space.global_batch);
+                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, v, ep, space.prefetch_depth, space.what_if, space.global_batch);
               if (!k) continue;  // bsz does not divide the global batch
               k->grad_clip = space.grad_clip;
               k->embedding_replicated = space.executor && mp > 1;

@@ -26,7 +26,7 @@ struct Fixes {
   std::map<State, Tier> tiers;
   std::optional<ParamFetch> fetch;
   std::optional<double> bsz;
-  std::optional<int> ci, tiling, mp, pp, ep, prefetch_depth;
+  std::optional<int> ci, tiling, mp, pp, virtual_stages, ep, prefetch_depth;
   std::optional<OptimizerOverlap> overlap;  // optimizer_overlap=none|backward|dpu
 };
 
@@ -40,6 +40,9 @@ struct SearchSpace {
   // pipelines with ZeRO stage 0 or 1 only); the others use 1. Without a global batch a pipeline
   // runs kPipelineMicroBatchesPerStage x pp micro-batches (1F1B's bubble then (pp-1)/(5 pp - 1)).
   std::vector<int> pp = {1};
+  // Interleaved 1F1B's chunks per stage (TrainingConfig::virtual_stages), tried with every pp > 1 that
+  // leaves each chunk a block and grad_accum a multiple of pp; 1 for the executor, which runs plain 1F1B.
+  std::vector<int> virtual_stages = {1};
   // Expert parallelism, for a mixture of experts: each degree that divides its experts (and the
   // candidate's dp, and is allowed with its placement: check_expert_parallel); 1 otherwise.
   std::vector<int> ep = {1};
@@ -55,7 +58,7 @@ struct SearchSpace {
   // Plans for `memwall run` (narrow_to_executor): a sliced candidate's embedding is whole on every
   // mp rank (TrainingConfig::embedding_replicated).
   bool executor = false;
-  size_t size() const; // candidates in the space (placement x bsz x ci x tiling x mp x pp)
+  size_t size() const;  // candidates in the space (placement x bsz x ci x tiling x mp x pp x v)
 };
 
 // Every valid (placement x act_ckpt tier x fetch) combination, then the fixes applied; errors

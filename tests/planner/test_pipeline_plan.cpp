@@ -98,6 +98,49 @@ TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {
   EXPECT_FALSE(make_space(m, p, fx).ok());
 }
 
+// Interleaved 1F1B (issue 28, item 3): the bubble shrinks to (p-1)/(v m+p-1) of the iteration at v
+// times the stage-to-stage traffic; the 3D search tries 1, 2 and 4 chunks, checks every stage of the
+// chosen one against its schedule, and plan files carry them.
+TEST(PipelinePlan, InterleavedStagesDivideTheBubbleAtVTimesTheTraffic) {
+  const HardwareProfile p = *load_profile("dgx2");
+  const ModelSpec m = *load_model("table1-10B");
+  for (int v : {1, 2, 5})
+    for (int mb : {4, 16}) {
+      SCOPED_TRACE("v " + std::to_string(v) + " m " + std::to_string(mb));
+      Candidate c = three_d(m, 4, 4, 1, mb);
+      c.config.virtual_stages = v;
+      const TimeBreakdown t = estimate_time(m, c, p);
+      EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(4, mb, v), 1e-9);
+      const TimeBreakdown plain = estimate_time(m, three_d(m, 4, 4, 1, mb), p);
+      EXPECT_NEAR(t.p2p_s, v * plain.p2p_s, 1e-9 * t.p2p_s);
+      EXPECT_DOUBLE_EQ(t.compute_s, plain.compute_s);
+    }
+  Fixes fx;
+  fx.strategy = "three_d";
+  const SearchSpace space = *make_space(m, p, fx);
+  EXPECT_EQ(space.virtual_stages, (std::vector<int>{1, 2, 4}));
+  const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
+  ASSERT_TRUE(rec.fits()) << rec.shortfall;
+  const TrainingConfig& k = rec.chosen->candidate.config;
+  EXPECT_GT(k.virtual_stages, 1);  // a smaller bubble for a few more messages over NVSwitch
+  EXPECT_EQ(k.grad_accum % k.pp, 0);
+  for (int s = 0; s < k.pp; ++s) {
+    Result<Schedule> st = build_schedule(m, rec.chosen->candidate.placement, k, p, 0, MemorySizes{}, s);
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_FALSE(st->overflow.has_value()) << "stage " << s << ": " << st->overflow->message;
+  }
+  // a plan for memwall run keeps plain 1F1B (the executor runs one range of blocks per stage)
+  SearchSpace run_space = space;
+  EXPECT_NE(narrow_to_executor(run_space, fx).find("virtual stages 2, 4"), std::string::npos);
+  EXPECT_EQ(run_space.virtual_stages, (std::vector<int>{1}));
+  fx.strategy = "zero3";
+  fx.virtual_stages = 2;
+  Result<SearchSpace> bad = make_space(m, p, fx);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("--fix virtual_stages=2: interleaving needs pipeline stages"), std::string::npos)
+      << bad.error();
+}
+
 TEST(PipelinePlan, PlanFilesCarryTheStages) {
   Plan a;
   a.profile = "dgx2";
@@ -110,6 +153,17 @@ TEST(PipelinePlan, PlanFilesCarryTheStages) {
   Result<Plan> b = parse_plan(plan_yaml(a), "plan.yaml", &p);
   ASSERT_TRUE(b.ok()) << b.error();
   EXPECT_EQ(b->candidate.config.pp, 4);
+  EXPECT_EQ(b->candidate.config.virtual_stages, 1);
+  a.candidate.config.virtual_stages = 2;
+  Result<Plan> v = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_TRUE(v.ok()) << v.error();
+  EXPECT_EQ(v->candidate.config.virtual_stages, 2);
+  a.candidate.config.grad_accum = 6;  // interleaving takes micro-batches in groups of pp
+  Result<Plan> g = parse_plan(plan_yaml(a), "plan.yaml", &p);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().find("training.grad_accum"), std::string::npos) << g.error();
+  a.candidate.config.grad_accum = 16;
+  a.candidate.config.virtual_stages = 1;
   a.gpus = 4;  // dp x mp without the stages
   Result<Plan> e = parse_plan(plan_yaml(a), "plan.yaml", &p);
   ASSERT_FALSE(e.ok());
