@@ -222,7 +222,7 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--virtual-stages", config.virtual_stages, 1, kMaxPp,
           "Interleaved 1F1B (Megatron-LM's virtual pipeline): each of the --pp stages holds this many chunks\n"
           "of blocks, chunk k of stage s the (k pp + s)-th of pp x v; the bubble shrinks to (pp-1)/(v m+pp-1)\n"
-          "at v times the activation messages; --grad-accum a multiple of pp; schedule, simulate (run: 1)");
+          "at v times the activation messages; --grad-accum a multiple of pp");
   add_int(app, "--grad-accum", config.grad_accum, 1, kMaxGradAccum,
           "Gradient accumulation: forward/backward micro-steps per optimizer step (global batch =\n"
           "bsz x grad-accum x dp); the optimizer runs once per step");

@@ -170,7 +170,7 @@ Command add_run(CLI::App& app) {
                           : "")
                   << (o.config.grad_clip > 0 ? ", gradients clipped at norm " + format_g(o.config.grad_clip) : "")
                   << ", seed " << rc.seed << "\n  strategy " << s.strategy << " on " << profile.name << ", "
-                  << layout_words(engine->ranks(), s.config.mp, s.config.pp)
+                  << layout_words(engine->ranks(), s.config.mp, s.config.pp, s.config.virtual_stages)
                   << (s.grad_accum > 1 ? ", grad-accum " + std::to_string(s.grad_accum) : "")
                   << (engine->ranks() * s.config.mp * s.config.pp > 1 ? " (mpirun ranks, " : " (") << "global batch "
                   << engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks() << "): backend "
@@ -335,6 +335,7 @@ Command add_run(CLI::App& app) {
                   {"dp", engine->ranks()},
                   {"mp", s.config.mp},
                   {"pp", s.config.pp},
+                  {"virtual_stages", s.config.pp > 1 ? std::max(1, s.config.virtual_stages) : 1},
                   {"grad_accum", std::max(1, s.grad_accum)},
                   {"grad_clip", o.config.grad_clip},
                   {"global_batch", engine->micro_batches_per_iteration() * o.config.bsz * engine->ranks()},

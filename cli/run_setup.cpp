@@ -57,7 +57,7 @@ void RunInputs::add(CLI::App& sub, const std::string& steps_help) {
       ->default_str("");
   // Planned and simulated, not executed: refused with the reason when given, so not offered here
   // (the subcommand's description names them).
-  for (const char* hidden : {"--ep", "--virtual-stages", "--onebit-adam", "--onebit-adam-warmup", "--attention-density"})
+  for (const char* hidden : {"--ep", "--onebit-adam", "--onebit-adam-warmup", "--attention-density"})
     sub.get_option(hidden)->group("");
   sub.add_option("--nvme-dir", nvme_dir, "Folder for the swap files of states placed on nvme (checked for room)");
   add_int(sub, "--steps", steps, 1, 1000000000, steps_help);

@@ -50,7 +50,6 @@ std::string narrow_to_executor(SearchSpace& s, const Fixes& fixes) {
   // tensor slicing and pipeline stages run, the embedding whole on every slice
   s.executor = true;
   narrow(s.ep, fixes.ep, "ep");
-  narrow(s.virtual_stages, fixes.virtual_stages, "virtual stages");
   return dropped;
 }
 

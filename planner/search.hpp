@@ -41,7 +41,7 @@ struct SearchSpace {
   // runs kPipelineMicroBatchesPerStage x pp micro-batches (1F1B's bubble then (pp-1)/(5 pp - 1)).
   std::vector<int> pp = {1};
   // Interleaved 1F1B's chunks per stage (TrainingConfig::virtual_stages), tried with every pp > 1 that
-  // leaves each chunk a block and grad_accum a multiple of pp; 1 for the executor, which runs plain 1F1B.
+  // leaves each chunk a block and grad_accum a multiple of pp.
   std::vector<int> virtual_stages = {1};
   // Expert parallelism, for a mixture of experts: each degree that divides its experts (and the
   // candidate's dp, and is allowed with its placement: check_expert_parallel); 1 otherwise.

@@ -72,7 +72,8 @@ Result<std::vector<char>> read_whole(const std::string& path) {
   return out;
 }
 
-// What a checkpoint must match to be resumed by a run: the model, placement, dp, mp, pp, precision, tiling.
+// What a checkpoint must match to be resumed by a run: the model, placement, dp, mp, pp (and its
+// chunks per stage: a stage's units follow them), precision, tiling.
 nlohmann::ordered_json identity(const EngineContext& e) {
   nlohmann::ordered_json place = nlohmann::ordered_json::object();
   for (State st : {State::param16, State::grad16, State::optim32})
@@ -82,6 +83,7 @@ nlohmann::ordered_json identity(const EngineContext& e) {
                                 {"heads", e.o.model.heads},          {"seq", e.o.model.max_seq},
                                 {"vocab", e.o.model.vocab},          {"dp", e.dp},
                                 {"mp", e.mp},                        {"pp", e.pp},
+                                {"virtual_stages", e.pp > 1 ? std::max(1, e.o.config.virtual_stages) : 1},
                                 {"precision", std::string(adam::dtype_name(e.o.precision))},
                                 {"tiling_factor", e.o.config.tiling_factor}, {"placement", place}};
   // the block's kind beyond the paper's GPT (absent for it, so its checkpoints read as before)
@@ -240,13 +242,15 @@ Result<RunPosition> resume_checkpoint(EngineContext& e, const std::string& dir) 
   if (Result<bool> ok = check_manifest(m, mpath, name, at, adam_step); !ok) return make_error(ok.error());
   const nlohmann::json mine = nlohmann::json::parse(identity(e).dump());
   for (auto it = mine.begin(); it != mine.end(); ++it) {
-    // checkpoints from before tensor slicing ran have no mp: they are mp 1's
+    // checkpoints from before tensor slicing (pipelines, interleaving) ran have no mp (pp,
+    // virtual_stages): they are 1's
+    const bool one = it.key() == "mp" || it.key() == "pp" || it.key() == "virtual_stages";
     const nlohmann::json theirs = m["run"].contains(it.key()) ? m["run"][it.key()]
-                                  : it.key() == "mp" || it.key() == "pp" ? nlohmann::json(1)
+                                  : one                       ? nlohmann::json(1)
                                                               : nlohmann::json();
     if (theirs != it.value())
       return make_error(mpath + ": run." + it.key() + ": the checkpoint has " + theirs.dump() + ", this run " +
-                        it.value().dump() + " (resume with the same model, placement, dp, mp, pp, precision and tiling: " +
+                        it.value().dump() + " (resume with the same model, placement, dp, mp, pp, virtual stages, precision and tiling: " +
                         "each rank's files hold its own slice and shard)");
   }
   if (m["files"].size() != std::size_t(2 * e.world))

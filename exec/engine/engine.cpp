@@ -29,7 +29,7 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   // every mp rank's slice has the same shapes: rank 0's
   z.workspace_bytes = double(GptOps::workspace_bytes(mp_slice(model, std::max(1, config.mp), 0), int(config.bsz),
                                                      int(config.seq), config.ci, micro_batches, config.tiling_factor,
-                                                     config.pp > 1));
+                                                     config.pp > 1 ? std::max(1, config.virtual_stages) : 0));
   z.host_align_bytes = double(io::kIoAlignment);  // O_DIRECT: the pinned buffers NVMe reads and writes
   z.device_align_bytes = 256;                     // what the kernels and copies expect
   return z;
@@ -93,10 +93,6 @@ Result<bool> normalise(EngineOptions& o, int& rank, int& dp, int& mp_rank, int& 
                         "activations; needs bsz x seq x hidden divisible by " + std::to_string(mp));
     if (o.placement.layer_major)
       return make_error(why + "l2l runs one stage's layers for every micro-batch; not with pipeline stages");
-    if (o.config.virtual_stages > 1)
-      return make_error("--virtual-stages " + std::to_string(o.config.virtual_stages) + ": the executor runs one "
-                        "contiguous range of blocks per stage (plain 1F1B); interleaved stages are planned and "
-                        "simulated (memwall simulate, schedule), not run; use --virtual-stages 1");
     if (o.serial)
       return make_error(why + "--serial waits for each send before the next step, but a stage's send completes only "
                         "when its neighbour reaches the matching receive later in its own order; run without --serial");
@@ -466,11 +462,12 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
   Result<std::unique_ptr<GptOps>> g =
       GptOps::create(*e.be, e.slice, int(e.o.config.bsz), int(e.o.config.seq), e.o.config.ci, micro_batches,
                      e.o.config.tiling_factor, e.tiers.buffer(e.plan.schedule, ws),
-                     std::size_t(e.plan.schedule.sizes.workspace_bytes), e.pp > 1);
+                     std::size_t(e.plan.schedule.sizes.workspace_bytes),
+                     e.pp > 1 ? std::max(1, e.o.config.virtual_stages) : 0);
   if (!g) return make_error(g.error());
   e.gpt = std::move(g).value();
-  const StageBlocks sb = stage_blocks(e.o.model.layers, e.pp, e.stage);
-  e.gpt->set_stage(sb.first, sb.last);
+  e.chunks = stage_chunks(e.o.model.layers, e.pp, std::max(1, e.o.config.virtual_stages), e.stage);
+  if (e.pp > 1) e.gpt->set_stage(e.chunks);
   Result<Stream> s1 = e.k().stream_create(e.cx()), s2 = e.k().stream_create(e.cx());
   if (!s1 || !s2) return make_error("backend: cannot create copy streams");
   e.h2d = *s1;

@@ -193,13 +193,17 @@ Result<Token> compute(EngineContext& e, const Step& s) {
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->tokens(c.micro_batch), e.batch_tokens + at, per_mb * sizeof(int));
   if (fresh_forward && op.role == OpRole::lm_head)
     e.k().copy_h2d_async(e.cx(), 0, e.gpt->targets(c.micro_batch), e.batch_targets + at, per_mb * sizeof(int));
-  // a pipeline stage's backward starts from the next stage's input gradient and ends with its own
-  const StageBlocks sb = stage_blocks(e.o.model.layers, e.pp, e.stage);
-  if (backward && e.stage < e.pp - 1 && op.role == OpRole::residual2 && op.block == sb.last - 1)
-    e.gpt->take_stage_grad(c.micro_batch);
+  // a chunk's backward starts from the next chunk's input gradient (the stage after's) and ends with
+  // its own, but for the pipeline's last and first block
+  const int chunk = op.block >= 0 ? e.gpt->chunk_of(op.block) : 0;
+  const StageBlocks cb = op.block >= 0 ? e.chunks[std::size_t(chunk)] : StageBlocks{};
+  if (backward && e.pp > 1 && op.role == OpRole::residual2 && op.block == cb.last - 1 &&
+      op.block != e.o.model.layers - 1)
+    e.gpt->take_stage_grad(c.micro_batch, chunk);
   if (backward) e.gpt->backward(c);
   else e.gpt->forward(c);
-  if (backward && e.stage > 0 && op.role == OpRole::ln1 && op.block == sb.first) e.gpt->give_stage_grad(c.micro_batch);
+  if (backward && e.pp > 1 && op.role == OpRole::ln1 && op.block == cb.first && op.block > 0)
+    e.gpt->give_stage_grad(c.micro_batch, chunk);
   if (fresh_forward && op.role == OpRole::lm_head)  // its losses, before a later micro-step overwrites them
     e.k().copy_d2h_async(e.cx(), 0, e.step_losses.data() + at, e.gpt->losses(c.micro_batch), per_mb * sizeof(float));
   if (backward && mixed && grad_target)
@@ -613,8 +617,13 @@ Result<Token> p2p(EngineContext& e, const Step& s) {
   const bool gather = s.hop == Hop::mp;
   if (!e.pp_coll || (gather && !e.mp_coll)) return make_error("internal error: a pipeline message without its group");
   const bool recv = gather || s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
-  float* buf = fwd ? (recv ? e.gpt->stage_input() : e.gpt->stage_output())
-                   : (recv ? e.gpt->stage_grad_input() : e.gpt->stage_grad_output());
+  // the chunk the message belongs to: a forward receive and a backward send name its first block, a
+  // forward send and a backward receive the block after its last
+  int k = 0;
+  for (std::size_t i = 0; i < e.chunks.size(); ++i)
+    if ((fwd == recv ? e.chunks[i].first : e.chunks[i].last) == s.block) k = int(i);
+  float* buf = fwd ? (recv ? e.gpt->stage_input(k) : e.gpt->stage_output(k))
+                   : (recv ? e.gpt->stage_grad_input(k) : e.gpt->stage_grad_output(k));
   const std::size_t part = e.gpt->stream_elems() / std::size_t(e.mp);
   if (gather) return collective_token(e.mp_coll->all_gather(buf, part, part, adam::DType::fp32));
   float* mine = buf + std::size_t(e.mp_rank) * part;

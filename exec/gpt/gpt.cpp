@@ -353,12 +353,12 @@ struct GptOps::Layout {
 
   // Walks every buffer in a fixed order; `take(floats)` returns where it goes (or counts it).
   template <typename Take>
-  void carve(std::vector<MicroBatch>& mb, float*& wstage, float*& gstage, std::array<float*, 4>& io, bool pipeline,
+  void carve(std::vector<MicroBatch>& mb, float*& wstage, float*& gstage, std::vector<float*>& io, int chunks,
              Take take) const {
     wstage = take(staging);
     gstage = take(staging);
-    if (pipeline)
-      for (float*& p : io) p = take(BT * C);
+    io.assign(4 * std::size_t(std::max(0, chunks)), nullptr);
+    for (float*& p : io) p = take(BT * C);
     mb.resize(std::size_t(mbs));
     for (MicroBatch& m : mb) {
       m.tokens = reinterpret_cast<int*>(take(BT));
@@ -393,13 +393,13 @@ std::size_t aligned(std::size_t floats) { return (floats * sizeof(float) + kAlig
 }  // namespace
 
 std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles,
-                                    bool pipeline) {
+                                    int pipeline_chunks) {
   Layout l(cfg, B, T, ci, micro_batches, tiles);
   std::size_t total = 0;
   std::vector<MicroBatch> mb;
   float *w = nullptr, *g = nullptr;
-  std::array<float*, 4> io{};
-  l.carve(mb, w, g, io, pipeline, [&](std::size_t n) -> float* {
+  std::vector<float*> io;
+  l.carve(mb, w, g, io, pipeline_chunks, [&](std::size_t n) -> float* {
     total += aligned(n);
     return nullptr;
   });
@@ -408,7 +408,7 @@ std::size_t GptOps::workspace_bytes(const GptConfig& cfg, int B, int T, int ci, 
 
 Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig& cfg, int B, int T, int ci,
                                                int micro_batches, int tiles, void* workspace, std::size_t bytes,
-                                               bool pipeline) {
+                                               int pipeline_chunks) {
   if (cfg.layers < 1 || cfg.hidden < 1 || cfg.heads < 1 || cfg.hidden % cfg.heads != 0)
     return make_error("hidden (" + std::to_string(cfg.hidden) + ") must be a positive multiple of heads (" +
                       std::to_string(cfg.heads) + ")");
@@ -423,7 +423,7 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
     if (g.linear && tiles > 1 && g.out_features % tiles != 0)
       return make_error("tiling " + std::to_string(tiles) + " must divide the output features of every linear layer (" +
                         g.name + " has " + std::to_string(g.out_features) + ")");
-  const std::size_t need = workspace_bytes(cfg, B, T, ci, micro_batches, tiles, pipeline);
+  const std::size_t need = workspace_bytes(cfg, B, T, ci, micro_batches, tiles, pipeline_chunks);
   if (bytes < need || reinterpret_cast<std::uintptr_t>(workspace) % kAlign != 0)
     return make_error("GPT workspace: " + std::to_string(need) + " bytes aligned to " + std::to_string(kAlign) +
                       " needed, got " + std::to_string(bytes));
@@ -432,7 +432,7 @@ Result<std::unique_ptr<GptOps>> GptOps::create(Backend& backend, const GptConfig
   for (const BlockParamOp& op : block_param_ops(gpt_model_spec(cfg))) g->role_bias_[std::size_t(op.role)] = op.bias > 0;
   Layout l(cfg, B, T, ci, micro_batches, tiles);
   char* at = static_cast<char*>(workspace);
-  l.carve(g->mb_, g->weight_staging_, g->grad_staging_, g->io_, pipeline, [&](std::size_t n) {
+  l.carve(g->mb_, g->weight_staging_, g->grad_staging_, g->io_, pipeline_chunks, [&](std::size_t n) {
     float* p = reinterpret_cast<float*>(at);
     at += aligned(n);
     return p;
@@ -447,23 +447,34 @@ const float* GptOps::block_input(int b, int u) const { return block_in(b, u, fal
 
 const float* GptOps::block_in(int b, int u, bool recompute) const {
   const MicroBatch& m = mb_[std::size_t(u)];
-  if (!recompute) return b == first_block_ && first_block_ > 0 && io_[0] ? io_[0] : m.stream[b % 2];  // a later stage: what it received
-  const int rel = b - first_block_;
+  // a chunk after the pipeline's first: what it received
+  if (!recompute) return staged() && b == first_of(b) && b > 0 ? io_[4 * std::size_t(chunk_of(b))] : m.stream[b % 2];
+  const int rel = b - first_of(b);
   if (rel % ci_ == 0) return m.segment_input;                  // the loaded checkpoint
   return m.ws[std::size_t((rel - 1) % ci_)].res3;              // the previous block of the segment
 }
 
 float* GptOps::block_out(int b, int u, bool recompute) {
   MicroBatch& m = mb_[std::size_t(u)];
-  if (recompute) return m.ws[std::size_t((b - first_block_) % ci_)].res3;
-  return b == last_block_ - 1 && b != cfg_.layers - 1 && io_[1] ? io_[1] : m.stream[(b + 1) % 2];  // to the next stage
+  if (recompute) return m.ws[std::size_t((b - first_of(b)) % ci_)].res3;
+  // a chunk before the pipeline's last: to the stage after
+  if (staged() && b == last_of(b) - 1 && b != cfg_.layers - 1) return io_[4 * std::size_t(chunk_of(b)) + 1];
+  return m.stream[(b + 1) % 2];
 }
 
-void GptOps::take_stage_grad(int u) {
-  be_.ops().copy_d2d_async(be_.ctx(), 0, mb_[std::size_t(u)].dx, io_[2], std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
+int GptOps::chunk_of(int b) const {
+  for (std::size_t k = 0; k < chunks_.size(); ++k)
+    if (b >= chunks_[k].first && b < chunks_[k].last) return int(k);
+  return 0;
 }
-void GptOps::give_stage_grad(int u) {
-  be_.ops().copy_d2d_async(be_.ctx(), 0, io_[3], mb_[std::size_t(u)].dx, std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
+
+void GptOps::take_stage_grad(int u, int k) {
+  be_.ops().copy_d2d_async(be_.ctx(), 0, mb_[std::size_t(u)].dx, stage_grad_input(k),
+                           std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
+}
+void GptOps::give_stage_grad(int u, int k) {
+  be_.ops().copy_d2d_async(be_.ctx(), 0, stage_grad_output(k), mb_[std::size_t(u)].dx,
+                           std::size_t(B_) * T_ * cfg_.hidden * sizeof(float));
 }
 
 // A linear operator, or one tile of its output columns: out (BT, OC) columns [o0, o0 + OCt).

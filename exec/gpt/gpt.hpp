@@ -28,6 +28,7 @@
 
 #include "exec/backend/backend.hpp"
 #include "model/model_spec.hpp"
+#include "model/training_config.hpp"
 #include "model/operator_graph.hpp"
 #include "model/result.hpp"
 
@@ -153,29 +154,33 @@ class GptOps {
   // 256-byte aligned pieces. l2l's `micro_batches` each keep their tokens, residual stream, head
   // and gradient stream; they share one segment's activations and the backward scratch, since the
   // schedule runs one micro-batch through a block (or a segment) at a time (seed 002, Sec. 2.2).
-  // `pipeline`: four (B, T, C) buffers more, a pipeline stage's input and output activations and
-  // their gradients (set_stage).
+  // `pipeline_chunks` (a pipeline stage's chunks of blocks; 0 without stages): four (B, T, C) buffers
+  // more per chunk, its input and output activations and their gradients (set_stage).
   static std::size_t workspace_bytes(const GptConfig& cfg, int B, int T, int ci, int micro_batches, int tiles,
-                                     bool pipeline = false);
+                                     int pipeline_chunks = 0);
   // Carves `workspace` (device memory of workspace_bytes(...), owned by the caller, alive as long
   // as this object) into activation buffers.
   static Result<std::unique_ptr<GptOps>> create(Backend& backend, const GptConfig& cfg, int B, int T, int ci,
                                                 int micro_batches, int tiles, void* workspace, std::size_t bytes,
-                                                bool pipeline = false);
+                                                int pipeline_chunks = 0);
 
-  // A pipeline stage computes blocks [first, last) (and the embedding on the first stage, ln_f and
-  // the head on the last). Its first block reads its forward input from stage_input() (what the
-  // previous stage sent), its last block writes its output to stage_output() (what goes to the
-  // next stage); in backward the stage starts from stage_grad_input() (the next stage's input
-  // gradient: take_stage_grad copies it into the gradient stream) and leaves its own input
-  // gradient in stage_grad_output() (give_stage_grad). Checkpoint segments start at first.
-  void set_stage(int first, int last) { first_block_ = first, last_block_ = last; }
-  float* stage_input() { return io_[0]; }
-  float* stage_output() { return io_[1]; }
-  float* stage_grad_input() { return io_[2]; }
-  float* stage_grad_output() { return io_[3]; }
-  void take_stage_grad(int u);  // the gradient stream of micro-batch u := stage_grad_input()
-  void give_stage_grad(int u);  // stage_grad_output() := the gradient stream of micro-batch u
+  // A pipeline stage computes its chunks of blocks, each [first, last) (one chunk, or interleaved
+  // 1F1B's v: stage_chunks), the embedding before block 0, ln_f and the head after the last. A
+  // chunk's first block reads its forward input from stage_input(k) (what the stage before sent),
+  // its last block writes its output to stage_output(k) (what goes to the stage after); in backward
+  // a chunk starts from stage_grad_input(k) (the next chunk's input gradient: take_stage_grad
+  // copies it into the gradient stream) and leaves its own input gradient in stage_grad_output(k)
+  // (give_stage_grad). Checkpoint segments start at a chunk's first block. At most the
+  // pipeline_chunks the workspace was carved for.
+  void set_stage(std::vector<StageBlocks> chunks) { chunks_ = std::move(chunks); }
+  // The chunk holding block b (0 when no stage was set).
+  int chunk_of(int b) const;
+  float* stage_input(int k) { return io_[4 * std::size_t(k)]; }
+  float* stage_output(int k) { return io_[4 * std::size_t(k) + 1]; }
+  float* stage_grad_input(int k) { return io_[4 * std::size_t(k) + 2]; }
+  float* stage_grad_output(int k) { return io_[4 * std::size_t(k) + 3]; }
+  void take_stage_grad(int u, int k);  // the gradient stream of micro-batch u := stage_grad_input(k)
+  void give_stage_grad(int u, int k);  // stage_grad_output(k) := the gradient stream of micro-batch u
 
   const GptConfig& config() const { return cfg_; }
   int B() const { return B_; }
@@ -253,7 +258,11 @@ class GptOps {
 
   GptOps(Backend& b, const GptConfig& cfg, int B, int T, int ci, int mbs)
       : be_(b), cfg_(cfg), B_(B), T_(T), ci_(ci), micro_batches_(mbs) {}
-  BlockActs& acts(int block, int u) { return mb_[std::size_t(u)].ws[std::size_t((block - first_block_) % ci_)]; }
+  BlockActs& acts(int block, int u) { return mb_[std::size_t(u)].ws[std::size_t((block - first_of(block)) % ci_)]; }
+  // The first block of block b's chunk, and the end of it (the whole model without stages).
+  int first_of(int b) const { return chunks_.empty() ? 0 : chunks_[std::size_t(chunk_of(b))].first; }
+  int last_of(int b) const { return chunks_.empty() ? cfg_.layers : chunks_[std::size_t(chunk_of(b))].last; }
+  bool staged() const { return !io_.empty() && !chunks_.empty(); }
   const float* block_in(int block, int u, bool recompute) const;
   float* block_out(int block, int u, bool recompute);
   void linear_forward(const OpCall& c, float* out, const float* inp, long IC, long OC);
@@ -268,8 +277,8 @@ class GptOps {
   int B_, T_, ci_, micro_batches_;
   int ranks_ = 1;
   int micro_steps_ = 1;
-  int first_block_ = 0, last_block_ = 1 << 30;  // this pipeline stage's blocks
-  std::array<float*, 4> io_{};                  // pipeline: input, output, input gradient, output gradient
+  std::vector<StageBlocks> chunks_;  // this pipeline stage's blocks, chunk by chunk (none: every block)
+  std::vector<float*> io_;           // per chunk: input, output, input gradient, output gradient
   std::vector<MicroBatch> mb_;
   std::vector<bool> role_bias_;  // by OpRole: whether that linear operator has a bias
   float* weight_staging_ = nullptr;

@@ -55,6 +55,12 @@ CONFIGS_MP2 = [
 CONFIGS_PP2 = [
     ("pp 2 (4 micro-steps), zero3", SMALL, ["--strategy", "zero3", "--pp", "2", "--grad-accum", "4"]),
     ("pp 2 (4 micro-steps), zero_inf_cpu", SMALL, ["--strategy", "zero_inf_cpu", "--pp", "2", "--grad-accum", "4"]),
+    # interleaved 1F1B: each stage two chunks of one block, the second stage's first chunk sending on
+    # to the first stage's second
+    ("pp 2 x v 2 interleaved (4 micro-steps), zero3", SMALL,
+     ["--strategy", "zero3", "--pp", "2", "--virtual-stages", "2", "--grad-accum", "4"]),
+    ("pp 2 x v 2 interleaved (4 micro-steps), zero_inf_cpu", SMALL,
+     ["--strategy", "zero_inf_cpu", "--pp", "2", "--virtual-stages", "2", "--grad-accum", "4"]),
 ]
 # All three at once, mp 2 x pp 2 x dp 2 (mpirun -np 8 on this machine's cores), against a profile
 # calibrated under an 8-rank mpirun (gpu.shared_peak: the eight ranks' GEMMs at once).
