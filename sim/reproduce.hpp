@@ -27,6 +27,9 @@ struct ReproRow {
   std::string paper_text; // what the paper says, in its words
   bool disagrees = false; // |value - paper| > 15 % of paper
   std::string note;
+  // What the simulated iteration is made of (limited_by): its two busiest resources and the share
+  // of the step after backward (the optimizer), from the replay: what moves the row.
+  std::string limited_by;
 };
 
 using Progress = std::function<void(const std::string&)>;
