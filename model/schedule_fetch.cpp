@@ -13,9 +13,8 @@ Shape::Shape(const ModelSpec& model, const Placement& placement, const TrainingC
              const HardwareProfile& profile, int rank_, int dp_, const MemorySizes& sizes, int stage_)
     : m(model), pl(placement), c(config), p(profile), rank(rank_), dp(dp_), stage(stage_), pp(std::max(1, config.pp)),
       micro_batches(placement.layer_major ? std::max(1, config.micro_batches) : 1),
-      grad_accum(std::max(1, config.grad_accum)), z(sizes),
+      grad_accum(std::max(1, config.grad_accum)), v(std::max(1, config.virtual_stages)), z(sizes),
       g(build_gpt_graph(model, config.bsz, config.seq, config.what_if.attention_density)),
-      v(std::max(1, config.virtual_stages)),
       chunks(stage_chunks(model.layers, std::max(1, config.pp), std::max(1, config.virtual_stages), stage_)) {
   collective_link = dp * c.mp > p.gpus_per_node ? LinkClass::network : LinkClass::gpu_gpu;
   // Pipeline stages: consecutive stages sit on consecutive GPUs (dp x mp each, stage-major), so

@@ -78,7 +78,9 @@ TEST(Interleaved, PassOrderWarmUpAndInFlight) {
           for (const PipelinePass& x : order) {
             auto& seen = x.forward ? fwd : bwd;
             EXPECT_TRUE(seen.insert({x.micro_batch, x.chunk}).second);
-            if (!x.forward) EXPECT_TRUE(fwd.count({x.micro_batch, x.chunk})) << "backward before its forward";
+            if (!x.forward) {
+              EXPECT_TRUE(fwd.count({x.micro_batch, x.chunk})) << "backward before its forward";
+            }
             auto& last = x.forward ? last_fwd : last_bwd;
             EXPECT_GT(x.micro_batch, last[size_t(x.chunk)]);
             last[size_t(x.chunk)] = x.micro_batch;
