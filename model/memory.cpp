@@ -56,17 +56,17 @@ void visit_units(const ModelSpec& m, const TrainingConfig& c, int stage, F f) {
     f(OpRole::embed, -1, -1, mp_param_elems(OpRole::embed, false, embed_param_elems(m, c.seq), 0, c), false);
   const BlockParamOps ops = block_param_ops(m);
   for (const StageBlocks& sb : stage_chunks(m.layers, pp, c.virtual_stages, stage))
-  for (int b = sb.first; b < sb.last; ++b)
-    for (const BlockParamOp& op : ops) {
-      const int per = op.linear ? t : 1;
-      const int n = per * local_copies(m, c, op);
-      const double each = mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c) / (per * op.copies);
-      const int routed = op.copies > 1 && ep > 1 ? per * m.moe.experts / ep : 0;
-      if (!op.linear) f(op.role, b, -1, op.elems, false);
-      else if (n == 1) f(op.role, b, -1, each, routed > 0);  // one expert here (ep = experts) or a dense layer
-      else
-        for (int k = 0; k < n; ++k) f(op.role, b, k, each, k < routed);
-    }
+    for (int b = sb.first; b < sb.last; ++b)
+      for (const BlockParamOp& op : ops) {
+        const int per = op.linear ? t : 1;
+        const int n = per * local_copies(m, c, op);
+        const double each = mp_param_elems(op.role, op.linear, op.elems, op.bias * op.copies, c) / (per * op.copies);
+        const int routed = op.copies > 1 && ep > 1 ? per * m.moe.experts / ep : 0;
+        if (!op.linear) f(op.role, b, -1, op.elems, false);
+        else if (n == 1) f(op.role, b, -1, each, routed > 0);  // one expert here (ep = experts) or a dense layer
+        else
+          for (int k = 0; k < n; ++k) f(op.role, b, k, each, k < routed);
+      }
   if (stage == pp - 1) f(OpRole::ln_f, -1, -1, norm_param_elems(m), false);
   if (stage == pp - 1 && !m.tied_embeddings)
     f(OpRole::lm_head, -1, -1, mp_param_elems(OpRole::lm_head, false, head_param_elems(m), 0, c), false);

@@ -60,7 +60,9 @@ Schedule generate(const ModelSpec& model, const Placement& placement, const Trai
   build::Builder b{sh, e, {}, {}, {}, {}, std::vector<build::Pipe>(size_t(sh.v))};
   build::plan_optimizer(b);
   build::delayed_update(b);
-  for (const PipelinePass& pass : build::micro_step_order(sh)) {
+  // gradient accumulation: forward and backward once per micro-step, the optimizer once; a
+  // pipeline stage's passes in 1F1B order (interleaved over its chunks when v > 1)
+  for (const PipelinePass& pass : pipeline_order(sh.pp, sh.v, sh.grad_accum, sh.stage)) {
     e.accum = pass.micro_batch;
     if (pass.forward) build::forward(b, pass.chunk);
     else build::backward(b, pass.chunk);

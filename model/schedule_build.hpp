@@ -250,9 +250,7 @@ void delayed_update(Builder& b);
 void optimizer(Builder& b);
 void gradient_final(Builder& b, int unit, int final_step);
 std::vector<int> delayed_update_readers(const Builder& b, int unit);
-// schedule_pipeline.cpp: the passes in 1F1B order (interleaved over chunks when v > 1), and one
-// send or receive of a chunk's activations or their gradients.
-std::vector<PipelinePass> micro_step_order(const Shape& sh);
+// schedule_pipeline.cpp: one send or receive of a chunk's activations or their gradients.
 int p2p(Builder& b, Phase ph, Hop hop, int chunk, std::vector<int> d);
 
 }  // namespace memwall::build

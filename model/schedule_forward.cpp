@@ -1,6 +1,7 @@
-// The forward pass of one micro-step through one chunk of the stage's blocks (the stage's blocks
-// unless interleaved): the embedding, the blocks and the head as one item list, so prefetch crosses block boundaries; a checkpoint saved as each segment starts, and one
-// block's activations held while it runs.
+// The forward pass of one micro-step through one chunk of the stage's blocks (all of them unless
+// interleaved): the embedding, the blocks and the head as one item list, so prefetch crosses block
+// boundaries; a checkpoint saved as each segment starts, and one block's activations held while it
+// runs.
 #include "model/analysis.hpp"
 #include "model/schedule_build.hpp"
 

@@ -4,12 +4,6 @@
 
 namespace memwall::build {
 
-// Gradient accumulation: forward and backward once per micro-step, the optimizer once; a pipeline
-// stage's passes in 1F1B order (pipeline_order: interleaved over the chunks when v > 1).
-std::vector<PipelinePass> micro_step_order(const Shape& sh) {
-  return pipeline_order(sh.pp, sh.v, sh.grad_accum, sh.stage);
-}
-
 // Stages send their output activations forward and their input gradients back, one (B, T, C)
 // tensor per micro-step, split over the tensor slices (Megatron's scatter/gather): with mp > 1
 // each slice sends its 1/mp part (the tensor is the same on every slice) and the receiving

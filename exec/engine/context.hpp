@@ -37,7 +37,6 @@ struct EngineContext {
   // consecutive ranks, as Megatron-LM lays them out).
   int mp = 1, mp_rank = 0, world_rank = 0, world = 1;
   int pp = 1, stage = 0;  // pipeline stages and this rank's (world rank (stage x dp + rank) x mp + mp_rank)
-  std::vector<StageBlocks> chunks;  // this stage's blocks, chunk by chunk (stage_chunks: one unless interleaved)
   // The world rank of stage `st`, data-parallel rank `d`, slice `m`: the stages outermost, then dp,
   // then mp (Megatron-LM's order; the one place it is written).
   int world_rank_of(int st, int d, int m) const { return (st * dp + d) * mp + m; }

@@ -466,8 +466,7 @@ Result<std::unique_ptr<Engine>> Engine::create(RankPlan plan) {
                      e.pp > 1 ? std::max(1, e.o.config.virtual_stages) : 0);
   if (!g) return make_error(g.error());
   e.gpt = std::move(g).value();
-  e.chunks = stage_chunks(e.o.model.layers, e.pp, std::max(1, e.o.config.virtual_stages), e.stage);
-  if (e.pp > 1) e.gpt->set_stage(e.chunks);
+  e.gpt->set_stage(stage_chunks(e.o.model.layers, e.pp, std::max(1, e.o.config.virtual_stages), e.stage));
   Result<Stream> s1 = e.k().stream_create(e.cx()), s2 = e.k().stream_create(e.cx());
   if (!s1 || !s2) return make_error("backend: cannot create copy streams");
   e.h2d = *s1;

@@ -196,7 +196,7 @@ Result<Token> compute(EngineContext& e, const Step& s) {
   // a chunk's backward starts from the next chunk's input gradient (the stage after's) and ends with
   // its own, but for the pipeline's last and first block
   const int chunk = op.block >= 0 ? e.gpt->chunk_of(op.block) : 0;
-  const StageBlocks cb = op.block >= 0 ? e.chunks[std::size_t(chunk)] : StageBlocks{};
+  const StageBlocks cb = op.block >= 0 ? e.gpt->chunks()[std::size_t(chunk)] : StageBlocks{};
   if (backward && e.pp > 1 && op.role == OpRole::residual2 && op.block == cb.last - 1 &&
       op.block != e.o.model.layers - 1)
     e.gpt->take_stage_grad(c.micro_batch, chunk);
@@ -619,9 +619,10 @@ Result<Token> p2p(EngineContext& e, const Step& s) {
   const bool recv = gather || s.collective.kind == CollectiveKind::recv, fwd = s.phase == Phase::forward;
   // the chunk the message belongs to: a forward receive and a backward send name its first block, a
   // forward send and a backward receive the block after its last
+  const std::vector<StageBlocks>& chunks = e.gpt->chunks();
   int k = 0;
-  for (std::size_t i = 0; i < e.chunks.size(); ++i)
-    if ((fwd == recv ? e.chunks[i].first : e.chunks[i].last) == s.block) k = int(i);
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    if ((fwd == recv ? chunks[i].first : chunks[i].last) == s.block) k = int(i);
   float* buf = fwd ? (recv ? e.gpt->stage_input(k) : e.gpt->stage_output(k))
                    : (recv ? e.gpt->stage_grad_input(k) : e.gpt->stage_grad_output(k));
   const std::size_t part = e.gpt->stream_elems() / std::size_t(e.mp);

@@ -173,6 +173,7 @@ class GptOps {
   // (give_stage_grad). Checkpoint segments start at a chunk's first block. At most the
   // pipeline_chunks the workspace was carved for.
   void set_stage(std::vector<StageBlocks> chunks) { chunks_ = std::move(chunks); }
+  const std::vector<StageBlocks>& chunks() const { return chunks_; }
   // The chunk holding block b (0 when no stage was set).
   int chunk_of(int b) const;
   float* stage_input(int k) { return io_[4 * std::size_t(k)]; }
