@@ -37,14 +37,23 @@ stop_rank() {  # stop_rank R CONFIG: SIGSTOP world rank R of the job running CON
     { tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1" && grep -q "$2" "/proc/$p/cmdline" &&
       stopped=$p; } 2>/dev/null || true
   done
-  [ -n "$stopped" ] || { echo "FAIL: rank $1's process not found"; kill "$pid"; exit 1; }
+  [ -n "$stopped" ] || { echo "FAIL: rank $1's process not found:"; cat "$dir/err.txt"; kill "$pid"; exit 1; }
   kill -STOP "$stopped"
 }
-wait_first_step() {  # until the job's first step row is printed (30 s at most)
-  for _ in $(seq 1 300); do
+start_job() {  # start_job ARGS...: the job in the background, its pid into $pid
+  # out.txt goes first: the background shell truncates it only when it gets to run, and the previous
+  # job's step rows read before that would pass for this job's (the race CI hit at stop 44)
+  rm -f "$dir/out.txt" "$dir/err.txt"
+  "${mpi[@]}" "$@" >"$dir/out.txt" 2>"$dir/err.txt" &
+  pid=$!
+}
+wait_first_step() {  # until the job's first step row is printed (60 s at most); fails if it is not
+  for _ in $(seq 1 600); do
     grep -q '^ *1 ' "$dir/out.txt" 2>/dev/null && return
+    kill -0 "$pid" 2>/dev/null || { echo "FAIL: the job ended before its first step:"; cat "$dir/err.txt"; exit 1; }
     sleep 0.1
   done
+  echo "FAIL: no first step in 60 s:"; cat "$dir/out.txt" "$dir/err.txt"; kill "$pid"; exit 1
 }
 set +e
 out=$(timeout 120 "${mpi[@]}" -np 1 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --ci 1 --steps 3 : \
@@ -56,9 +65,7 @@ echo "$out" | grep -q 'rank 1 runs another model, placement, training config or 
   { echo "FAIL: $out"; exit 1; }
 echo "mismatched ranks: refused before step 0 (exit 2)"
 
-"${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --nvme-dir "$dir/swap" \
-  >"$dir/out.txt" 2>"$dir/err.txt" &
-pid=$!
+start_job -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --nvme-dir "$dir/swap"
 wait_first_step
 start=$(date +%s)
 # cut it again and again: the optimizer's writes would grow it back before the next read otherwise
@@ -76,9 +83,7 @@ echo "rank 1's I/O error stopped the job in ${took} s (exit $rc): $(grep -o 'ran
 
 # a rank stopped with SIGSTOP (it neither fails nor answers): the others' watchdog stops the job
 # within the stall limit, naming the rank it waits for, and no process of the job is left behind
-"${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --stall-timeout 5 \
-  >"$dir/out.txt" 2>"$dir/err.txt" &
-pid=$!
+start_job -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --stall-timeout 5
 wait_first_step
 stop_rank 1 "$dir/run.yaml"
 rank1=$stopped
@@ -95,9 +100,8 @@ echo "rank 1 stopped (SIGSTOP): the job stopped in ${took} s (exit $rc): $(grep 
 
 # mp 2 x pp 2: the stopped rank is in an mp group (with world rank 2) and a pp group (with rank 1)
 sed 's/^steps: 100000/steps: 100000\ntied_embeddings: false/' "$dir/run.yaml" >"$dir/run3d.yaml"
-"${mpi[@]}" -np 4 "$mw" run --config "$dir/run3d.yaml" --strategy zero_inf_cpu --mp 2 --pp 2 --grad-accum 2 \
-  --stall-timeout 5 >"$dir/out.txt" 2>"$dir/err.txt" &
-pid=$!
+start_job -np 4 "$mw" run --config "$dir/run3d.yaml" --strategy zero_inf_cpu --mp 2 --pp 2 --grad-accum 2 \
+  --stall-timeout 5
 wait_first_step
 stop_rank 3 "$dir/run3d.yaml"
 rank3=$stopped
