@@ -208,7 +208,8 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--ci", config.ci, 1, kMaxLayers, "Transformer blocks between activation checkpoints");
   add_int(app, "--tiling", config.tiling_factor, 1, kMaxTiling, "Memory-centric tiling factor for linear layers");
   add_int(app, "--prefetch-depth", config.prefetch_depth, 0, kMaxPrefetchDepth,
-          "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2");
+          "Prefetch distance d: nc i+d, cg i+d-1, gg i+d-2; 0 fetches on demand (each copy to the GPU and\n"
+          "all-gather after the previous operator, as ZeRO-3 in DeepSpeed v0.3.15-v0.5.10)");
   add_int(app, "--dp", config.dp, 1, kMaxGpus, "Data-parallel degree (default: all GPUs / mp)")->default_str("");
   add_int(app, "--mp", config.mp, 1, kMaxMp, "Tensor-slicing degree inside a node");
   add_int(app, "--ep", config.ep, 1, kMaxExperts,

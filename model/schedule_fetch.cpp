@@ -199,11 +199,16 @@ Groups group_items(const Shape& sh, const std::vector<Item>& items) {
 
 // Issues hop `h` (0 nc, 1 cg, 2 gg) of group `gi`, after the earlier hops of that group. Issued
 // when the compute before the previous one finishes: prefetch runs `prefetch_depth` operators
-// ahead, not arbitrarily far (the buffers it fills are bounded).
+// ahead, not arbitrarily far (the buffers it fills are bounded). Depth 0 fetches on demand, as
+// ZeRO-3 did in the DeepSpeed releases v0.3.15 to v0.5.10 (their module trace never matched, so
+// nothing was prefetched: microsoft/DeepSpeed issue #1069, fixed by PR #1453 in v0.6.0): the
+// copy to the GPU and the all-gather wait for the compute before them, and the compute for them;
+// only the NVMe read, on the host thread one operator ahead of the device, overlaps that compute.
 void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
   const Shape& sh = b.sh;
   Emitter& e = b.e;
   if (sh.param_resident_always()) return;
+  const bool on_demand = sh.c.prefetch_depth == 0;
   Fetch& fe = gr.f[gi];
   if ((h == 0 && fe.nc >= 0) || (h == 1 && fe.cg >= 0) || (h == 2 && fe.gg >= 0)) return;  // issued already
   const Item& it = gr.first[gi];
@@ -229,7 +234,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
   if (h == 1 && home != Tier::gpu && reads_slow) {
     fe.buf = e.buffer(BufferKind::params, key, Tier::gpu, whole, unit);  // the gather buffer is whole
     Step st = transfer({StepKind::fetch, ph, Hop::cg, State::param16, slice, Tier::cpu, Tier::gpu, LinkClass::cpu_gpu},
-                       u.name, deps({fe.nc >= 0 ? fe.nc : b.chain.prev}), fe.staged, fe.buf);
+                       u.name, on_demand ? deps({fe.nc, b.chain.last}) : deps({fe.nc >= 0 ? fe.nc : b.chain.prev}), fe.staged, fe.buf);
     st.unit = unit;
     fe.cg = e.emit(std::move(st));
     e.step(fe.cg).allocs.push_back(fe.buf);
@@ -244,7 +249,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
     if (!made) fe.buf = e.buffer(BufferKind::params, key, Tier::gpu, whole, unit);
     Step st = transfer({StepKind::fetch, ph, bcast ? Hop::bcast : Hop::gg, State::param16, got, Tier::gpu, Tier::gpu,
                         sh.collective_link},
-                       u.name, deps({fe.cg >= 0 ? fe.cg : b.chain.prev}), fe.fetched ? fe.buf : -1, fe.buf);
+                       u.name, deps({fe.cg >= 0 ? fe.cg : on_demand ? b.chain.last : b.chain.prev}), fe.fetched ? fe.buf : -1, fe.buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::broadcast, CommGroup::dp, sh.dp, u.root, whole}
                           : CollectiveSpec{CollectiveKind::all_gather, sh.unit_group(u), ranks, -1, slice};

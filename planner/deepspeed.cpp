@@ -107,7 +107,8 @@ Result<DeepSpeedExport> deepspeed_export(const ModelSpec& m, const Candidate& pl
   nlohmann::ordered_json zero = {{"stage", out.stage}, {"overlap_comm", true}, {"contiguous_gradients", true},
                                  {"reduce_bucket_size", op_elems}};
   if (out.stage == 3) {
-    zero["stage3_prefetch_bucket_size"] = op_elems * std::max(1, k.prefetch_depth - 1);
+    // depth 0 fetches on demand: DeepSpeed's parameter coordinator prefetches only with a bucket above 0
+    zero["stage3_prefetch_bucket_size"] = k.prefetch_depth == 0 ? 0 : op_elems * std::max(1, k.prefetch_depth - 1);
     zero["stage3_max_live_parameters"] = op_elems * std::max(1, k.prefetch_depth);
     zero["stage3_param_persistence_threshold"] = 10LL * m.hidden;
     zero["sub_group_size"] = largest;

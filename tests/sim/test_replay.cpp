@@ -3,6 +3,7 @@
 // is Eq. 6 within 2 %. Also: overlap helps, and a schedule that does not fit is not simulated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "model/analysis.hpp"
@@ -449,6 +450,63 @@ TEST(Replay, DatasheetProfilesCostEachLinearLayerAtItsShape) {
 // on the GPU (data_parallel) nothing else crosses NVSwitch in forward, so each forward all-to-all
 // takes its closed form on idle links, (ep - 1)/ep x its send buffer (tokens x top-2 x hidden, fp16)
 // over a GPU's NVSwitch port plus one route latency; the full replay agrees with the symmetric one.
+// Prefetch depth 0 fetches on demand, as ZeRO-3 did in DeepSpeed v0.3.15 to v0.5.10 (issue #1069):
+// no copy to the GPU or all-gather of a parameter overlaps a compute, so the forward pass lasts
+// the serial sum of its computes and its fetches. At the default depth the fetches run beside the
+// computes and the forward pass is shorter than that sum. 16 GPUs share the node's PCIe (3 GB/s each).
+TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
+  ModelSpec m = model();
+  const HardwareProfile p = *load_profile("dgx2");
+  for (int depth : {0, 3}) {
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.bsz = 2;
+    c.dp = 16;
+    c.prefetch_depth = depth;
+    const Placement pl = *preset("zero_inf_cpu");
+    SimOptions o;
+    o.trace = true;
+    Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
+    ASSERT_TRUE(r.ok()) << r.error();
+    Result<Schedule> s = build_schedule(m, pl, c, p);
+    ASSERT_TRUE(s.ok()) << s.error();
+    std::vector<std::pair<double, double>> computes, fetches;
+    for (const TraceEvent& e : r->trace) {
+      const Step& st = s->steps.at(size_t(e.step));
+      if (e.rank != 0 || st.phase != Phase::forward) continue;
+      if (st.kind == StepKind::compute) computes.push_back({e.start_s, e.end_s});
+      if (st.kind == StepKind::fetch && (st.hop == Hop::cg || st.hop == Hop::gg)) fetches.push_back({e.start_s, e.end_s});
+    }
+    ASSERT_GT(computes.size(), 10u);
+    ASSERT_GT(fetches.size(), 10u);
+    // the time covered by a set of intervals, and by two sets' intersections
+    auto covered = [](std::vector<std::pair<double, double>> v) {
+      std::sort(v.begin(), v.end());
+      double total = 0, from = -1, to = -1;
+      for (auto [a, b] : v) {
+        if (a > to) total += to - from, from = a, to = b;
+        else to = std::max(to, b);
+      }
+      return total + to - from;
+    };
+    double both = 0;
+    for (auto [a, b] : computes)
+      for (auto [x, y] : fetches) both += std::max(0.0, std::min(b, y) - std::max(a, x));
+    const double compute = covered(computes), fetch = covered(fetches);
+    double first = 1e300, last = 0;
+    for (const auto& v : {computes, fetches})
+      for (auto [a, b] : v) first = std::min(first, a), last = std::max(last, b);
+    ASSERT_GT(fetch, 0.05 * compute) << "the fetches must cost time for this test to mean anything";
+    if (depth == 0) {
+      EXPECT_LT(both, 1e-6 * compute) << "a fetch overlapped a compute";
+      EXPECT_NEAR((last - first) / (compute + fetch), 1.0, 1e-3);
+    } else {
+      EXPECT_GT(both, 0.5 * fetch) << "most of the fetching should hide behind the computes";
+      EXPECT_LT(last - first, compute + 0.5 * fetch);
+    }
+  }
+}
+
 TEST(Replay, ExpertAllToAllTakesItsClosedForm) {
   ModelSpec m = *model_from_shape(2, 1024, 8, 1024, 1024);
   m.ffn = FfnKind::swiglu;
