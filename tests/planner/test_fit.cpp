@@ -170,6 +170,27 @@ TEST(Time, LinearLayersRunAtTheirShapesRate) {
   EXPECT_GT(estimate_time(m, tiled, p).compute_s, untiled_48 * 1.05);
 }
 
+// ZeRO-Offload's owners copy gradients one rank at a time (the schedule's broadcast scheme, Fig. 8):
+// the whole gradient over one rank's link is added to the iteration, where the all-gather scheme's
+// per-rank parts hide behind compute. The rest of the two estimates is the same here: parameters
+// stay on the GPU and CPU Adam updates each rank's partition either way.
+TEST(Time, ZeroOffloadOwnersGradientCopiesAreNotHidden) {
+  testing::ProfileSpec four;
+  four.gpus_per_node = 4;
+  HardwareProfile p = make_profile(four);
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  Candidate owners = make_candidate("zero_offload", 16, 1, 1, 4);
+  Candidate parts = owners;
+  parts.placement.fetch = ParamFetch::allgather;
+  const TimeBreakdown a = estimate_time(m, owners, p), b = estimate_time(m, parts, p);
+  ASSERT_GT(b.compute_s, b.param_grad_s + b.act_ckpt_s);  // the all-gather scheme's transfers hide
+  EXPECT_GT(a.param_grad_s, 0);
+  ASSERT_GT(a.compute_s, a.param_grad_s);  // hidden, were it overlapped
+  // the owner also returns the updated parameters over its one link: that part of the optimizer differs too
+  const double refresh = std::max(a.optimizer_s, a.refresh_s) - std::max(b.optimizer_s, b.refresh_s);
+  EXPECT_NEAR(a.iteration_s - b.iteration_s, a.param_grad_s + refresh, 1e-9 * a.iteration_s);
+}
+
 TEST(Time, CpuOptimizerIsTheSlowerOfTrafficAndCpuAdam) {
   HardwareProfile p = make_profile({});
   ModelSpec m = make_model(2, 1024, 16, 1000);

@@ -507,6 +507,51 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
   }
 }
 
+// ZeRO-Offload's owner scheme (Sec. 6.1; DeepSpeed stage 2 of the paper's time): each gradient is
+// reduced to the rank that owns it, which copies it to CPU memory before its next backward compute,
+// and the others wait for it in the next reduce. So the copies go one rank at a time, the whole
+// model's gradients over one PCIe link (12 GB/s on a DGX-2 with 4 GPUs busy): "limited by single
+// PCIe bandwidth" (Fig. 8), "one rank at a time" (microsoft/DeepSpeed PR #1067). ZeRO-Infinity's
+// all-gather scheme copies every rank's 1/dp of each gradient at once.
+TEST(Replay, ZeroOffloadOwnersCopyGradientsOneRankAtATime) {
+  ModelSpec m = model();
+  const HardwareProfile p = *load_profile("dgx2");
+  for (ParamFetch fetch : {ParamFetch::broadcast, ParamFetch::allgather}) {
+    TrainingConfig c;
+    c.seq = m.seq;
+    c.bsz = 2;
+    c.dp = 4;
+    Placement pl = *preset("zero_offload");
+    pl.fetch = fetch;
+    SimOptions o;
+    o.trace = true;
+    o.full = true;  // every rank's copies (the owner scheme is replayed in full anyway: its ranks differ)
+    Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<std::pair<double, double>> copies;
+    double copying = 0;
+    for (const TraceEvent& e : r->trace)
+      if (e.name.starts_with("offload.gc ")) {
+        copies.push_back({e.start_s, e.end_s});
+        copying += e.end_s - e.start_s;
+      }
+    std::sort(copies.begin(), copies.end());
+    double overlap = 0;
+    for (size_t i = 0; i + 1 < copies.size(); ++i)
+      for (size_t j = i + 1; j < copies.size() && copies[j].first < copies[i].second; ++j)
+        overlap += std::min(copies[i].second, copies[j].second) - copies[j].first;
+    const double grad_bytes = 2.0 * model_param_count(m);  // fp16 gradients, every one copied once (by its owner or in parts)
+    if (fetch == ParamFetch::broadcast) {
+      ASSERT_GE(copies.size(), size_t(6 * m.layers));
+      EXPECT_LT(overlap, 1e-6 * copying) << "two owners copied at once";
+      EXPECT_NEAR(copying / (grad_bytes / 12e9), 1.0, 0.02) << "the whole model over one link";
+    } else {
+      EXPECT_GT(overlap, 0.5 * copying) << "the ranks' parts should go at once";
+      EXPECT_GE(copying, 0.99 * grad_bytes / 12e9) << "4 x 1/4 of the model, each over its own link";
+    }
+  }
+}
+
 TEST(Replay, ExpertAllToAllTakesItsClosedForm) {
   ModelSpec m = *model_from_shape(2, 1024, 8, 1024, 1024);
   m.ffn = FfnKind::swiglu;
