@@ -68,8 +68,10 @@ size_t SearchSpace::size() const {
 
 std::string placement_label(const Placement& pl) {
   std::string base = "custom";
+  // three_d has data_parallel's states: it is named so only when asked for (--fix strategy=three_d)
+  const bool three_d = pl.name.starts_with("three_d");
   for (const std::string& name : preset_names()) {
-    if (name == "three_d" || name == "l2l") continue;
+    if ((name == "three_d") != three_d || name == "l2l") continue;
     if (same_states(*preset(name), pl)) {
       base = name;
       break;

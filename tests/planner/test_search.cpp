@@ -201,7 +201,11 @@ TEST(Search, ForTheExecutorOnlyWhatRunExecutesIsSearched) {
   for (const Evaluated& e : rt.ranked) {
     EXPECT_EQ(e.candidate.config.pp, 2);
     EXPECT_TRUE(e.candidate.config.embedding_replicated);
+    // named as asked, not as data_parallel (the same states): `plan` printed "chosen: data_parallel"
+    EXPECT_TRUE(placement_label(e.candidate.placement).starts_with("three_d")) << placement_label(e.candidate.placement);
   }
+  // a data-parallel placement keeps its name
+  EXPECT_EQ(placement_label(*preset("data_parallel")), "data_parallel");
   // a mixture of experts' expert parallelism narrows
   const ModelSpec moe = *load_model("mixtral-8x7B");
   SearchSpace e = *make_space(moe, p, {});
