@@ -502,7 +502,8 @@ Command add_plan(CLI::App& app) {
   add_int(*sub, "--runners", f->runners, 0, 100, "Runners-up to show");
   sub->add_flag("--exhaustive", f->exhaustive,
                 "Check the memory fit of every candidate: the same plan, without the search's branch and bound\n"
-                "(which skips candidates the time alone ranks behind the best so far); for checking it");
+                "(which skips candidates the time alone ranks behind the best so far) and, on profiles an executor\n"
+                "runs, with every candidate's schedule built (not the memory model's closed form); for checking them");
   f->tokens.add(*sub);
   add_int(*sub, "--global-batch", f->global_batch, 1, long(kMaxBsz) * kMaxGradAccum,
                   "Samples per optimizer step, fixed: every candidate trains bsz x grad-accum x dp = N, with the\n"

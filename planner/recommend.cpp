@@ -39,21 +39,49 @@ struct Checked {
   std::string why_not, summary;
 };
 
-Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
-  const Candidate c = memory_checked(given);
-  const Result<MemorySizes> z = sizes_of(sizes, c);
-  if (!z) return {"schedule check: " + z.error(), "schedule check: " + z.error()};
-  // an executor's activation workspace alone is a lower bound of its GPU peak: no schedule needed
-  if (const double usable = capacity_per_rank(c.config, p)[size_t(Tier::gpu)]; z->workspace_bytes > usable) {
+// What refuses a candidate before any peak is computed: the executor's buffer sizes, its activation
+// workspace alone (a lower bound of its GPU peak), a schedule too large to build here. Sets `z`.
+std::string precheck(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes,
+                     MemorySizes& z) {
+  const Result<MemorySizes> got = sizes_of(sizes, c);
+  if (!got) return "schedule check: " + got.error();
+  z = *got;
+  if (const double usable = capacity_per_rank(c.config, p)[size_t(Tier::gpu)]; z.workspace_bytes > usable) {
     const std::string reserve = describe_gpu_reserve(c.config, p);
-    const std::string why = placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) +
-                            ": the executor's activation workspace (" + format_bytes(z->workspace_bytes) +
-                            ") alone exceeds GPU memory (" + format_bytes(usable) +
-                            (reserve.empty() ? "" : " of " + format_bytes(p.gpu_memory_bytes) + " less " + reserve) + ")";
-    return {why, "schedule check: " + why};
+    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
+           format_bytes(z.workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(usable) +
+           (reserve.empty() ? "" : " of " + format_bytes(p.gpu_memory_bytes) + " less " + reserve) + ")";
   }
   if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
-    return {"schedule check: " + ok.error(), "schedule check: " + ok.error()};
+    return "schedule check: " + ok.error();
+  return "";
+}
+
+// The memory model's verdict (empty: fits), the search's filter on profiles an executor runs: the
+// schedule's peaks in closed form, microseconds where building the schedule takes a millisecond or
+// more; equal to the schedule's walk (tests/model/test_memory.cpp; an upper bound for the CPU with
+// NVMe optimizer chunks), so it refuses what the schedule would. search_checked confirms the
+// winner with the schedule itself (check_candidate).
+std::string model_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
+  const Candidate c = memory_checked(given);
+  MemorySizes z;
+  if (std::string why = precheck(m, p, c, sizes, z); !why.empty()) return why;
+  for (int stage : {0, c.config.pp - 1}) {
+    const MemoryModel mm = memory_model(m, c.placement, c.config, p, 0, z, stage);
+    for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
+      if (!mm.of(t).fits())
+        return words(c) + " overflows in the memory model (the executor's buffers): " + to_string(t) + " needs " +
+               format_bytes(mm.of(t).peak_bytes) + " of " + format_bytes(mm.of(t).capacity_bytes) + " per rank";
+  }
+  return "";
+}
+
+Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
+  const Candidate c = memory_checked(given);
+  MemorySizes z0;
+  if (std::string why = precheck(m, p, c, sizes, z0); !why.empty())
+    return {why, why.starts_with("schedule check: ") ? why : "schedule check: " + why};
+  const MemorySizes* z = &z0;
   // pipeline stages: the first (embedding, most micro-batches in flight) or the last (head and the
   // embedding's copy) holds the most
   Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, *z);
@@ -94,9 +122,17 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
     if (it->second.why_not.empty()) last_passed = it->second.summary;
     return it->second.why_not;
   };
-  // For profiles an executor runs, the schedule is small enough to check every candidate the
-  // analytic fit accepts; for paper-sized ones the best few are checked after the search.
-  if (!p.executor_backend.empty()) options.accept = check;
+  // For profiles an executor runs, the memory model checks every candidate the analytic fit accepts
+  // (the executor's buffer sizes); for every profile the schedule checks the best few after the search.
+  std::map<std::string, std::string> modelled;
+  if (!p.executor_backend.empty() && !options.prune)  // --exhaustive: every candidate's schedule, the reference
+    options.accept = check;
+  else if (!p.executor_backend.empty())
+    options.accept = [&](const Candidate& c) {
+      auto it = modelled.find(candidate_key(c));
+      if (it == modelled.end()) it = modelled.emplace(candidate_key(c), model_check(m, p, c, sizes)).first;
+      return it->second;
+    };
   out.checked = search_checked(m, p, space, options, check, 4 * std::max(1, options.keep));
   const SearchResult& r = out.checked.result;
   if (!r.fits()) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/planner/run.sh [MEMWALL] [REPEATS]: how long `memwall plan` takes as a whole process, with the
 # search's branch and bound (the default) against `--exhaustive` (every candidate's memory fit
-# checked: the search as it was before it pruned), measured in the same run, and the process start
+# checked, and on profiles an executor runs every candidate's schedule built where the default asks
+# the memory model: the search as it was before both), measured in the same run, and the process start
 # alone (`memwall --help`) that both include. Median of REPEATS (default 5) wall times per command;
 # prints seconds and the ratio exhaustive / default. The two plans must be the same (checked).
 set -euo pipefail

@@ -8,7 +8,9 @@
 #include "model/schedule.hpp"
 #include "planner/explain.hpp"
 #include "planner/reproduce.hpp"
+#include "planner/recommend.hpp"
 #include "planner/search.hpp"
+#include "exec/engine/engine.hpp"
 #include "cli/fix_flags.hpp"
 #include "planner_test_util.hpp"
 
@@ -310,6 +312,37 @@ TEST(Search, BranchAndBoundKeepsTheRankingOfTheFullSearch) {
     same(a.ranked, b.ranked);
     same(a.top, b.top);
   }
+}
+
+// On profiles an executor runs, the search asks the memory model about every candidate the
+// analytic fit accepts, and the schedule confirms the winner; --exhaustive (prune off) builds every
+// candidate's schedule instead. Both must choose the same plan, with the executor's buffer sizes.
+// (`plan --profile local-cpu` took 6.4 s building a schedule per candidate; bench/planner.)
+TEST(Recommend, TheMemoryModelFilterChoosesWhatEverySchedulesChooses) {
+  const HardwareProfile p = *load_profile("local-cpu");
+  auto sizes = [&](const ModelSpec& m) -> SizesFn {
+    return [&p, m](const Candidate& c) { return exec::schedule_sizes(p, m, c.placement, c.config); };
+  };
+  for (const ModelSpec& m : {*model_from_shape(4, 256, 4, 64, 256), *model_from_shape(2, 1024, 16, 128, 512)})
+    for (const char* fix : {"", "strategy=zero_inf_nvme"}) {
+      SCOPED_TRACE(std::to_string(m.layers) + "x" + std::to_string(m.hidden) + " " + fix);
+      const Fixes fx = *fix ? *parse_fixes({fix}) : Fixes{};
+      SearchSpace space = *make_space(m, p, fx);
+      ASSERT_EQ(narrow_to_executor(space, fx), "");
+      SearchOptions every;
+      every.prune = false;
+      const Recommendation a = recommend(m, p, space, fx, SearchOptions{}, sizes(m));
+      const Recommendation b = recommend(m, p, space, fx, every, sizes(m));
+      ASSERT_EQ(a.fits(), b.fits()) << a.shortfall << " / " << b.shortfall;
+      if (!a.fits()) continue;
+      const Candidate &x = a.chosen->candidate, &y = b.chosen->candidate;
+      EXPECT_EQ(placement_label(x.placement), placement_label(y.placement));
+      EXPECT_EQ(x.config.bsz, y.config.bsz);
+      EXPECT_EQ(x.config.ci, y.config.ci);
+      EXPECT_EQ(x.config.tiling_factor, y.config.tiling_factor);
+      EXPECT_EQ(x.config.optimizer_overlap, y.config.optimizer_overlap);
+      EXPECT_EQ(a.schedule_check, b.schedule_check);
+    }
 }
 
 TEST(Search, MaxModelObjectiveKeepsMoreHeadroom) {
