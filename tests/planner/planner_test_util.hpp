@@ -33,6 +33,13 @@ inline HardwareProfile make_profile(const ProfileSpec& s) {
   return *p;
 }
 
+// The hand-made profile with `gpus` GPUs in its one node, the rest as ProfileSpec's defaults.
+inline HardwareProfile make_profile_with_gpus(int gpus) {
+  ProfileSpec s;
+  s.gpus_per_node = gpus;
+  return make_profile(s);
+}
+
 inline ModelSpec make_model(int layers, long hidden, int heads, long vocab = 1024) {
   Result<ModelSpec> m = model_from_shape(layers, hidden, heads, 1024, vocab);
   EXPECT_TRUE(m.ok());

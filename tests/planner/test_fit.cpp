@@ -40,9 +40,7 @@ TEST(Fit, DataParallelOnOneGpuByHand) {
 }
 
 TEST(Fit, ZeroInfinityNvmeOnFourGpusByHand) {
-  testing::ProfileSpec s;
-  s.gpus_per_node = 4;
-  HardwareProfile p = make_profile(s);
+  HardwareProfile p = testing::make_profile_with_gpus(4);
   ModelSpec m = make_model(2, 1024, 16, 1000);
   FitReport f = check_fit(m, make_candidate("zero_inf_nvme", 2, 1, 1, 4), p);
   // GPU, in block 1's fc2 backward: fc2, fc1 and ln2 fetched (depth 3), fc2's gradient, the tied
@@ -61,9 +59,7 @@ TEST(Fit, ZeroInfinityNvmeOnFourGpusByHand) {
 }
 
 TEST(Fit, TilingDividesTheFetchedWeightsAndCheckpointsMoveToCpu) {
-  testing::ProfileSpec s;
-  s.gpus_per_node = 4;
-  HardwareProfile p = make_profile(s);
+  HardwareProfile p = testing::make_profile_with_gpus(4);
   ModelSpec m = make_model(2, 1024, 16, 1000);
   Candidate c = make_candidate("zero_inf_cpu", 2, 1, 4, 4);
   c.placement.act_ckpt.tier = Tier::cpu;
@@ -110,9 +106,7 @@ TEST(Fit, LargestAllocationIsTheFc1WeightTile) {
 // gpu.reserve (issue 28 item 4): the GPU check needs the reserve beside the training's bytes, as a
 // named part, with a communicator for the data-parallel group only when there is one.
 TEST(Fit, FrameworkReserveIsNeededBesideTheTraining) {
-  testing::ProfileSpec s;
-  s.gpus_per_node = 4;
-  const HardwareProfile bare = make_profile(s);
+  const HardwareProfile bare = testing::make_profile_with_gpus(4);
   HardwareProfile p = bare;
   p.gpu_reserve = GpuReserve{600.0 * (1 << 20), 32.0 * (1 << 20), 128.0 * (1 << 20), true};
   const ModelSpec m = make_model(2, 1024, 16, 1000);
@@ -175,9 +169,7 @@ TEST(Time, LinearLayersRunAtTheirShapesRate) {
 // per-rank parts hide behind compute. The rest of the two estimates is the same here: parameters
 // stay on the GPU and CPU Adam updates each rank's partition either way.
 TEST(Time, ZeroOffloadOwnersGradientCopiesAreNotHidden) {
-  testing::ProfileSpec four;
-  four.gpus_per_node = 4;
-  HardwareProfile p = make_profile(four);
+  HardwareProfile p = testing::make_profile_with_gpus(4);
   ModelSpec m = make_model(2, 1024, 16, 1000);
   Candidate owners = make_candidate("zero_offload", 16, 1, 1, 4);
   Candidate parts = owners;
