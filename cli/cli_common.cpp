@@ -235,6 +235,10 @@ void StrategyFlags::add(CLI::App& app) {
   add_int(app, "--dpu-warmup", config.dpu_warmup, 0, kMaxDpuWarmup, "dpu: ordinary steps before the delayed update");
   add_int(app, "--optimizer-chunks", config.optimizer_chunks, 0, kMaxOptimizerChunks,
           "Chunks of the NVMe optimizer pipeline (0: at least 16, within the pinned budget)");
+  app.add_flag("--sync-grad-copies", config.sync_grad_copies,
+               "ZeRO-Offload's owner scheme (zero_offload, dp > 1) as DeepSpeed's stage 2 ran it before v0.4.0:\n"
+               "each gradient copy to CPU memory holds up the owner's next backward compute, so the owners copy\n"
+               "one rank at a time (the paper's Fig. 8 baseline); memwall's executor copies beside the backward");
   add_what_if_flags(app, config.what_if);
   add_grad_clip_flag(app, config.grad_clip);
   flags.clear();

@@ -163,13 +163,13 @@ void leave(Builder& b, int unit, int buf, int made, int compute_id, double whole
     return;
   }
   const int last = offload_gradient(b, unit, buf, prev, keep);
-  // ZeRO-Offload's owner: the next backward compute waits for this copy to CPU memory. DeepSpeed's
-  // stage 2 synchronizes the device before each bucket's reduce (v0.3.x stage2.py average_tensor)
-  // and copies on the owner only, so the owners' copies go one rank at a time and the others wait
-  // for the owner in the next reduce ("gradient copying to CPU occurs one rank at a time, which
-  // slows down backward and under-utilizes PCIe": microsoft/DeepSpeed PR #1067, v0.4.0, whose
-  // round-robin order is not modelled). The paper's Fig. 8: "limited by single PCIe bandwidth".
-  if (sh.broadcast()) b.chain.next_deps.push_back(last);
+  // sync_grad_copies, ZeRO-Offload's owner: the next backward compute waits for this copy to CPU
+  // memory. DeepSpeed's stage 2 synchronizes the device before each bucket's reduce (v0.3.x
+  // stage2.py average_tensor) and copies on the owner only, so the owners' copies go one rank at a
+  // time and the others wait for the owner in the next reduce ("gradient copying to CPU occurs one
+  // rank at a time, which slows down backward and under-utilizes PCIe": microsoft/DeepSpeed PR
+  // #1067, v0.4.0). The paper's Fig. 8: "limited by single PCIe bandwidth".
+  if (sh.broadcast() && sh.c.sync_grad_copies) b.chain.next_deps.push_back(last);
   if (last_micro_step(b)) gradient_final(b, unit, last);
 }
 

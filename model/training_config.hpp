@@ -68,6 +68,11 @@ struct TrainingConfig {
   // min(1, grad_clip / (||g|| + 1e-6)), ||g|| the L2 norm over every parameter of the model, before
   // any update. 0: off. The norm needs every gradient final, so the backward overlap is refused.
   double grad_clip = 0;
+  // ZeRO-Offload's owner scheme (fetch: broadcast, dp > 1) as DeepSpeed's stage 2 ran it before
+  // v0.4.0: each owner's gradient copy to CPU memory holds up its next backward compute (the device
+  // is synchronized before each bucket's reduce), so the owners copy one rank at a time (PR #1067).
+  // The paper's Fig. 8 baseline; memwall's own executor copies beside the backward (false).
+  bool sync_grad_copies = false;
   WhatIf what_if;
 };
 

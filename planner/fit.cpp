@@ -255,9 +255,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   if (pl.act_ckpt.tier != Tier::gpu)
     tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt(m, k.ci) / (ckpt_sliced ? mp : 1),
                                bw_of(eff, AitState::act_ckpt, to_string(pl.act_ckpt.tier)));
-  // ZeRO-Offload's owners copy their gradients to CPU one rank at a time, each copy holding up the
-  // backward (the schedule's broadcast scheme): the whole gradient over one link, not hidden
-  const double serial_grad = bcast && pl.grad16.tier != Tier::gpu ? t_grad : 0;
+  // sync_grad_copies: ZeRO-Offload's owners copy their gradients to CPU one rank at a time, each
+  // copy holding up the backward (as the schedule does): the whole gradient over one link, unhidden
+  const double serial_grad = bcast && k.sync_grad_copies && pl.grad16.tier != Tier::gpu ? t_grad : 0;
   const double overlapped = tb.param_grad_s - serial_grad + tb.act_ckpt_s;
   const double exposed_fb =
       (k.prefetch_depth > 0 ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;

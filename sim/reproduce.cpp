@@ -294,6 +294,7 @@ Result<Rows> fig8(const HardwareProfile& node, const Progress& progress) {
     inf.name = "zero_inf (gradients to cpu)";
     Placement off = *preset("zero_offload");  // the owner moves each gradient over one PCIe link
     Result<Run> a = run(e.spec, inf, c, nodes(node, s.gpus), SimOptions{});
+    c.sync_grad_copies = true;  // ZeRO-Offload as DeepSpeed's stage 2 ran it then: one owner at a time
     Result<Run> b = run(e.spec, off, c, nodes(node, s.gpus), SimOptions{});
     if (!a) return make_error(a.error());
     if (!b) return make_error(b.error());

@@ -92,8 +92,12 @@ TEST(GradClip, EveryUpdateWaitsForTheNormOfEveryFinalGradient) {
         for (const Step& st : s.steps) {
           const bool makes_gradient = (st.kind == StepKind::compute && st.phase == Phase::backward) ||
                                       (st.phase == Phase::backward && st.state == State::grad16);
-          if (makes_gradient) EXPECT_TRUE(before.count(st.id)) << step_label(st) << " after the norm";
-          if (st.kind == StepKind::optimizer) EXPECT_TRUE(clip_ancestors(s, st.id).count(norm)) << step_label(st);
+          if (makes_gradient) {
+            EXPECT_TRUE(before.count(st.id)) << step_label(st) << " after the norm";
+          }
+          if (st.kind == StepKind::optimizer) {
+            EXPECT_TRUE(clip_ancestors(s, st.id).count(norm)) << step_label(st);
+          }
         }
       }
 }
@@ -132,7 +136,9 @@ TEST(GradClip, StagesExchangeTheirSumsLast) {
       EXPECT_EQ(x.deps, std::vector<int>{exchange[1]->id});
       EXPECT_EQ(x.link, nodes == 1 ? LinkClass::gpu_gpu : LinkClass::network);
       for (const Step& st : s->steps) {
-        if (st.kind == StepKind::optimizer) EXPECT_TRUE(clip_ancestors(*s, st.id).count(x.id)) << step_label(st);
+        if (st.kind == StepKind::optimizer) {
+          EXPECT_TRUE(clip_ancestors(*s, st.id).count(x.id)) << step_label(st);
+        }
       }
     }
 }

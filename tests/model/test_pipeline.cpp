@@ -235,9 +235,12 @@ TEST(Pipeline, TheTiedEmbeddingsCopiesAreSummedOnceTheStagesBackwardIsDone) {
         };
         walk(x.id);
         for (const Step& y : st.steps) {
-          if (y.phase == Phase::backward && y.kind == StepKind::compute)
+          if (y.phase == Phase::backward && y.kind == StepKind::compute) {
             EXPECT_TRUE(before.count(y.id)) << step_label(y) << " not before the sum";
-          if (y.phase == Phase::backward && y.kind == StepKind::p2p) EXPECT_LT(y.id, x.id) << step_label(y);
+          }
+          if (y.phase == Phase::backward && y.kind == StepKind::p2p) {
+            EXPECT_LT(y.id, x.id) << step_label(y);
+          }
           if (y.kind == StepKind::optimizer) {
             std::set<int> up;
             std::function<void(int)> w2 = [&](int id) {
