@@ -429,8 +429,10 @@ void registered_arena_round_trip(std::size_t arena, std::size_t piece, const std
   ASSERT_EQ(regions.size(), (arena + limit - 1) / limit) << tag;
   for (std::size_t i = 0; i < regions.size(); ++i) {
     EXPECT_LE(regions[i].iov_len, limit) << tag << " piece " << i;
-    if (i > 0) EXPECT_EQ(static_cast<char*>(regions[i].iov_base),
-                         static_cast<char*>(regions[i - 1].iov_base) + regions[i - 1].iov_len) << tag;
+    if (i > 0) {
+      EXPECT_EQ(static_cast<char*>(regions[i].iov_base),
+                static_cast<char*>(regions[i - 1].iov_base) + regions[i - 1].iov_len) << tag;
+    }
   }
   auto e = engine_of(EngineKind::uring);
   Status reg = e->register_buffers(regions);
