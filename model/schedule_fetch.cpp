@@ -234,7 +234,8 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
   if (h == 1 && home != Tier::gpu && reads_slow) {
     fe.buf = e.buffer(BufferKind::params, key, Tier::gpu, whole, unit);  // the gather buffer is whole
     Step st = transfer({StepKind::fetch, ph, Hop::cg, State::param16, slice, Tier::cpu, Tier::gpu, LinkClass::cpu_gpu},
-                       u.name, on_demand ? deps({fe.nc, b.chain.last}) : deps({fe.nc >= 0 ? fe.nc : b.chain.prev}), fe.staged, fe.buf);
+                       u.name, on_demand ? deps({fe.nc, b.chain.last}) : deps({fe.nc >= 0 ? fe.nc : b.chain.prev}),
+                       fe.staged, fe.buf);
     st.unit = unit;
     fe.cg = e.emit(std::move(st));
     e.step(fe.cg).allocs.push_back(fe.buf);
@@ -249,7 +250,8 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
     if (!made) fe.buf = e.buffer(BufferKind::params, key, Tier::gpu, whole, unit);
     Step st = transfer({StepKind::fetch, ph, bcast ? Hop::bcast : Hop::gg, State::param16, got, Tier::gpu, Tier::gpu,
                         sh.collective_link},
-                       u.name, deps({fe.cg >= 0 ? fe.cg : on_demand ? b.chain.last : b.chain.prev}), fe.fetched ? fe.buf : -1, fe.buf);
+                       u.name, deps({fe.cg >= 0 ? fe.cg : on_demand ? b.chain.last : b.chain.prev}),
+                       fe.fetched ? fe.buf : -1, fe.buf);
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::broadcast, CommGroup::dp, sh.dp, u.root, whole}
                           : CollectiveSpec{CollectiveKind::all_gather, sh.unit_group(u), ranks, -1, slice};

@@ -78,15 +78,14 @@ std::string model_check(const ModelSpec& m, const HardwareProfile& p, const Cand
 
 Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
   const Candidate c = memory_checked(given);
-  MemorySizes z0;
-  if (std::string why = precheck(m, p, c, sizes, z0); !why.empty())
+  MemorySizes z;
+  if (std::string why = precheck(m, p, c, sizes, z); !why.empty())
     return {why, why.starts_with("schedule check: ") ? why : "schedule check: " + why};
-  const MemorySizes* z = &z0;
   // pipeline stages: the first (embedding, most micro-batches in flight) or the last (head and the
   // embedding's copy) holds the most
-  Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, *z);
+  Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
   if (sched && !sched->overflow && c.config.pp > 1) {
-    Result<Schedule> last = build_schedule(m, c.placement, c.config, p, 0, *z, c.config.pp - 1);
+    Result<Schedule> last = build_schedule(m, c.placement, c.config, p, 0, z, c.config.pp - 1);
     if (!last || last->overflow || last->peak_bytes[0] > sched->peak_bytes[0]) sched = std::move(last);
   }
   if (!sched) return {"schedule check: " + sched.error(), "schedule check: " + sched.error()};

@@ -509,10 +509,11 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
 
 // ZeRO-Offload's owner scheme (Sec. 6.1) as DeepSpeed's stage 2 of the paper's time ran it
 // (sync_grad_copies): each gradient is reduced to the rank that owns it, which copies it to CPU
-// memory before its next backward compute, and the others wait for it in the next reduce. So the copies go one rank at a time, the whole
-// model's gradients over one PCIe link (12 GB/s on a DGX-2 with 4 GPUs busy): "limited by single
-// PCIe bandwidth" (Fig. 8), "one rank at a time" (microsoft/DeepSpeed PR #1067). ZeRO-Infinity's
-// all-gather scheme copies every rank's 1/dp of each gradient at once.
+// memory before its next backward compute, and the others wait for it in the next reduce. So the
+// copies go one rank at a time, the whole model's gradients over one PCIe link (12 GB/s on a DGX-2
+// with 4 GPUs busy): "limited by single PCIe bandwidth" (Fig. 8), "one rank at a time"
+// (microsoft/DeepSpeed PR #1067). ZeRO-Infinity's all-gather scheme copies every rank's 1/dp of
+// each gradient at once.
 TEST(Replay, ZeroOffloadOwnersCopyGradientsOneRankAtATime) {
   ModelSpec m = model();
   const HardwareProfile p = *load_profile("dgx2");
