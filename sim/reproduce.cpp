@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <sstream>
 
 #include "model/analysis.hpp"
@@ -100,6 +103,56 @@ std::string limited_by(const SimReport& r) {
   return out;
 }
 
+// The effects memwall models that move the paper's figures (issue 28), each turned off alone to
+// measure it. Turning one off changes the simulation's inputs only: the profile (with()), the batch
+// or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
+enum class Effect : std::uint8_t { batch_over_gpus, reserve, peak_by_hidden, hbm, sync_grad_copies, on_demand };
+
+const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
+
+// Which effect one simulation turns off (none: the row itself).
+struct Off {
+  std::optional<Effect> effect;
+  bool operator()(Effect e) const { return effect == e; }
+};
+
+// The profile as simulated with `off`'s effect turned off.
+HardwareProfile with(HardwareProfile p, Off off) {
+  if (off(Effect::reserve)) p.gpu_reserve = GpuReserve{};
+  if (off(Effect::peak_by_hidden)) p.peak_by_hidden.clear();  // gpu.peak, flat
+  if (off(Effect::hbm)) p.gpu_memory_Bps = 0;                 // FLOPs alone, GPU Adam free
+  return p;
+}
+
+// A row's value as simulated with one effect off.
+using Value = std::function<Result<double>(Off)>;
+
+// Simulates the row `x` again with each of `effects` turned off alone and records what it gives.
+Result<bool> measure(ReproRow& x, std::initializer_list<Effect> effects, const Value& value) {
+  for (Effect e : effects) {
+    Result<double> v = value(Off{e});
+    if (!v) return make_error(x.label + " without " + info(e).label + ": " + v.error());
+    x.effects.push_back({info(e).name, *v});
+  }
+  return true;
+}
+
+// The row's value from what `simulate` gives with one effect off: metric(what it gave).
+template <typename Simulate, typename Metric>
+Value value_of(Simulate simulate, Metric metric) {
+  return [simulate, metric](Off off) -> Result<double> {
+    auto r = simulate(off);
+    if (!r) return make_error(r.error());
+    return std::invoke(metric, *r);
+  };
+}
+
+// The TFLOPS/GPU of a run, 0 when it does not fit.
+double tflops(const Run& r) { return r.report.overflow ? 0.0 : r.report.tflops_per_gpu; }
+
+// The effects every simulated row includes: the profile's parts.
+constexpr std::initializer_list<Effect> kProfileEffects = {Effect::reserve, Effect::peak_by_hidden, Effect::hbm};
+
 ReproRow row(const std::string& fig, const std::string& label, const ModelSpec& m, const Run& r, double bsz,
              const std::string& metric, double value, double paper, const std::string& paper_text) {
   ReproRow x;
@@ -137,7 +190,7 @@ Result<double> add_fetched_on_demand(Rows& rows, const ModelSpec& m, const Run& 
   d.placement.name += "+prefetch_depth=0";
   ReproRow y = row(x.figure, x.label + ", fetched on demand", m, d, x.bsz, x.metric, rep->tflops_per_gpu, x.paper,
                    x.paper_text);
-  y.note = format_sig(y.value / x.value, 2) + "x the row above: no prefetch (DeepSpeed v0.3.15-v0.5.10, issue #1069)";
+  y.effects = {{info(Effect::on_demand).name, x.value}};  // off: the row above, prefetched
   rows.push_back(y);
   return y.value;
 }
@@ -189,29 +242,37 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
   Rows rows;
   const std::pair<const char*, double> paper[] = {{"table1-0.5T", 0}, {"table1-1T", 0}, {"table1-5T", 0},
                                                   {"table1-10T", 43}, {"table1-20T", 34}};
-  for (auto [name, tflops] : paper) {
+  for (auto [name, tflops_paper] : paper) {
     CatalogueEntry e = *find_catalogue_entry(name);
     const PaperSetup& s = e.setups.back();  // the 512-GPU row
     if (progress) progress(std::string("fig5a: ") + name + " on 512 GPUs");
-    // Table 1's batch/GPU is the global batch over the GPUs (20T's 1.25 is no whole number of samples
-    // per rank): a data-parallel rank, the mp GPUs of one slice group, trains batch/GPU x mp samples.
-    TrainingConfig c;
-    c.bsz = s.bsz * s.mp;
-    c.mp = s.mp;
-    Result<Run> r = run(e.spec, placement_for(s.param_tier, s.optim_tier), c, nodes(node, s.gpus), SimOptions{});
-    if (!r) return make_error(r.error());
     std::string note;
-    if (r->report.overflow) {
+    auto zero_inf = [&](Off off) -> Result<Run> {
+      // Table 1's batch/GPU is the global batch over the GPUs (20T's 1.25 is no whole number of
+      // samples per rank): a data-parallel rank, the mp GPUs of one slice group, trains batch/GPU x mp
+      // samples. Off: batch/GPU samples per data-parallel rank.
+      TrainingConfig c;
+      c.bsz = off(Effect::batch_over_gpus) ? s.bsz : s.bsz * s.mp;
+      c.mp = s.mp;
+      const HardwareProfile p = with(nodes(node, s.gpus), off);
+      Result<Run> r = run(e.spec, placement_for(s.param_tier, s.optim_tier), c, p, SimOptions{});
+      if (!r || !r->report.overflow) return r;
       // Table 1 keeps 0.5T/1T entirely on 512 GPUs; at Eq. 2's 20 B/param that is more than a V100
       // holds, so take the first placement with fewer offloads that does fit, and say so.
-      note = "Table 1's " + s.param_tier + "/" + s.optim_tier + " placement does not fit: " + r->report.overflow->message;
-      r = run_first_fitting(e.spec, {"zero_inf_cpu", "zero_inf_nvme"}, c, nodes(node, s.gpus));
-      if (!r) return make_error(r.error());
-    }
+      if (!off.effect)
+        note = "Table 1's " + s.param_tier + "/" + s.optim_tier + " placement does not fit: " + r->report.overflow->message;
+      return run_first_fitting(e.spec, {"zero_inf_cpu", "zero_inf_nvme"}, c, p);
+    };
+    Result<Run> r = zero_inf(Off{});
+    if (!r) return make_error(r.error());
     rows.push_back(row("fig5a", std::string(name).substr(7) + " on 512 GPUs", e.spec, *r, s.bsz, "tflops_per_gpu",
-                       r->report.tflops_per_gpu, tflops,
-                       tflops > 0 ? format_g(tflops) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
+                       r->report.tflops_per_gpu, tflops_paper,
+                       tflops_paper > 0 ? format_g(tflops_paper) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
+    if (Result<bool> m = measure(rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+                                 value_of(zero_inf, tflops));
+        !m)
+      return make_error(m.error());
     const ReproRow inf = rows.back();
     Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, nodes(node, s.gpus));
     if (!lazy) return make_error(lazy.error());
@@ -221,7 +282,8 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
     if (std::string(name) != "table1-0.5T" && std::string(name) != "table1-1T") continue;
     if (progress) progress(std::string("fig5a: ") + name + " with 3D parallelism on 512 GPUs");
     const long global = std::lround(s.bsz * s.gpus);
-    Result<Run> d = three_d(e.spec, s.gpus, global, nodes(node, s.gpus));
+    auto three = [&](Off off) { return three_d(e.spec, s.gpus, global, with(nodes(node, s.gpus), off)); };
+    Result<Run> d = three(Off{});
     if (!d) return make_error(d.error());
     const bool fits = !d->report.overflow;
     // the paper's "nearly identical" at 0.5T: ZeRO-Infinity's row as the number to agree with
@@ -233,6 +295,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                         format_sig(x.value / *lazy, 2) + "x fetched on demand), global batch " +
                         std::to_string(global)
                   : "does not fit at mp 8 or 16 and any checkpoint interval: " + d->report.overflow->message;
+    if (Result<bool> m = measure(x, kProfileEffects, value_of(three, tflops)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -243,14 +306,22 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
   CatalogueEntry e = *find_catalogue_entry("table1-1T");
   for (int gpus : {64, 128, 256, 512}) {
     if (progress) progress("fig5b: 1T on " + std::to_string(gpus) + " GPUs");
-    TrainingConfig c;
-    c.bsz = 5 * 4;  // Table 1's 5 per GPU: 20 per slice group of mp 4 (the global batch over the GPUs)
-    c.mp = 4;
-    Result<Run> r = run_first_fitting(e.spec, {"zero3", "zero_inf_cpu", "zero_inf_nvme"}, c, nodes(node, gpus));
+    auto zero_inf = [&](Off off) {
+      TrainingConfig c;
+      // Table 1's 5 per GPU: 20 per slice group of mp 4 (the global batch over the GPUs); off: 5 per group
+      c.bsz = off(Effect::batch_over_gpus) ? 5 : 5 * 4;
+      c.mp = 4;
+      return run_first_fitting(e.spec, {"zero3", "zero_inf_cpu", "zero_inf_nvme"}, c, with(nodes(node, gpus), off));
+    };
+    Result<Run> r = zero_inf(Off{});
     if (!r) return make_error(r.error());
     rows.push_back(row("fig5b", "1T on " + std::to_string(gpus) + " GPUs", e.spec, *r, 5, "tflops_per_gpu",
                        r->report.tflops_per_gpu, gpus == 64 ? 44 : 0,
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
+    if (Result<bool> m = measure(rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+                                 value_of(zero_inf, tflops));
+        !m)
+      return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, nodes(node, gpus)); !lazy)
       return make_error(lazy.error());
   }
@@ -263,9 +334,12 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
     CatalogueEntry e = *find_catalogue_entry(name);
     const PaperSetup& s = e.setups.front();  // the one-node row
     if (progress) progress(std::string("fig5c: ") + name + " on one DGX-2");
-    TrainingConfig c;
-    c.bsz = s.bsz;
-    Result<Run> r = run(e.spec, placement_for(s.param_tier, s.optim_tier), c, node, SimOptions{});
+    auto one_node = [&](Off off) {
+      TrainingConfig c;
+      c.bsz = s.bsz;
+      return run(e.spec, placement_for(s.param_tier, s.optim_tier), c, with(node, off), SimOptions{});
+    };
+    Result<Run> r = one_node(Off{});
     if (!r) return make_error(r.error());
     if (r->report.overflow) return make_error(std::string(name) + ": " + r->report.overflow->message);
     bool up_to_100b = params_eq1(e.spec.layers, e.spec.hidden) <= 1.1e11;
@@ -276,6 +350,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
       if (up_to_100b && rows.back().value >= 40) rows.back().disagrees = false;
     };
     over_40();
+    if (Result<bool> m = measure(rows.back(), kProfileEffects, value_of(one_node, tflops)); !m) return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
@@ -287,24 +362,39 @@ Result<Rows> fig8(const HardwareProfile& node, const Progress& progress) {
   CatalogueEntry e = *find_catalogue_entry("table6-8B");
   for (const PaperSetup& s : e.setups) {
     if (progress) progress("fig8: 8B backward on " + std::to_string(s.gpus) + " GPUs");
-    TrainingConfig c;
-    c.bsz = s.bsz;
-    c.dp = s.gpus;
-    // Gradients offloaded to CPU memory; parameters stay on the GPU (Sec. 8.6: gradient offload).
-    Placement inf = *preset("zero_offload");
-    inf.fetch = ParamFetch::allgather;  // ZeRO-Infinity: every rank offloads its partition over its own PCIe link
-    inf.name = "zero_inf (gradients to cpu)";
-    Placement off = *preset("zero_offload");  // the owner moves each gradient over one PCIe link
-    Result<Run> a = run(e.spec, inf, c, nodes(node, s.gpus), SimOptions{});
-    c.sync_grad_copies = true;  // ZeRO-Offload as DeepSpeed's stage 2 ran it then: one owner at a time
-    Result<Run> b = run(e.spec, off, c, nodes(node, s.gpus), SimOptions{});
-    if (!a) return make_error(a.error());
-    if (!b) return make_error(b.error());
-    double speedup = b->report.backward_s() / a->report.backward_s();
-    ReproRow x = row("fig8", "8B on " + std::to_string(s.gpus) + " GPUs", e.spec, *a, s.bsz, "backward_speedup",
-                     speedup, s.gpus == 64 ? 2.0 : 0, s.gpus == 64 ? "nearly 2x at 64 GPUs" : "grows with GPUs");
+    struct Both {
+      Run inf, off;
+      double speedup() const { return off.report.backward_s() / inf.report.backward_s(); }
+    };
+    auto both = [&](Off off) -> Result<Both> {
+      TrainingConfig c;
+      c.bsz = s.bsz;
+      c.dp = s.gpus;
+      const HardwareProfile p = with(nodes(node, s.gpus), off);
+      // Gradients offloaded to CPU memory; parameters stay on the GPU (Sec. 8.6: gradient offload).
+      Placement inf = *preset("zero_offload");
+      inf.fetch = ParamFetch::allgather;  // ZeRO-Infinity: every rank offloads its partition over its own PCIe link
+      inf.name = "zero_inf (gradients to cpu)";
+      Placement owner = *preset("zero_offload");  // the owner moves each gradient over one PCIe link
+      Result<Run> a = run(e.spec, inf, c, p, SimOptions{});
+      // ZeRO-Offload as DeepSpeed's stage 2 ran it then: one owner at a time
+      c.sync_grad_copies = !off(Effect::sync_grad_copies);
+      Result<Run> b = run(e.spec, owner, c, p, SimOptions{});
+      if (!a) return make_error(a.error());
+      if (!b) return make_error(b.error());
+      return Both{*a, *b};
+    };
+    Result<Both> r = both(Off{});
+    if (!r) return make_error(r.error());
+    ReproRow x = row("fig8", "8B on " + std::to_string(s.gpus) + " GPUs", e.spec, r->inf, s.bsz, "backward_speedup",
+                     r->speedup(), s.gpus == 64 ? 2.0 : 0, s.gpus == 64 ? "nearly 2x at 64 GPUs" : "grows with GPUs");
     x.strategy = "zero_inf vs zero_offload";
-    x.note = "backward " + format_sig(a->report.backward_s(), 3) + " s vs " + format_sig(b->report.backward_s(), 3) + " s";
+    x.note = "backward " + format_sig(r->inf.report.backward_s(), 3) + " s vs " +
+             format_sig(r->off.report.backward_s(), 3) + " s";
+    if (Result<bool> m = measure(x, {Effect::sync_grad_copies, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+                                 value_of(both, &Both::speedup));
+        !m)
+      return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -315,18 +405,30 @@ Result<Rows> fig9(const HardwareProfile& node, const Progress& progress) {
   CatalogueEntry e = *find_catalogue_entry("table7-8B");
   for (const PaperSetup& s : e.setups) {
     if (progress) progress("fig9: 8B, bsz " + format_g(s.bsz) + ", overlap on and off");
-    TrainingConfig c;
-    c.bsz = s.bsz;
-    c.dp = s.gpus;
-    SimOptions off;
-    off.overlap = false;
-    Result<Run> a = run(e.spec, *preset("zero_inf_cpu"), c, nodes(node, s.gpus), SimOptions{});
-    Result<Run> b = run(e.spec, *preset("zero_inf_cpu"), c, nodes(node, s.gpus), off);
-    if (!a) return make_error(a.error());
-    if (!b) return make_error(b.error());
-    ReproRow x = row("fig9", "8B, bsz " + format_g(s.bsz) + ", 64 GPUs", e.spec, *a, s.bsz, "overlap_speedup",
-                     b->report.iteration_s / a->report.iteration_s, 0, "large at small bsz, diminishing at large");
-    x.note = format_sig(a->report.tflops_per_gpu, 3) + " vs " + format_sig(b->report.tflops_per_gpu, 3) + " TFLOPS/GPU";
+    struct Both {
+      Run on, off;
+      double speedup() const { return off.report.iteration_s / on.report.iteration_s; }
+    };
+    auto both = [&](Off o) -> Result<Both> {
+      TrainingConfig c;
+      c.bsz = s.bsz;
+      c.dp = s.gpus;
+      SimOptions serial;
+      serial.overlap = false;
+      const HardwareProfile p = with(nodes(node, s.gpus), o);
+      Result<Run> a = run(e.spec, *preset("zero_inf_cpu"), c, p, SimOptions{});
+      Result<Run> b = run(e.spec, *preset("zero_inf_cpu"), c, p, serial);
+      if (!a) return make_error(a.error());
+      if (!b) return make_error(b.error());
+      return Both{*a, *b};
+    };
+    Result<Both> r = both(Off{});
+    if (!r) return make_error(r.error());
+    ReproRow x = row("fig9", "8B, bsz " + format_g(s.bsz) + ", 64 GPUs", e.spec, r->on, s.bsz, "overlap_speedup",
+                     r->speedup(), 0, "large at small bsz, diminishing at large");
+    x.note = format_sig(r->on.report.tflops_per_gpu, 3) + " vs " + format_sig(r->off.report.tflops_per_gpu, 3) +
+             " TFLOPS/GPU";
+    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -338,29 +440,39 @@ Result<Rows> fig10(const HardwareProfile& node, const Progress& progress) {
     CatalogueEntry e = *find_catalogue_entry(name);
     const PaperSetup& s = e.setups.front();
     if (progress) progress(std::string("fig10: ") + name + ", checkpoints on GPU and CPU");
-    TrainingConfig c;
-    c.bsz = s.bsz;
-    c.dp = s.gpus;
-    c.seq = e.spec.seq;
-    HardwareProfile p = nodes(node, s.gpus);
-    Placement base = s.optim_tier == "nvme" ? *preset("zero_inf_nvme") : *preset("zero_inf_cpu");
-    Result<Run> gpu = run(e.spec, base, c, p, SimOptions{});  // on GPU when it fits
-    if (!gpu) return make_error(gpu.error());
-    Placement cpu = with_ckpt(base, Tier::cpu);
-    for (int t = 1; t <= 16; t *= 2) {  // the same tiling as the GPU run needed, or more
-      c.tiling_factor = t;
-      Result<Schedule> s = build_schedule(e.spec, with_ckpt(base, gpu->placement.act_ckpt.tier), c, p);
-      if (s && !s->overflow) break;
-    }
-    Result<SimReport> off = simulate_isolated(e.spec, cpu, c, p, SimOptions{});
-    if (!off) return make_error(off.error());
-    if (gpu->report.overflow || off->overflow) return make_error(std::string(name) + ": does not fit on 64 GPUs");
-    double slowdown = off->iteration_s / gpu->report.iteration_s;
+    const Placement base = s.optim_tier == "nvme" ? *preset("zero_inf_nvme") : *preset("zero_inf_cpu");
+    struct Both {
+      Run gpu;
+      SimReport cpu;
+      double slowdown() const { return cpu.iteration_s / gpu.report.iteration_s; }
+    };
+    auto both = [&](Off off) -> Result<Both> {
+      TrainingConfig c;
+      c.bsz = s.bsz;
+      c.dp = s.gpus;
+      c.seq = e.spec.seq;
+      const HardwareProfile p = with(nodes(node, s.gpus), off);
+      Result<Run> gpu = run(e.spec, base, c, p, SimOptions{});  // on GPU when it fits
+      if (!gpu) return make_error(gpu.error());
+      Placement cpu = with_ckpt(base, Tier::cpu);
+      for (int t = 1; t <= 16; t *= 2) {  // the same tiling as the GPU run needed, or more
+        c.tiling_factor = t;
+        Result<Schedule> sch = build_schedule(e.spec, with_ckpt(base, gpu->placement.act_ckpt.tier), c, p);
+        if (sch && !sch->overflow) break;
+      }
+      Result<SimReport> moved = simulate_isolated(e.spec, cpu, c, p, SimOptions{});
+      if (!moved) return make_error(moved.error());
+      if (gpu->report.overflow || moved->overflow) return make_error(std::string(name) + ": does not fit on 64 GPUs");
+      return Both{*gpu, *moved};
+    };
+    Result<Both> r = both(Off{});
+    if (!r) return make_error(r.error());
     bool small = e.spec.hidden <= 16384;
-    ReproRow x = row("fig10", std::string(name).substr(7) + ", 5 layers", e.spec, *gpu, s.bsz,
-                     "ckpt_offload_slowdown", slowdown, small ? 0 : 1.0,
+    ReproRow x = row("fig10", std::string(name).substr(7) + ", 5 layers", e.spec, r->gpu, s.bsz,
+                     "ckpt_offload_slowdown", r->slowdown(), small ? 0 : 1.0,
                      small ? "up to 1.2x at small hidden sizes" : "minimal at 32K and 64K");
     x.strategy = base.name + ": act_ckpt gpu vs cpu";
+    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::slowdown)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -383,70 +495,135 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
     c.seq = e.spec.seq;
     TrainingConfig onebit = c;
     onebit.what_if.onebit_adam = true;
-    const HardwareProfile p = nodes(node, gpus);
-    Result<SimReport> a = simulate_isolated(e.spec, pl, c, p, SimOptions{});
-    Result<SimReport> b = simulate_isolated(e.spec, pl, onebit, p, SimOptions{});
-    if (!a) return make_error(a.error());
-    if (!b) return make_error(b.error());
-    const Run run{pl, *b, onebit};
-    const double end_to_end = a->iteration_s / onebit_end_to_end(a->iteration_s, b->iteration_s, onebit.what_if.onebit_warmup);
+    struct Both {
+      SimReport plain, onebit;
+      double speedup() const { return plain.iteration_s / onebit.iteration_s; }
+    };
+    auto both = [&](Off off) -> Result<Both> {
+      const HardwareProfile p = with(nodes(node, gpus), off);
+      Result<SimReport> a = simulate_isolated(e.spec, pl, c, p, SimOptions{});
+      Result<SimReport> b = simulate_isolated(e.spec, pl, onebit, p, SimOptions{});
+      if (!a) return make_error(a.error());
+      if (!b) return make_error(b.error());
+      return Both{*a, *b};
+    };
+    Result<Both> r = both(Off{});
+    if (!r) return make_error(r.error());
+    const SimReport& a = r->plain;
+    const SimReport& b = r->onebit;
+    const Run run{pl, b, onebit};
+    const double end_to_end = a.iteration_s / onebit_end_to_end(a.iteration_s, b.iteration_s, onebit.what_if.onebit_warmup);
     ReproRow x = row("seed004", "10B on " + std::to_string(gpus) + " GPUs, 1-bit Adam", e.spec, run, c.bsz,
-                     "onebit_speedup", a->iteration_s / b->iteration_s, 0,
+                     "onebit_speedup", r->speedup(), 0,
                      "up to 3.5x end-to-end on 40 Gbps Ethernet (BERT-Large, blog); 16x less traffic once compressed");
-    x.note = format_sig(a->iteration_s, 4) + " s vs " + format_sig(b->iteration_s, 4) + " s per iteration; " +
-             format_sig(a->tflops_per_gpu, 3) + " vs " + format_sig(b->tflops_per_gpu, 3) +
+    x.note = format_sig(a.iteration_s, 4) + " s vs " + format_sig(b.iteration_s, 4) + " s per iteration; " +
+             format_sig(a.tflops_per_gpu, 3) + " vs " + format_sig(b.tflops_per_gpu, 3) +
              " TFLOPS/GPU; end-to-end with 15 % warm-up " + format_sig(end_to_end, 3) + "x";
+    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
 
-  // The longest sequence that fits: doubling, then bisection on multiples of 1024.
-  auto fits = [&](long seq, double density) {
-    ModelSpec m = e.spec;
-    m.seq = seq;
-    TrainingConfig c;
-    c.bsz = 1;
-    c.seq = seq;
-    c.what_if.attention_density = density;
-    Result<Schedule> sch = build_schedule(m, pl, c, node);
-    return sch && !sch->overflow;
+  // The longest sequence that fits, dense and sparse, and both densities simulated at the dense limit.
+  struct Sparse {
+    long dense = 0, sparse = 0;
+    SimReport a, b;  // dense and density 0.1, at the dense limit
+    TrainingConfig c, sa;
+    double dense_seq() const { return double(dense); }
+    double sparse_seq() const { return double(sparse); }
+    double speedup() const { return a.iteration_s / b.iteration_s; }
   };
-  auto longest = [&](double density) {
-    long lo = 0, hi = 1024;  // lo fits (0: nothing yet), hi does not
-    while (hi <= kMaxSeq / 2 && fits(hi, density)) lo = hi, hi *= 2;
-    while (hi - lo > 1024) {
-      const long mid = (lo + hi) / 2 / 1024 * 1024;
-      (fits(mid, density) ? lo : hi) = mid;
-    }
-    return lo;
+  auto sparse = [&](Off off) -> Result<Sparse> {
+    const HardwareProfile p = with(node, off);
+    auto fits = [&](long seq, double density) {
+      ModelSpec m = e.spec;
+      m.seq = seq;
+      TrainingConfig c;
+      c.bsz = 1;
+      c.seq = seq;
+      c.what_if.attention_density = density;
+      Result<Schedule> sch = build_schedule(m, pl, c, p);
+      return sch && !sch->overflow;
+    };
+    // doubling, then bisection on multiples of 1024
+    auto longest = [&](double density) {
+      long lo = 0, hi = 1024;  // lo fits (0: nothing yet), hi does not
+      while (hi <= kMaxSeq / 2 && fits(hi, density)) lo = hi, hi *= 2;
+      while (hi - lo > 1024) {
+        const long mid = (lo + hi) / 2 / 1024 * 1024;
+        (fits(mid, density) ? lo : hi) = mid;
+      }
+      return lo;
+    };
+    Sparse x;
+    x.dense = longest(1);
+    x.sparse = longest(0.1);
+    if (x.dense == 0) return make_error("seed004: table1-10B does not fit one DGX-2 at sequence 1024");
+    ModelSpec m = e.spec;
+    m.seq = x.dense;
+    x.c.bsz = 1;
+    x.c.seq = x.dense;
+    x.sa = x.c;
+    x.sa.what_if.attention_density = 0.1;
+    Result<SimReport> a = simulate_isolated(m, pl, x.c, p, SimOptions{});
+    Result<SimReport> b = simulate_isolated(m, pl, x.sa, p, SimOptions{});
+    if (!a) return make_error(a.error());
+    if (!b) return make_error(b.error());
+    x.a = *a;
+    x.b = *b;
+    return x;
   };
   if (progress) progress("seed004: 10B, longest sequence on one DGX-2, dense and at density 0.1");
-  const long dense = longest(1), sparse = longest(0.1);
-  if (dense == 0) return make_error("seed004: table1-10B does not fit one DGX-2 at sequence 1024");
-  ModelSpec m = e.spec;
-  m.seq = dense;
-  TrainingConfig c;
-  c.bsz = 1;
-  c.seq = dense;
-  TrainingConfig sa = c;
-  sa.what_if.attention_density = 0.1;
-  Result<SimReport> a = simulate_isolated(m, pl, c, node, SimOptions{});
-  Result<SimReport> b = simulate_isolated(m, pl, sa, node, SimOptions{});
-  if (!a) return make_error(a.error());
-  if (!b) return make_error(b.error());
-  ReproRow d = row("seed004", "10B on 16 GPUs, longest sequence, dense", e.spec, Run{pl, *a, c}, 1, "max_seq", double(dense),
-                   0, "the dense limit");
-  ReproRow x = row("seed004", "10B on 16 GPUs, longest sequence, density 0.1", e.spec, Run{pl, *b, sa}, 1, "max_seq",
-                   double(sparse), 0, "10x (BERT-Base) and 16x (BERT-Large) longer than dense (blog)");
-  x.note = format_sig(double(sparse) / double(dense), 3) + "x the dense limit";
-  ReproRow t = row("seed004", "10B on 16 GPUs, sequence " + std::to_string(dense) + ", density 0.1", e.spec,
-                   Run{pl, *b, sa}, 1, "sparse_attention_speedup", a->iteration_s / b->iteration_s, 0,
+  Result<Sparse> r = sparse(Off{});
+  if (!r) return make_error(r.error());
+  ReproRow d = row("seed004", "10B on 16 GPUs, longest sequence, dense", e.spec, Run{pl, r->a, r->c}, 1, "max_seq",
+                   r->dense_seq(), 0, "the dense limit");
+  ReproRow x = row("seed004", "10B on 16 GPUs, longest sequence, density 0.1", e.spec, Run{pl, r->b, r->sa}, 1,
+                   "max_seq", r->sparse_seq(), 0, "10x (BERT-Base) and 16x (BERT-Large) longer than dense (blog)");
+  x.note = format_sig(r->sparse_seq() / r->dense_seq(), 3) + "x the dense limit";
+  ReproRow t = row("seed004", "10B on 16 GPUs, sequence " + std::to_string(r->dense) + ", density 0.1", e.spec,
+                   Run{pl, r->b, r->sa}, 1, "sparse_attention_speedup", r->speedup(), 0,
                    "up to 6.3x (BERT-Base) and 5.3x (BERT-Large) faster (blog)");
-  t.note = format_sig(a->iteration_s, 4) + " s vs " + format_sig(b->iteration_s, 4) + " s per iteration";
+  t.note = format_sig(r->a.iteration_s, 4) + " s vs " + format_sig(r->b.iteration_s, 4) + " s per iteration";
+  // The three rows come from one computation: each effect turned off runs it once.
+  for (Effect off : kProfileEffects) {
+    Result<Sparse> o = sparse(Off{off});
+    if (!o) return make_error(o.error());
+    d.effects.push_back({info(off).name, o->dense_seq()});
+    x.effects.push_back({info(off).name, o->sparse_seq()});
+    t.effects.push_back({info(off).name, o->speedup()});
+  }
   rows.insert(rows.end(), {d, x, t});
   return rows;
 }
 
 }  // namespace
+
+const std::vector<EffectInfo>& reproduction_effects() {
+  // in Effect's order
+  static const std::vector<EffectInfo> effects = {
+      {"batch_over_gpus", "Table 1's batch read as global / GPUs",
+       "Table 1's batch/GPU is the global batch over the GPUs, so a data-parallel rank of mp GPUs trains "
+       "batch/GPU x mp samples (issue 28: 20T's 1.25 is no whole number of samples per rank); off: batch/GPU "
+       "samples per data-parallel rank"},
+      {"reserve", "framework reserve",
+       "gpu.reserve: the CUDA context, cuBLAS workspace and NCCL buffers each GPU keeps beside the training "
+       "(the profile's sources); off: the whole GPU memory for the training"},
+      {"peak_by_hidden", "peak by hidden size",
+       "gpu.peak_by_hidden: Sec. 4.2's achievable peak, 62-78 TFLOPS/GPU for hidden sizes 8K-64K; off: gpu.peak, "
+       "the 70 TFLOPS average, at every size"},
+      {"hbm", "HBM-bound operators",
+       "gpu.memory_bandwidth: LayerNorm, GeLU, residual adds, the embedding and Adam on the GPU no faster than "
+       "their bytes through HBM (V100: 900 GB/s, datasheet); off: FLOPs alone, Adam on the GPU free"},
+      {"sync_grad_copies", "owners' gradient copies one at a time",
+       "ZeRO-Offload's owners copy gradients to CPU memory one rank at a time, as DeepSpeed's stage 2 of the "
+       "paper's time did (stage2.py, v0.3.x; fixed by PR #1067 in v0.4.0); off: every owner's copy overlaps"},
+      {"on_demand", "fetched on demand",
+       "parameters fetched on demand, as DeepSpeed v0.3.15-v0.5.10 ran ZeRO-3 (its prefetch never matched "
+       "the module trace: microsoft/DeepSpeed issue #1069, fixed by PR #1453 in v0.6.0); off: prefetched "
+       "(Sec. 6.2), the row above"},
+  };
+  return effects;
+}
 
 std::vector<std::string> reproduction_figures() {
   return {"fig5a", "fig5b", "fig5c", "fig8", "fig9", "fig10", "seed004"};
@@ -467,12 +644,33 @@ Result<std::vector<ReproRow>> reproduce(const std::string& figure, const Hardwar
 
 std::string repro_csv(const std::vector<ReproRow>& rows) {
   std::ostringstream o;
-  o << "figure,label,model,strategy,gpus,bsz,mp,metric,value,paper,disagrees,note,limited_by\n";
-  for (const auto& r : rows)
+  o << "figure,label,model,strategy,gpus,bsz,mp,metric,value,paper,disagrees,note,limited_by,effects\n";
+  for (const auto& r : rows) {
+    std::string effects;  // "batch_over_gpus=25.7;reserve=55.3": the row's value with each turned off
+    for (const EffectMeasure& e : r.effects) effects += (effects.empty() ? "" : ";") + e.name + "=" + format_g(e.without);
     o << r.figure << "," << csv_field(r.label) << "," << r.model << "," << csv_field(r.strategy) << "," << r.gpus << ","
       << r.bsz << "," << r.mp << "," << r.metric << "," << r.value << "," << (r.paper > 0 ? format_g(r.paper) : "")
-      << "," << (r.disagrees ? "yes" : "no") << "," << csv_field(r.note) << "," << csv_field(r.limited_by) << "\n";
+      << "," << (r.disagrees ? "yes" : "no") << "," << csv_field(r.note) << "," << csv_field(r.limited_by) << "," << effects << "\n";
+  }
   return o.str();
+}
+
+// What moves a row: each effect turned off alone, "Table 1's batch read as global / GPUs 2.15x (25.7
+// without)", then those that do not move it by 0.5 % (the drift check's tolerance).
+std::string effects_cell(const ReproRow& r) {
+  std::string moved, still;
+  for (const EffectMeasure& e : r.effects) {
+    const auto info = std::find_if(reproduction_effects().begin(), reproduction_effects().end(),
+                                   [&](const EffectInfo& i) { return e.name == i.name; });
+    const std::string label = info == reproduction_effects().end() ? e.name : info->label;
+    std::string& to = (e.without > 0 ? std::fabs(r.value / e.without - 1) >= 0.005 : r.value > 0) ? moved : still;
+    to += (to.empty() ? "" : "; ") + label;
+    if (&to == &moved)
+      to += e.without > 0 ? " " + format_sig(r.value / e.without, 3) + "x (" + format_sig(e.without, 3) + " without)"
+                          : " (does not fit without)";
+  }
+  if (!still.empty()) moved += (moved.empty() ? "" : "; ") + std::string("not moved by ") + still;
+  return moved;
 }
 
 std::string repro_markdown(const std::string& figure, const std::vector<ReproRow>& rows) {
@@ -481,11 +679,24 @@ std::string repro_markdown(const std::string& figure, const std::vector<ReproRow
   const bool one_metric =
       std::all_of(rows.begin(), rows.end(), [&](const ReproRow& r) { return r.metric == rows[0].metric; });
   o << "| configuration | strategy | GPUs | bsz | mp | " << (rows.empty() || !one_metric ? "value" : rows[0].metric)
-    << " (memwall) | paper | agrees within 15 % | limited by (simulated) |\n|---|---|---|---|---|---|---|---|---|\n";
+    << " (memwall) | paper | agrees within 15 % | limited by (simulated) | effects (each turned off alone) |\n"
+    << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     o << "| " << r.label << " | " << r.strategy << " | " << r.gpus << " | " << format_g(r.bsz) << " | " << r.mp
       << " | " << (one_metric ? "" : r.metric + " ") << (r.metric == "max_seq" ? format_g(r.value) : format_sig(r.value, 3)) << (r.note.empty() ? "" : " (" + r.note + ")") << " | " << r.paper_text
-      << " | " << (r.paper > 0 ? (r.disagrees ? "**no**" : "yes") : "n/a") << " | " << r.limited_by << " |\n";
+      << " | " << (r.paper > 0 ? (r.disagrees ? "**no**" : "yes") : "n/a") << " | " << r.limited_by << " | "
+      << effects_cell(r) << " |\n";
+  // the effects the rows measured, what each is and what turning it off simulates
+  std::string legend;
+  for (const EffectInfo& i : reproduction_effects())
+    if (std::any_of(rows.begin(), rows.end(), [&](const ReproRow& r) {
+          return std::any_of(r.effects.begin(), r.effects.end(), [&](const EffectMeasure& e) { return e.name == i.name; });
+        }))
+      legend += std::string("- **") + i.label + "** (`" + i.name + "`): " + i.source + ".\n";
+  if (!legend.empty())
+    o << "\nEach row is simulated again with each effect it includes turned off alone; the last column gives the "
+         "row's value over that (x) and the value itself, and names the effects that move it less than 0.5 %.\n\n"
+      << legend;
   return o.str();
 }
 

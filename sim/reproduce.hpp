@@ -13,6 +13,13 @@
 
 namespace memwall::sim {
 
+// One modelled effect's share of a row: the row simulated again with that effect alone turned off
+// (reproduction_effects() names them, with their sources).
+struct EffectMeasure {
+  std::string name;    // "reserve"
+  double without = 0;  // the row's value with the effect off (0: does not fit then)
+};
+
 struct ReproRow {
   std::string figure;     // "fig5a"
   std::string label;      // "10T on 512 GPUs"
@@ -30,7 +37,19 @@ struct ReproRow {
   // What the simulated iteration is made of (limited_by): its two busiest resources and the share
   // of the step after backward (the optimizer), from the replay: what moves the row.
   std::string limited_by;
+  // The effects memwall models that this row's simulation includes, each measured by turning it off
+  // alone: which of them move the row, and how far.
+  std::vector<EffectMeasure> effects;
 };
+
+// The effects `reproduce` measures, in the order rows list them: {name, what it is and its source,
+// what turning it off means}.
+struct EffectInfo {
+  const char* name;
+  const char* label;   // a few words, for the tables
+  const char* source;  // what it is, where it comes from, and what "off" simulates
+};
+const std::vector<EffectInfo>& reproduction_effects();
 
 using Progress = std::function<void(const std::string&)>;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Results that cannot drift silently: runs `memwall reproduce` into a temporary folder and checks
-every simulated value against the committed results/sim/<figure>.csv within 0.5 %, and the paper's
-statements in words (Fig. 5a's 3D parallelism rows) on what it simulated. A change that
+every simulated value, and each value with one effect turned off (the effects column), against the
+committed results/sim/<figure>.csv within 0.5 %; the paper's statements in words (Fig. 5a's 3D
+parallelism rows) and the direction each effect must move its rows, on what it simulated. A change that
 moves a figure must regenerate results/sim (memwall reproduce) and say why in its commit.
 
 Usage: check_reproduce.py MEMWALL RESULTS_DIR [FIGURE ...]"""
@@ -38,7 +39,25 @@ def paper_claims(fig, rows):
                        f"and its flag (paper {row['paper']!r}, disagrees {row['disagrees']!r})")
         if float(rows[("fig5a", "1T on 512 GPUs, 3D parallelism")]["value"]) != 0:
             bad.append("fig5a: 3D parallelism trains 1T on 512 GPUs; the paper says it runs out of memory")
+    # Each effect the rows measure (turned off alone) moves them the way its cause says it must.
+    direction = {
+        "batch_over_gpus": (1, "more samples per rank hide more of the transfers"),
+        "sync_grad_copies": (1, "the owners' copies one at a time slow ZeRO-Offload, not ZeRO-Infinity"),
+        "on_demand": (-1, "fetching on demand hides less than prefetching"),
+    }
+    for (f, label), r in rows.items():
+        for name, without in effects(r).items():
+            if name not in direction or without <= 0:
+                continue
+            sign, why = direction[name]
+            if (float(r["value"]) - without) * sign <= 0:
+                bad.append(f"{f} {label}: {name} moves the row from {without:.4g} to {float(r['value']):.4g}: {why}")
     return bad
+
+
+def effects(row):
+    """The row's value with each effect turned off alone: {"reserve": 55.3, ...}."""
+    return {k: float(v) for k, v in (kv.split("=") for kv in row["effects"].split(";") if kv)}
 
 
 def rows(path):
@@ -69,6 +88,14 @@ def main():
                 print(f"{status:8} {fig:6} {key[1]:28} committed {wv:.4g}  now {gv:.4g}  ({100 * off:.3f} %)")
                 if off > TOLERANCE or w["strategy"] != g["strategy"]:
                     bad.append(f"{fig} {key[1]}: committed {wv:.6g} ({w['strategy']}), now {gv:.6g} ({g['strategy']})")
+                we, ge = effects(w), effects(g)
+                if set(we) != set(ge):
+                    bad.append(f"{fig} {key[1]}: effects measured differ: committed {sorted(we)}, now {sorted(ge)}")
+                    continue
+                for name, wv in we.items():
+                    gv = ge[name]
+                    if (abs(gv - wv) / abs(wv) if wv else abs(gv)) > TOLERANCE:
+                        bad.append(f"{fig} {key[1]} without {name}: committed {wv:.6g}, now {gv:.6g}")
     for b in bad:
         print("drift:", b)
     if bad:
