@@ -37,11 +37,14 @@ struct ValidateFlags {
   bool json = false;
 };
 
-// One time per step from trace events (a simulated step may be several activities): the earliest
-// start and the latest end of its events.
-std::vector<StepTime> step_times(const std::vector<TraceEvent>& events) {
+// One time per step of the GPU `gpu` from trace events (a simulated step may be several
+// activities): the earliest start and the latest end of its events. Only that GPU's: a pipeline's
+// other stages (or the broadcast variant's other ranks) replayed beside it number their own steps
+// from 0 too.
+std::vector<StepTime> step_times(const std::vector<TraceEvent>& events, int gpu) {
   std::map<int, StepTime> by;
   for (const TraceEvent& e : events) {
+    if (e.rank != gpu) continue;
     auto [it, fresh] = by.try_emplace(e.step, StepTime{e.step, e.start_s, e.end_s});
     if (!fresh) {
       it->second.start_s = std::min(it->second.start_s, e.start_s);
@@ -149,8 +152,9 @@ exec::EngineOptions& o = prep.options;
             if (sr.overflow) throw UsageError("validate: the simulator finds the schedule does not fit: " + sr.overflow->message);
             const OverlapReport mo =
                 median_overlap(std::vector<OverlapReport>(trained->overlap.begin() + long(from), trained->overlap.end()));
-            const OverlapReport so_rep = overlap_report(executed, step_times(sr.trace));
-            const std::vector<StepTime> sim_times = step_times(sr.trace);
+            // the executed schedule is the first replayed, and simulate() numbers its GPU 0
+            const std::vector<StepTime> sim_times = step_times(sr.trace, 0);
+            const OverlapReport so_rep = overlap_report(executed, sim_times);
 
             // steps whose start times differ most (both relative to their iteration's start)
             std::map<int, StepTime> measured_at;

@@ -69,7 +69,31 @@ import json, sys
 j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 assert j["iteration_s"]["measured"] > 0 and j["iteration_s"]["simulated"] > 0, j["iteration_s"]
 PY
-rm -f "$tmp/p2.yaml" "$tmp"/cal2.txt "$tmp"/v2.*
+# two pipeline stages: rank 0 validates the first, whose steps are numbered from 0 as the second
+# stage's are; its simulated side is its own GPU's steps in the trace (the other stage's steps of the
+# same ids once stretched its busy time over the bubble: 0.606 s of compute for 0.477)
+"${mpi[@]}" "$mw" validate --profile "$tmp/p2.yaml" --config "$cfg" --strategy zero3 --pp 2 --grad-accum 4 --steps 3 \
+  --json --trace-dir "$tmp" > "$tmp/v3.json" 2> "$tmp/v3.err" || { cat "$tmp/v3.err"; fail "validate --pp 2"; }
+/usr/bin/python3 - "$tmp/v3.json" "$tmp/simulated.json" <<'PY' || fail "validate pp 2: the first stage's own steps"
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+ev = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("ph") == "X"]
+assert {e["pid"] for e in ev} == {0, 1}, "both stages replayed"
+mine = [e for e in ev if e["pid"] == 0]
+start = {}
+for e in mine:
+    start[e["args"]["step"]] = min(start.get(e["args"]["step"], 1e30), e["ts"] / 1e6)
+for s in j["most_different_steps"]:
+    assert abs(s["simulated_start_s"] - start[s["step"]]) < 1e-6, (s, start.get(s["step"]))
+iv = sorted((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in mine if e["cat"].endswith("gpu_compute"))
+busy, end = 0.0, -1.0
+for a, b in iv:
+    busy += max(0.0, b - max(a, end))
+    end = max(end, b)
+got = j["busy_s"]["compute"]["simulated"]
+assert abs(got - busy) <= 1e-3 * busy, f"busy compute {got} s, stage 0's own {busy} s"
+PY
+rm -f "$tmp/p2.yaml" "$tmp"/cal2.txt "$tmp"/v2.* "$tmp"/v3.* "$tmp"/measured.json "$tmp"/simulated.json
 
 # bad input: one line, exit 2
 out=$("$mw" validate --profile "$tmp/p.yaml" --config "$cfg" --steps 1 2>&1 >/dev/null) && fail "--steps 1 accepted"
