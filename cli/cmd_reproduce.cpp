@@ -22,7 +22,9 @@ Command add_reproduce(CLI::App& app) {
       "reproduce",
       "Reproduce the paper's evaluation by simulation (Fig. 5a, 5b, 5c, 8, 9, 10; seed004: 1-bit Adam\n"
       "and sparse attention as what-ifs) and write\n"
-      "<figure>.csv and <figure>.md (beside the paper's numbers) into the output folder.");
+      "<figure>.csv and <figure>.md (beside the paper's numbers) into the output folder. Each row is\n"
+      "simulated again with each modelled effect it includes turned off alone (the effects column: which\n"
+      "move it, how far; the table's legend gives each effect's source). About 90 s for all figures.");
   sub->add_option("--figure", f->figure, "fig5a, fig5b, fig5c, fig8, fig9, fig10, seed004 or all")->capture_default_str();
   sub->add_option("-o,--output", f->out, "Output folder")->capture_default_str();
   sub->add_option("--profile", f->profile, "One node of the cluster (the paper's: dgx2)")->capture_default_str();

@@ -128,8 +128,9 @@ HardwareProfile with(HardwareProfile p, Off off) {
 using Value = std::function<Result<double>(Off)>;
 
 // Simulates the row `x` again with each of `effects` turned off alone and records what it gives.
-Result<bool> measure(ReproRow& x, std::initializer_list<Effect> effects, const Value& value) {
+Result<bool> measure(const Progress& progress, ReproRow& x, std::initializer_list<Effect> effects, const Value& value) {
   for (Effect e : effects) {
+    if (progress) progress(x.figure + ": " + x.label + ", without " + info(e).label);
     Result<double> v = value(Off{e});
     if (!v) return make_error(x.label + " without " + info(e).label + ": " + v.error());
     x.effects.push_back({info(e).name, *v});
@@ -269,7 +270,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                        r->report.tflops_per_gpu, tflops_paper,
                        tflops_paper > 0 ? format_g(tflops_paper) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
-    if (Result<bool> m = measure(rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -295,7 +296,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                         format_sig(x.value / *lazy, 2) + "x fetched on demand), global batch " +
                         std::to_string(global)
                   : "does not fit at mp 8 or 16 and any checkpoint interval: " + d->report.overflow->message;
-    if (Result<bool> m = measure(x, kProfileEffects, value_of(three, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(three, tflops)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -318,7 +319,7 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
     rows.push_back(row("fig5b", "1T on " + std::to_string(gpus) + " GPUs", e.spec, *r, 5, "tflops_per_gpu",
                        r->report.tflops_per_gpu, gpus == 64 ? 44 : 0,
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
-    if (Result<bool> m = measure(rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -350,7 +351,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
       if (up_to_100b && rows.back().value >= 40) rows.back().disagrees = false;
     };
     over_40();
-    if (Result<bool> m = measure(rows.back(), kProfileEffects, value_of(one_node, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, rows.back(), kProfileEffects, value_of(one_node, tflops)); !m) return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
@@ -391,7 +392,7 @@ Result<Rows> fig8(const HardwareProfile& node, const Progress& progress) {
     x.strategy = "zero_inf vs zero_offload";
     x.note = "backward " + format_sig(r->inf.report.backward_s(), 3) + " s vs " +
              format_sig(r->off.report.backward_s(), 3) + " s";
-    if (Result<bool> m = measure(x, {Effect::sync_grad_copies, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, x, {Effect::sync_grad_copies, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
                                  value_of(both, &Both::speedup));
         !m)
       return make_error(m.error());
@@ -428,7 +429,7 @@ Result<Rows> fig9(const HardwareProfile& node, const Progress& progress) {
                      r->speedup(), 0, "large at small bsz, diminishing at large");
     x.note = format_sig(r->on.report.tflops_per_gpu, 3) + " vs " + format_sig(r->off.report.tflops_per_gpu, 3) +
              " TFLOPS/GPU";
-    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -472,7 +473,7 @@ Result<Rows> fig10(const HardwareProfile& node, const Progress& progress) {
                      "ckpt_offload_slowdown", r->slowdown(), small ? 0 : 1.0,
                      small ? "up to 1.2x at small hidden sizes" : "minimal at 32K and 64K");
     x.strategy = base.name + ": act_ckpt gpu vs cpu";
-    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::slowdown)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::slowdown)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -519,7 +520,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
     x.note = format_sig(a.iteration_s, 4) + " s vs " + format_sig(b.iteration_s, 4) + " s per iteration; " +
              format_sig(a.tflops_per_gpu, 3) + " vs " + format_sig(b.tflops_per_gpu, 3) +
              " TFLOPS/GPU; end-to-end with 15 % warm-up " + format_sig(end_to_end, 3) + "x";
-    if (Result<bool> m = measure(x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
 
@@ -586,6 +587,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
   t.note = format_sig(r->a.iteration_s, 4) + " s vs " + format_sig(r->b.iteration_s, 4) + " s per iteration";
   // The three rows come from one computation: each effect turned off runs it once.
   for (Effect off : kProfileEffects) {
+    if (progress) progress("seed004: 10B, longest sequence, without " + std::string(info(off).label));
     Result<Sparse> o = sparse(Off{off});
     if (!o) return make_error(o.error());
     d.effects.push_back({info(off).name, o->dense_seq()});

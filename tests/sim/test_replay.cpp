@@ -18,6 +18,24 @@ constexpr double kHuge = 1e15;  // "unlimited" bandwidth or throughput
 
 ModelSpec model() { return *model_from_shape(4, 4096, 32, 1024, 1000); }
 
+// Trace intervals [start, end] in seconds.
+using Intervals = std::vector<std::pair<double, double>>;
+
+// Over every pair of one interval of `a` and one of `b`, the time both cover, summed.
+double intersection_s(const Intervals& a, const Intervals& b) {
+  double both = 0;
+  for (auto [x0, x1] : a)
+    for (auto [y0, y1] : b) both += std::max(0.0, std::min(x1, y1) - std::max(x0, y0));
+  return both;
+}
+
+// Over every pair of two intervals of `v`, the time both cover, summed.
+double overlap_within_s(const Intervals& v) {
+  double length = 0;
+  for (auto [a, b] : v) length += b - a;
+  return (intersection_s(v, v) - length) / 2;  // each pair counted twice, each interval with itself once
+}
+
 HardwareProfile unlimited_but(const std::string& keep) {
   HardwareProfile p = *load_profile("dgx2");
   p.cpu_adam_params_per_s = kHuge;
@@ -470,7 +488,7 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
     ASSERT_TRUE(r.ok()) << r.error();
     Result<Schedule> s = build_schedule(m, pl, c, p);
     ASSERT_TRUE(s.ok()) << s.error();
-    std::vector<std::pair<double, double>> computes, fetches;
+    Intervals computes, fetches;
     for (const TraceEvent& e : r->trace) {
       const Step& st = s->steps.at(size_t(e.step));
       if (e.rank != 0 || st.phase != Phase::forward) continue;
@@ -480,7 +498,7 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
     ASSERT_GT(computes.size(), 10u);
     ASSERT_GT(fetches.size(), 10u);
     // the time covered by a set of intervals, and by two sets' intersections
-    auto covered = [](std::vector<std::pair<double, double>> v) {
+    auto covered = [](Intervals v) {
       std::sort(v.begin(), v.end());
       double total = 0, from = -1, to = -1;
       for (auto [a, b] : v) {
@@ -489,9 +507,7 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
       }
       return total + to - from;
     };
-    double both = 0;
-    for (auto [a, b] : computes)
-      for (auto [x, y] : fetches) both += std::max(0.0, std::min(b, y) - std::max(a, x));
+    const double both = intersection_s(computes, fetches);
     const double compute = covered(computes), fetch = covered(fetches);
     double first = 1e300, last = 0;
     for (const auto& v : {computes, fetches})
@@ -530,18 +546,14 @@ TEST(Replay, ZeroOffloadOwnersCopyGradientsOneRankAtATime) {
     o.full = true;  // every rank's copies (the owner scheme is replayed in full anyway: its ranks differ)
     Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
     ASSERT_TRUE(r.ok()) << r.error();
-    std::vector<std::pair<double, double>> copies;
+    Intervals copies;
     double copying = 0;
     for (const TraceEvent& e : r->trace)
       if (e.name.starts_with("offload.gc ")) {
         copies.push_back({e.start_s, e.end_s});
         copying += e.end_s - e.start_s;
       }
-    std::sort(copies.begin(), copies.end());
-    double overlap = 0;
-    for (size_t i = 0; i + 1 < copies.size(); ++i)
-      for (size_t j = i + 1; j < copies.size() && copies[j].first < copies[i].second; ++j)
-        overlap += std::min(copies[i].second, copies[j].second) - copies[j].first;
+    const double overlap = overlap_within_s(copies);
     const double grad_bytes = 2.0 * model_param_count(m);  // fp16 gradients, every one copied once (by its owner or in parts)
     if (fetch == ParamFetch::broadcast) {
       ASSERT_GE(copies.size(), size_t(6 * m.layers));
