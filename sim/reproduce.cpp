@@ -106,7 +106,7 @@ std::string limited_by(const SimReport& r) {
 // The effects memwall models that move the paper's figures (issue 28), each turned off alone to
 // measure it. Turning one off changes the simulation's inputs only: the profile (with()), the batch
 // or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
-enum class Effect : std::uint8_t { batch_over_gpus, reserve, peak_by_hidden, hbm, sync_grad_copies, on_demand };
+enum class Effect : std::uint8_t { batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand };
 
 const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
 
@@ -119,16 +119,32 @@ struct Off {
 // The profile as simulated with `off`'s effect turned off.
 HardwareProfile with(HardwareProfile p, Off off) {
   if (off(Effect::reserve)) p.gpu_reserve = GpuReserve{};
-  if (off(Effect::peak_by_hidden)) p.peak_by_hidden.clear();  // gpu.peak, flat
-  if (off(Effect::hbm)) p.gpu_memory_Bps = 0;                 // FLOPs alone, GPU Adam free
+  if (off(Effect::rate_by_shape)) {  // gpu.peak for every operator
+    p.peak_by_hidden.clear();
+    p.gemm.clear();
+    p.gpu_sms = 0;
+  }
+  if (off(Effect::hbm)) p.gpu_memory_Bps = 0;  // FLOPs alone, GPU Adam free
   return p;
+}
+
+// The effects of `wanted` that the profile has the part of (one without gives the row again).
+std::vector<Effect> present(const HardwareProfile& p, std::initializer_list<Effect> wanted) {
+  std::vector<Effect> out;
+  for (Effect e : wanted) {
+    if (e == Effect::reserve && !p.gpu_reserve.given) continue;
+    if (e == Effect::rate_by_shape && p.peak_by_hidden.empty() && p.gemm.empty() && p.gpu_sms <= 0) continue;
+    if (e == Effect::hbm && p.gpu_memory_Bps <= 0) continue;
+    out.push_back(e);
+  }
+  return out;
 }
 
 // A row's value as simulated with one effect off.
 using Value = std::function<Result<double>(Off)>;
 
 // Simulates the row `x` again with each of `effects` turned off alone and records what it gives.
-Result<bool> measure(const Progress& progress, ReproRow& x, std::initializer_list<Effect> effects, const Value& value) {
+Result<bool> measure(const Progress& progress, ReproRow& x, const std::vector<Effect>& effects, const Value& value) {
   for (Effect e : effects) {
     if (progress) progress(x.figure + ": " + x.label + ", without " + info(e).label);
     Result<double> v = value(Off{e});
@@ -152,7 +168,7 @@ Value value_of(Simulate simulate, Metric metric) {
 double tflops(const Run& r) { return r.report.overflow ? 0.0 : r.report.tflops_per_gpu; }
 
 // The effects every simulated row includes: the profile's parts.
-constexpr std::initializer_list<Effect> kProfileEffects = {Effect::reserve, Effect::peak_by_hidden, Effect::hbm};
+constexpr std::initializer_list<Effect> kProfileEffects = {Effect::reserve, Effect::rate_by_shape, Effect::hbm};
 
 ReproRow row(const std::string& fig, const std::string& label, const ModelSpec& m, const Run& r, double bsz,
              const std::string& metric, double value, double paper, const std::string& paper_text) {
@@ -270,7 +286,8 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                        r->report.tflops_per_gpu, tflops_paper,
                        tflops_paper > 0 ? format_g(tflops_paper) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
-    if (Result<bool> m = measure(progress, rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, rows.back(),
+                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -296,7 +313,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                         format_sig(x.value / *lazy, 2) + "x fetched on demand), global batch " +
                         std::to_string(global)
                   : "does not fit at mp 8 or 16 and any checkpoint interval: " + d->report.overflow->message;
-    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(three, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(three, tflops)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -319,7 +336,8 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
     rows.push_back(row("fig5b", "1T on " + std::to_string(gpus) + " GPUs", e.spec, *r, 5, "tflops_per_gpu",
                        r->report.tflops_per_gpu, gpus == 64 ? 44 : 0,
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
-    if (Result<bool> m = measure(progress, rows.back(), {Effect::batch_over_gpus, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, rows.back(),
+                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -351,7 +369,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
       if (up_to_100b && rows.back().value >= 40) rows.back().disagrees = false;
     };
     over_40();
-    if (Result<bool> m = measure(progress, rows.back(), kProfileEffects, value_of(one_node, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, rows.back(), present(node, kProfileEffects), value_of(one_node, tflops)); !m) return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
@@ -392,7 +410,7 @@ Result<Rows> fig8(const HardwareProfile& node, const Progress& progress) {
     x.strategy = "zero_inf vs zero_offload";
     x.note = "backward " + format_sig(r->inf.report.backward_s(), 3) + " s vs " +
              format_sig(r->off.report.backward_s(), 3) + " s";
-    if (Result<bool> m = measure(progress, x, {Effect::sync_grad_copies, Effect::reserve, Effect::peak_by_hidden, Effect::hbm},
+    if (Result<bool> m = measure(progress, x, present(node, {Effect::sync_grad_copies, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
                                  value_of(both, &Both::speedup));
         !m)
       return make_error(m.error());
@@ -429,7 +447,7 @@ Result<Rows> fig9(const HardwareProfile& node, const Progress& progress) {
                      r->speedup(), 0, "large at small bsz, diminishing at large");
     x.note = format_sig(r->on.report.tflops_per_gpu, 3) + " vs " + format_sig(r->off.report.tflops_per_gpu, 3) +
              " TFLOPS/GPU";
-    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -473,7 +491,7 @@ Result<Rows> fig10(const HardwareProfile& node, const Progress& progress) {
                      "ckpt_offload_slowdown", r->slowdown(), small ? 0 : 1.0,
                      small ? "up to 1.2x at small hidden sizes" : "minimal at 32K and 64K");
     x.strategy = base.name + ": act_ckpt gpu vs cpu";
-    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::slowdown)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::slowdown)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -520,7 +538,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
     x.note = format_sig(a.iteration_s, 4) + " s vs " + format_sig(b.iteration_s, 4) + " s per iteration; " +
              format_sig(a.tflops_per_gpu, 3) + " vs " + format_sig(b.tflops_per_gpu, 3) +
              " TFLOPS/GPU; end-to-end with 15 % warm-up " + format_sig(end_to_end, 3) + "x";
-    if (Result<bool> m = measure(progress, x, kProfileEffects, value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
 
@@ -586,7 +604,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
                    "up to 6.3x (BERT-Base) and 5.3x (BERT-Large) faster (blog)");
   t.note = format_sig(r->a.iteration_s, 4) + " s vs " + format_sig(r->b.iteration_s, 4) + " s per iteration";
   // The three rows come from one computation: each effect turned off runs it once.
-  for (Effect off : kProfileEffects) {
+  for (Effect off : present(node, kProfileEffects)) {
     if (progress) progress("seed004: 10B, longest sequence, without " + std::string(info(off).label));
     Result<Sparse> o = sparse(Off{off});
     if (!o) return make_error(o.error());
@@ -610,9 +628,10 @@ const std::vector<EffectInfo>& reproduction_effects() {
       {"reserve", "framework reserve",
        "gpu.reserve: the CUDA context, cuBLAS workspace and NCCL buffers each GPU keeps beside the training "
        "(the profile's sources); off: the whole GPU memory for the training"},
-      {"peak_by_hidden", "peak by hidden size",
-       "gpu.peak_by_hidden: Sec. 4.2's achievable peak, 62-78 TFLOPS/GPU for hidden sizes 8K-64K; off: gpu.peak, "
-       "the 70 TFLOPS average, at every size"},
+      {"rate_by_shape", "compute rate by shape",
+       "each linear layer at its GEMM's rate: gpu.peak_by_hidden (the DGX-2's: Sec. 4.2's achievable 62-78 "
+       "TFLOPS/GPU for hidden sizes 8K-64K), gpu.gemm (measured by calibrate) or gpu.sms (the datasheet tile and "
+       "wave model); off: gpu.peak for every operator (the DGX-2's: the 70 TFLOPS average)"},
       {"hbm", "HBM-bound operators",
        "gpu.memory_bandwidth: LayerNorm, GeLU, residual adds, the embedding and Adam on the GPU no faster than "
        "their bytes through HBM (V100: 900 GB/s, datasheet); off: FLOPs alone, Adam on the GPU free"},
@@ -666,7 +685,7 @@ std::string effects_cell(const ReproRow& r) {
                                    [&](const EffectInfo& i) { return e.name == i.name; });
     const std::string label = info == reproduction_effects().end() ? e.name : info->label;
     std::string& to = (e.without > 0 ? std::fabs(r.value / e.without - 1) >= 0.005 : r.value > 0) ? moved : still;
-    to += (to.empty() ? "" : "; ") + label;
+    to += (to.empty() ? "" : &to == &moved ? "; " : ", ") + label;
     if (&to == &moved)
       to += e.without > 0 ? " " + format_sig(r.value / e.without, 3) + "x (" + format_sig(e.without, 3) + " without)"
                           : " (does not fit without)";
