@@ -239,6 +239,10 @@ void StrategyFlags::add(CLI::App& app) {
                "ZeRO-Offload's owner scheme (zero_offload, dp > 1) as DeepSpeed's stage 2 ran it before v0.4.0:\n"
                "each gradient copy to CPU memory holds up the owner's next backward compute, so the owners copy\n"
                "one rank at a time (the paper's Fig. 8 baseline); memwall's executor copies beside the backward");
+  app.add_flag("--sync-fetches", config.sync_fetches,
+               "ZeRO-3 as DeepSpeed v0.3.15-v0.5.x ran it: the device is synchronized before each parameter's\n"
+               "all-gather, so every fetch to the GPU waits for all of the rank's earlier device work (no prefetch\n"
+               "beside a compute; gradient collectives and copies exposed); NVMe reads and writes still overlap");
   add_what_if_flags(app, config.what_if);
   add_grad_clip_flag(app, config.grad_clip);
   flags.clear();

@@ -143,10 +143,18 @@ class Emitter {
   const Schedule& schedule() const { return s_; }
   Schedule& schedule() { return s_; }
   int accum = -1;  // the micro-step being emitted; -1 before and after them
+  // sync_fetches: the rank's device work emitted since the last synchronize (every step but NVMe
+  // reads and writes, work on the CPU and pipeline messages); a fetch takes them as dependencies.
+  std::vector<int> take_device_work() { return std::exchange(device_work_, {}); }
+  // sync_fetches: the fetches to the GPU emitted since the last compute, which the next compute
+  // waits for (DeepSpeed's per-module synchronize waits for every all-gather in flight, prefetched
+  // ones included).
+  std::vector<int> take_fetches() { return std::exchange(fetches_, {}); }
 
  private:
   Schedule& s_;
   const Shape& sh_;
+  std::vector<int> device_work_, fetches_;
 };
 
 // A transfer step: the fields every transfer sets, the rest left default.

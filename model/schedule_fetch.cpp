@@ -98,6 +98,20 @@ std::vector<Item> Shape::items_of(const std::vector<std::pair<const std::vector<
   return out;
 }
 
+// Work a device stream runs, which torch.cuda.synchronize() waits for: computes, collectives
+// (pipeline messages aside), copies to and from the GPU, the optimizer and sums on the GPU.
+bool on_device(const Step& st) {
+  switch (st.kind) {
+    case StepKind::compute: return true;
+    case StepKind::p2p:
+    case StepKind::release: return false;
+    case StepKind::optimizer:
+    case StepKind::accumulate:
+    case StepKind::grad_norm: return st.src == Tier::gpu || is_collective(st);
+    default: return st.link != LinkClass::nvme_cpu && st.link != LinkClass::none;
+  }
+}
+
 int Emitter::emit(Step st) {
   st.id = int(s_.steps.size());
   if (sh_.grad_accum > 1 && accum >= 0 && st.phase != Phase::optimizer) st.accum_step = accum;
@@ -105,6 +119,9 @@ int Emitter::emit(Step st) {
     if (d < 0 || d >= st.id) throw std::logic_error("schedule dependency does not point backwards");
   if (st.link != LinkClass::none) s_.traffic_bytes[int(st.link)] += st.bytes;
   s_.compute_flops += st.flops;
+  if (sh_.c.sync_fetches && on_device(st)) device_work_.push_back(st.id);
+  if (sh_.c.sync_fetches && st.kind == StepKind::fetch && st.state == State::param16 && st.link != LinkClass::nvme_cpu)
+    fetches_.push_back(st.id);
   s_.steps.push_back(std::move(st));
   return s_.steps.back().id;
 }
@@ -237,6 +254,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
                        u.name, on_demand ? deps({fe.nc, b.chain.last}) : deps({fe.nc >= 0 ? fe.nc : b.chain.prev}),
                        fe.staged, fe.buf);
     st.unit = unit;
+    if (sh.c.sync_fetches) for (int d : e.take_device_work()) st.deps.push_back(d);
     fe.cg = e.emit(std::move(st));
     e.step(fe.cg).allocs.push_back(fe.buf);
     if (fe.staged >= 0) e.free_at(fe.cg, fe.staged);
@@ -255,6 +273,7 @@ void issue_hop(Builder& b, Groups& gr, size_t gi, int h) {
     st.unit = unit;
     st.collective = bcast ? CollectiveSpec{CollectiveKind::broadcast, CommGroup::dp, sh.dp, u.root, whole}
                           : CollectiveSpec{CollectiveKind::all_gather, sh.unit_group(u), ranks, -1, slice};
+    if (sh.c.sync_fetches) for (int d : e.take_device_work()) st.deps.push_back(d);
     fe.gg = e.emit(std::move(st));
     if (!made) e.step(fe.gg).allocs.push_back(fe.buf);
     fe.fetched = true;
@@ -317,6 +336,8 @@ int emit_compute(Builder& b, const Item& it, const Groups& gr, size_t gi) {
   st.deps = deps({b.chain.last, gi != SIZE_MAX ? gr.f[gi].last() : -1});
   st.deps.insert(st.deps.end(), b.chain.next_deps.begin(), b.chain.next_deps.end());
   b.chain.next_deps.clear();
+  if (sh.c.sync_fetches)
+    for (int f : b.e.take_fetches()) st.deps.push_back(f);
   // Gradient buffers are bounded: backward of op i overlaps the reduce-scatter of op i+1 and the
   // offload of op i+2 (Sec. 6.2), so it waits for op i+3's gradient to be gone.
   if (it.phase == Phase::backward && b.grads.done.size() >= 3) st.deps.push_back(b.grads.done[b.grads.done.size() - 3]);

@@ -73,6 +73,13 @@ struct TrainingConfig {
   // is synchronized before each bucket's reduce), so the owners copy one rank at a time (PR #1067).
   // The paper's Fig. 8 baseline; memwall's own executor copies beside the backward (false).
   bool sync_grad_copies = false;
+  // ZeRO-3 as DeepSpeed v0.3.15-v0.5.x ran it: torch.cuda.synchronize() before each parameter's
+  // all-gather (partition_parameters.py), so a fetch to the GPU waits for all of its rank's device
+  // work issued before it (computes, collectives, copies to and from CPU memory); NVMe reads and
+  // writes, on the host, do not wait. Prefetching beside a compute is then impossible, and the
+  // gradients' reduce-scatters and copies are exposed before the next fetch. Not pipeline sends and
+  // receives (DeepSpeed's ZeRO-3 ran without stages). memwall's executor synchronizes nothing (false).
+  bool sync_fetches = false;
   WhatIf what_if;
 };
 

@@ -259,8 +259,10 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // copy holding up the backward (as the schedule does): the whole gradient over one link, unhidden
   const double serial_grad = bcast && k.sync_grad_copies && pl.grad16.tier != Tier::gpu ? t_grad : 0;
   const double overlapped = tb.param_grad_s - serial_grad + tb.act_ckpt_s;
-  const double exposed_fb =
-      (k.prefetch_depth > 0 ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;
+  // fetched on demand, or after a synchronize that waits for every transfer before it (sync_fetches):
+  // nothing hides behind the computes
+  const bool hidden = k.prefetch_depth > 0 && !k.sync_fetches;
+  const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;
 
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once.
   if (pl.optim32.tier != Tier::gpu) {

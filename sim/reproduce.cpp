@@ -106,7 +106,9 @@ std::string limited_by(const SimReport& r) {
 // The effects memwall models that move the paper's figures (issue 28), each turned off alone to
 // measure it. Turning one off changes the simulation's inputs only: the profile (with()), the batch
 // or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
-enum class Effect : std::uint8_t { batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand };
+enum class Effect : std::uint8_t {
+  batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches
+};
 
 const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
 
@@ -191,23 +193,33 @@ ReproRow row(const std::string& fig, const std::string& label, const ModelSpec& 
 
 using Rows = std::vector<ReproRow>;
 
-// Adds the run `r` of the last row again with parameters fetched on demand (prefetch depth 0):
-// ZeRO-3 as the DeepSpeed releases of the paper's time ran it (v0.3.15 to v0.5.10 never
-// prefetched: their module trace never matched, microsoft/DeepSpeed issue #1069, fixed by PR #1453
-// in v0.6.0). The same placement, batch and checkpoints: fewer parameters in flight never need
-// more memory. Returns the new row's value.
-Result<double> add_fetched_on_demand(Rows& rows, const ModelSpec& m, const Run& r, const HardwareProfile& p) {
+// Adds the run `r` of the last row again as ZeRO-3 ran in the DeepSpeed releases of the paper's
+// time: parameters fetched on demand (prefetch depth 0: v0.3.15 to v0.5.10 never prefetched, their
+// module trace never matched, microsoft/DeepSpeed issue #1069, fixed by PR #1453 in v0.6.0), each
+// after a synchronize of the device (sync_fetches: torch.cuda.synchronize() before each parameter's
+// all-gather, partition_parameters.py, v0.3.15 to v0.5.x). The same placement, batch and
+// checkpoints: fewer parameters in flight never need more memory. Returns the new row's value.
+Result<double> add_fetched_on_demand(const Progress& progress, Rows& rows, const ModelSpec& m, const Run& r,
+                                     const HardwareProfile& p) {
   const ReproRow x = rows.back();
-  TrainingConfig c = r.config;
-  c.prefetch_depth = 0;
-  Result<SimReport> rep = simulate_isolated(m, r.placement, c, p, SimOptions{});
+  auto config = [&](Off off) {
+    TrainingConfig c = r.config;
+    if (!off(Effect::on_demand)) c.prefetch_depth = 0;
+    c.sync_fetches = !off(Effect::sync_fetches);
+    return c;
+  };
+  auto then = [&](Off off) { return simulate_isolated(m, r.placement, config(off), p, SimOptions{}); };
+  Result<SimReport> rep = then(Off{});
   if (!rep) return make_error(rep.error());
   if (rep->overflow) return make_error(x.label + " fetched on demand: " + rep->overflow->message);
-  Run d{r.placement, *rep, c};
-  d.placement.name += "+prefetch_depth=0";
+  Run d{r.placement, *rep, config(Off{})};
+  d.placement.name += "+prefetch_depth=0+sync_fetches";
   ReproRow y = row(x.figure, x.label + ", fetched on demand", m, d, x.bsz, x.metric, rep->tflops_per_gpu, x.paper,
                    x.paper_text);
-  y.effects = {{info(Effect::on_demand).name, x.value}};  // off: the row above, prefetched
+  y.note = format_sig(y.value / x.value, 2) + "x the row above";
+  auto tflops_of = [](const SimReport& s) { return s.overflow ? 0.0 : s.tflops_per_gpu; };
+  if (Result<bool> e = measure(progress, y, {Effect::on_demand, Effect::sync_fetches}, value_of(then, tflops_of)); !e)
+    return make_error(e.error());
   rows.push_back(y);
   return y.value;
 }
@@ -292,7 +304,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
         !m)
       return make_error(m.error());
     const ReproRow inf = rows.back();
-    Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, nodes(node, s.gpus));
+    Result<double> lazy = add_fetched_on_demand(progress, rows, e.spec, *r, nodes(node, s.gpus));
     if (!lazy) return make_error(lazy.error());
     // Sec. 8.1: "For the 500B model (close to the largest that 3D parallelism can run on these
     // resources), ZeRO-Infinity and 3D parallelism achieve nearly identical throughput. When
@@ -341,7 +353,7 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
-    if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, nodes(node, gpus)); !lazy)
+    if (Result<double> lazy = add_fetched_on_demand(progress, rows, e.spec, *r, nodes(node, gpus)); !lazy)
       return make_error(lazy.error());
   }
   return rows;
@@ -370,7 +382,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
     };
     over_40();
     if (Result<bool> m = measure(progress, rows.back(), present(node, kProfileEffects), value_of(one_node, tflops)); !m) return make_error(m.error());
-    if (Result<double> lazy = add_fetched_on_demand(rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
+    if (Result<double> lazy = add_fetched_on_demand(progress, rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
   return rows;
@@ -641,7 +653,12 @@ const std::vector<EffectInfo>& reproduction_effects() {
       {"on_demand", "fetched on demand",
        "parameters fetched on demand, as DeepSpeed v0.3.15-v0.5.10 ran ZeRO-3 (its prefetch never matched "
        "the module trace: microsoft/DeepSpeed issue #1069, fixed by PR #1453 in v0.6.0); off: prefetched "
-       "(Sec. 6.2), the row above"},
+       "(Sec. 6.2), at the default depth"},
+      {"sync_fetches", "device synchronized before each fetch",
+       "torch.cuda.synchronize() before each parameter's all-gather and every all-gather in flight waited for "
+       "before a module computes, as DeepSpeed v0.3.15-v0.5.x ran ZeRO-3 (partition_parameters.py, stage3.py); "
+       "so a fetch to the GPU waits for all of its rank's earlier device work, gradient reduce-scatters and "
+       "copies included; off: a fetch waits only for what it needs"},
   };
   return effects;
 }

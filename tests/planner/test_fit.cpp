@@ -208,6 +208,11 @@ TEST(Time, PrefetchDepthZeroExposesEveryTransfer) {
   c.config.prefetch_depth = 0;
   TimeBreakdown serial = estimate_time(m, c, p);
   EXPECT_NEAR(serial.iteration_s - overlapped.iteration_s, std::min(overlapped.param_grad_s, overlapped.compute_s), 1e-12);
+  // --sync-fetches (DeepSpeed v0.3.x's synchronize before each all-gather) at the default depth:
+  // the same, nothing hides behind the computes
+  c.config.prefetch_depth = 3;
+  c.config.sync_fetches = true;
+  EXPECT_NEAR(estimate_time(m, c, p).iteration_s, serial.iteration_s, 1e-12);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "model/analysis.hpp"
 #include "sim/collectives.hpp"
@@ -27,6 +29,31 @@ double intersection_s(const Intervals& a, const Intervals& b) {
   for (auto [x0, x1] : a)
     for (auto [y0, y1] : b) both += std::max(0.0, std::min(x1, y1) - std::max(x0, y0));
   return both;
+}
+
+// A traced replay of zero_inf_cpu on a DGX-2's 16 GPUs at bsz 2, the configuration changed by `set`,
+// and the schedule it replayed (the fetch tests below).
+struct Traced {
+  SimReport report;
+  Schedule schedule;
+};
+std::optional<Traced> traced_zero_inf_cpu(const ModelSpec& m, const std::function<void(TrainingConfig&)>& set) {
+  const HardwareProfile p = *load_profile("dgx2");
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.dp = 16;
+  set(c);
+  const Placement pl = *preset("zero_inf_cpu");
+  SimOptions o;
+  o.trace = true;
+  Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
+  Result<Schedule> s = build_schedule(m, pl, c, p);
+  if (!r || !s) {
+    ADD_FAILURE() << (r ? s.error() : r.error());
+    return std::nullopt;
+  }
+  return Traced{*r, *s};
 }
 
 // Over every pair of two intervals of `v`, the time both cover, summed.
@@ -474,22 +501,12 @@ TEST(Replay, DatasheetProfilesCostEachLinearLayerAtItsShape) {
 // computes and the forward pass is shorter than that sum. 16 GPUs share the node's PCIe (3 GB/s each).
 TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
   ModelSpec m = model();
-  const HardwareProfile p = *load_profile("dgx2");
   for (int depth : {0, 3}) {
-    TrainingConfig c;
-    c.seq = m.seq;
-    c.bsz = 2;
-    c.dp = 16;
-    c.prefetch_depth = depth;
-    const Placement pl = *preset("zero_inf_cpu");
-    SimOptions o;
-    o.trace = true;
-    Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
-    ASSERT_TRUE(r.ok()) << r.error();
-    Result<Schedule> s = build_schedule(m, pl, c, p);
-    ASSERT_TRUE(s.ok()) << s.error();
+    const std::optional<Traced> r = traced_zero_inf_cpu(m, [&](TrainingConfig& c) { c.prefetch_depth = depth; });
+    ASSERT_TRUE(r);
+    const Schedule* s = &r->schedule;
     Intervals computes, fetches;
-    for (const TraceEvent& e : r->trace) {
+    for (const TraceEvent& e : r->report.trace) {
       const Step& st = s->steps.at(size_t(e.step));
       if (e.rank != 0 || st.phase != Phase::forward) continue;
       if (st.kind == StepKind::compute) computes.push_back({e.start_s, e.end_s});
@@ -519,6 +536,54 @@ TEST(Replay, PrefetchDepthZeroFetchesOnDemand) {
     } else {
       EXPECT_GT(both, 0.5 * fetch) << "most of the fetching should hide behind the computes";
       EXPECT_LT(last - first, compute + 0.5 * fetch);
+    }
+  }
+}
+
+// sync_fetches: ZeRO-3 as DeepSpeed v0.3.15-v0.5.x ran it, torch.cuda.synchronize() before each
+// parameter's all-gather (partition_parameters.py) and every all-gather in flight waited for before
+// a module's compute. At the default prefetch depth, no copy to the GPU or all-gather of a
+// parameter then overlaps a compute, and each starts only once every earlier step of its rank's
+// device work has ended: the gradients' reduce-scatters and copies to CPU memory too. Without it
+// the fetches hide behind the computes and start while earlier reduce-scatters still run.
+TEST(Replay, SyncFetchesWaitForAllOfTheRanksEarlierDeviceWork) {
+  ModelSpec m = model();
+  for (bool sync : {true, false}) {
+    const std::optional<Traced> r = traced_zero_inf_cpu(m, [&](TrainingConfig& c) { c.sync_fetches = sync; });
+    ASSERT_TRUE(r);
+    const Schedule* s = &r->schedule;
+    std::map<int, std::pair<double, double>> at;  // rank 0's steps: the first start, the last end
+    for (const TraceEvent& e : r->report.trace) {
+      if (e.rank != 0) continue;
+      auto [it, fresh] = at.try_emplace(e.step, e.start_s, e.end_s);
+      if (!fresh) it->second = {std::min(it->second.first, e.start_s), std::max(it->second.second, e.end_s)};
+    }
+    auto is_fetch = [](const Step& st) {
+      return st.kind == StepKind::fetch && st.state == State::param16 && (st.hop == Hop::cg || st.hop == Hop::gg);
+    };
+    Intervals computes, fetches;
+    double late = 0;  // how long fetches started before the end of an earlier reduce-scatter or copy of a gradient
+    double last_end = 0;   // of the earlier gradient reduce-scatters and copies to the CPU, in step order
+    for (const auto& [id, t] : at) {
+      const Step& st = s->steps.at(size_t(id));
+      if (st.kind == StepKind::compute) computes.push_back(t);
+      if (is_fetch(st)) {
+        fetches.push_back(t);
+        late += std::max(0.0, last_end - t.first);
+      }
+      if (st.kind == StepKind::reduce_scatter || (st.kind == StepKind::offload && st.hop == Hop::gc))
+        last_end = std::max(last_end, t.second);
+    }
+    ASSERT_GT(fetches.size(), 10u);
+    double fetching = 0;
+    for (auto [a, b] : fetches) fetching += b - a;
+    const double both = intersection_s(computes, fetches);
+    if (sync) {
+      EXPECT_LT(both, 1e-6 * fetching) << "a fetch overlapped a compute";
+      EXPECT_LT(late, 1e-9) << "a fetch started before an earlier gradient reduce-scatter or copy ended";
+    } else {
+      EXPECT_GT(both, 0.5 * fetching) << "prefetched: most of the fetching hides behind the computes";
+      EXPECT_GT(late, 0) << "without the synchronize a fetch need not wait for the gradients";
     }
   }
 }
