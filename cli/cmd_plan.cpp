@@ -291,7 +291,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
   const Evaluated& best = sched_fits ? *rec.chosen : r.top.front();
   const std::string& sched_line = rec.schedule_check;
   const std::vector<std::string>& why = rec.explanation;
-  const std::vector<const Evaluated*> runners = runners_up(r, best, f.runners);
+  const std::vector<const Evaluated*> runners = runners_up(r, best, f.runners, rec.checked.rejected_keys);
 
   Plan plan;
   plan.profile = p.name;

@@ -198,7 +198,7 @@ void PlanView::done() {
   // Rows: the chosen plan (planner::recommend's, checked against the detailed schedule), then the
   // runners-up `memwall plan` lists (planner::runners_up): every other placement and six more.
   std::vector<const planner::Evaluated*> rows = {&best};
-  for (const planner::Evaluated* e : planner::runners_up(r, best, int(r.ranked.size()) + 6)) rows.push_back(e);
+  for (const planner::Evaluated* e : planner::runners_up(r, best, int(r.ranked.size()) + 6, rec.checked.rejected_keys)) rows.push_back(e);
   for (size_t i = 0; i < rows.size(); ++i) {
     const planner::Evaluated& e = *rows[i];
     const TrainingConfig& c = e.candidate.config;

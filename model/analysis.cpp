@@ -54,8 +54,9 @@ double active_weight_share(const ModelSpec& m) {
     }
   return all > 0 ? active / all : 1.0;
 }
-double ait_act_ckpt(const ModelSpec& m, int ci) {
-  return 8.0 * active_block_weight_elems(m) * ci / (4.0 * double(m.hidden));
+double ait_act_ckpt(const ModelSpec& m, int ci) { return ait_act_ckpt(m, ci, active_block_weight_elems(m)); }
+double ait_act_ckpt(const ModelSpec& m, int ci, double block_weights) {
+  return 8.0 * block_weights * ci / (4.0 * double(m.hidden));
 }
 double onebit_bytes(double bytes, double elem_bytes, double pieces) { return bytes / (8.0 * elem_bytes) + 4.0 * pieces; }
 double onebit_end_to_end(double plain, double compressed, double warmup) {

@@ -51,6 +51,8 @@ double awm_bytes(const ModelSpec& m, double bsz, long seq, int ci, double attent
 // 8 x a block's active linear weights per token over 4·hd checkpoint bytes (written, read) per ci.
 double active_weight_share(const ModelSpec& m);
 double ait_act_ckpt(const ModelSpec& m, int ci);
+// The same with the block's active linear weights given (active_block_weight_elems(m)).
+double ait_act_ckpt(const ModelSpec& m, int ci, double block_weights);
 
 // ---- 1-bit Adam (seed 004) ----
 // Error feedback: one fp32 per parameter of a rank's optimizer shard, kept beside optim32.

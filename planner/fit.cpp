@@ -11,12 +11,6 @@
 namespace memwall::planner {
 namespace {
 
-double bw_of(const std::vector<StateTierEfficiency>& eff, AitState s, const char* tier) {
-  for (const auto& e : eff)
-    if (e.state == s && e.tier == tier) return e.bw_Bps;
-  return 0;
-}
-
 // Time to move `bytes` at `bw`; a missing bandwidth (0) means the path does not exist here.
 double transfer_s(double bytes, double bw) {
   if (bytes <= 0) return 0;
@@ -196,16 +190,46 @@ BlockLinear block_linear(const ModelSpec& m, const HardwareProfile& p, long toke
 
 }  // namespace
 
+TimeFacts TimeFacts::of(const ModelSpec& m, const HardwareProfile& p) {
+  TimeFacts f;
+  f.params = analysis_param_count(m);
+  f.active_params = analysis_param_count(m, true);
+  f.routed = active_weight_share(m);
+  f.peak = p.peak_flops_per_s(m.hidden);
+  f.block_weights = active_block_weight_elems(m);
+  f.rates_by_shape = !p.gemm.empty() || p.gpu_sms > 0;
+  return f;
+}
+
+TierBandwidths TierBandwidths::of(const std::vector<StateTierEfficiency>& eff) {
+  TierBandwidths b;
+  std::array<std::array<bool, kPaths>, 3> seen{};
+  for (const StateTierEfficiency& e : eff) {
+    const Path path = e.tier == "gpu" ? gpu : e.tier == "cpu" ? cpu : e.tier == "nvme" ? nvme
+                    : e.tier == "cpu-broadcast" ? cpu_broadcast : kPaths;
+    if (path == kPaths || seen[size_t(e.state)][size_t(path)]) continue;  // the first of a state and tier
+    seen[size_t(e.state)][size_t(path)] = true;
+    b.bps[size_t(e.state)][size_t(path)] = e.bw_Bps;
+  }
+  return b;
+}
+
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
-                            const std::vector<StateTierEfficiency>& eff_in) {
+                            const std::vector<StateTierEfficiency>& eff) {
+  return estimate_time(m, c, p, TimeFacts::of(m, p),
+                       TierBandwidths::of(eff.empty() ? tier_efficiencies(p, m, c.config, c.config.dp) : eff));
+}
+
+TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const TimeFacts& f,
+                            const TierBandwidths& bws) {
   const TrainingConfig& k = c.config;
   const Placement& pl = c.placement;
-  std::vector<StateTierEfficiency> own;
-  const std::vector<StateTierEfficiency>& eff = eff_in.empty() ? (own = tier_efficiencies(p, m, k, k.dp)) : eff_in;
+  using P = TierBandwidths::Path;
+  auto tier_path = [](Tier t) { return t == Tier::gpu ? P::gpu : t == Tier::cpu ? P::cpu : P::nvme; };
   const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum), pp = std::max(1, k.pp);
-  const double peak = p.peak_flops_per_s(m.hidden);
+  const double peak = f.peak;
   // one micro-step of one GPU without slicing, then of one tensor slice of one pipeline stage
-  const double flops_model = computation_flops_eq7(k.bsz, k.seq, analysis_param_count(m, true)) / pp;
+  const double flops_model = computation_flops_eq7(k.bsz, k.seq, f.active_params) / pp;
   const double flops_gpu = flops_model / mp;
   TimeBreakdown tb;
   tb.compute_s = flops_gpu / peak;
@@ -213,24 +237,24 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // each linear layer of a block at its own shape, tensor-sliced and tiled (forward, recompute and
   // backward: 8 FLOPs per token and weight, as Eq. 7), the rest of Eq. 7 at the peak; as the
   // simulator costs them (HardwareProfile::gemm_rate, linear_gemm_shape)
-  if (!p.gemm.empty() || p.gpu_sms > 0) {
+  if (f.rates_by_shape) {
     const BlockLinear b = block_linear(m, p, std::max(1L, long(k.bsz * double(k.seq))), k.mp, k.tiling_factor, peak);
     const double blocks = m.layers / pp;
     tb.compute_s = b.seconds * blocks + std::max(0.0, flops_gpu - b.flops * blocks) / peak;
   }
 // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
-  const double routed = active_weight_share(m);
+  const double routed = f.routed;
   const double pg_bytes = flops_gpu / (ait_param_grad_eq9(k.bsz, k.seq) * routed);
   const bool bcast = pl.fetch == ParamFetch::broadcast && k.dp > 1;
-  const char* host_path = bcast ? "cpu-broadcast" : "cpu";
-  const double gg = bw_of(eff, AitState::param_grad, "gpu");
+  const P host_path = bcast ? P::cpu_broadcast : P::cpu;
+  const double gg = bws.of(AitState::param_grad, P::gpu);
   const double share_rest = (dp - 1) / dp;
   double t_param = 0, t_grad = 0;
   switch (pl.param16.tier) {
     case Tier::gpu: t_param = pl.param16.partitioned && k.dp > 1 ? transfer_s(0.75 * pg_bytes * share_rest, gg) : 0; break;
-    case Tier::cpu: t_param = transfer_s(0.75 * pg_bytes, bw_of(eff, AitState::param_grad, host_path)); break;
-    case Tier::nvme: t_param = transfer_s(0.75 * pg_bytes, bw_of(eff, AitState::param_grad, "nvme")); break;
+    case Tier::cpu: t_param = transfer_s(0.75 * pg_bytes, bws.of(AitState::param_grad, host_path)); break;
+    case Tier::nvme: t_param = transfer_s(0.75 * pg_bytes, bws.of(AitState::param_grad, P::nvme)); break;
   }
   switch (pl.grad16.tier) {
     case Tier::gpu:
@@ -244,17 +268,17 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       // The optimizer runs elsewhere: each rank's gradient share still crosses PCIe to it.
       if (pl.optim32.tier != Tier::gpu)
         t_grad += transfer_s(0.25 * pg_bytes,
-                             bw_of(eff, AitState::param_grad, pl.optim32.tier == Tier::nvme ? "nvme" : host_path));
+                             bws.of(AitState::param_grad, pl.optim32.tier == Tier::nvme ? P::nvme : host_path));
       break;
-    case Tier::cpu: t_grad = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, host_path)); break;
-    case Tier::nvme: t_grad = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, "nvme")); break;
+    case Tier::cpu: t_grad = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path)); break;
+    case Tier::nvme: t_grad = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, P::nvme)); break;
   }
   tb.param_grad_s = t_param + t_grad;
   // Partitioned checkpoints (partition_activations): each slice moves 1/mp of them
   const bool ckpt_sliced = pl.act_ckpt.partitioned && k.mp > 1;
   if (pl.act_ckpt.tier != Tier::gpu)
-    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt(m, k.ci) / (ckpt_sliced ? mp : 1),
-                               bw_of(eff, AitState::act_ckpt, to_string(pl.act_ckpt.tier)));
+    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt(m, k.ci, f.block_weights) / (ckpt_sliced ? mp : 1),
+                               bws.of(AitState::act_ckpt, tier_path(pl.act_ckpt.tier)));
   // sync_grad_copies: ZeRO-Offload's owners copy their gradients to CPU one rank at a time, each
   // copy holding up the backward (as the schedule does): the whole gradient over one link, unhidden
   const double serial_grad = bcast && k.sync_grad_copies && pl.grad16.tier != Tier::gpu ? t_grad : 0;
@@ -267,11 +291,11 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once.
   if (pl.optim32.tier != Tier::gpu) {
     const double opt_bytes = flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
-    const double traffic = transfer_s(opt_bytes, bw_of(eff, AitState::optimizer, to_string(pl.optim32.tier)));
-    const double adam = analysis_param_count(m) / (nodes_used(c, p) * p.cpu_adam_params_per_s);
+    const double traffic = transfer_s(opt_bytes, bws.of(AitState::optimizer, tier_path(pl.optim32.tier)));
+    const double adam = f.params / (nodes_used(c, p) * p.cpu_adam_params_per_s);
     tb.optimizer_s = std::max(traffic, adam);
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
-      tb.refresh_s = transfer_s(0.25 * pg_bytes, bw_of(eff, AitState::param_grad, host_path));
+      tb.refresh_s = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path));
   }
   if (k.mp > 1) {  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
     double bytes = m.layers / pp * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);

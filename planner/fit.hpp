@@ -5,6 +5,7 @@
 // forms (Eq. 1-11) are model/analysis.hpp's. Pure functions over value types: thread-safe.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -105,9 +106,30 @@ double exposed_s = 0;      // everything added to compute
   double samples_per_s = 0;   // bsz x dp / iteration time
 };
 
+// What estimate_time reads of a model and profile that no candidate changes: the parameter counts
+// (all, and those a token activates), the routed experts' share of a block's weights, the peak at
+// this hidden size, a block's active weights (Eq. 11's ait) and whether the profile rates GEMMs by
+// shape. The search makes it once; estimate_time(m, c, p) makes it per call.
+struct TimeFacts {
+  double params = 0, active_params = 0, routed = 1, peak = 0, block_weights = 0;
+  bool rates_by_shape = false;
+  static TimeFacts of(const ModelSpec& m, const HardwareProfile& p);
+};
+// The bandwidths of one tier_efficiencies list, by state and tier (0: no such path), looked up
+// once per list instead of by name per candidate.
+struct TierBandwidths {
+  enum Path { gpu, cpu, nvme, cpu_broadcast, kPaths };
+  std::array<std::array<double, kPaths>, 3> bps{};  // [AitState][Path]
+  static TierBandwidths of(const std::vector<StateTierEfficiency>& eff);
+  double of(AitState s, Path path) const { return bps[size_t(s)][size_t(path)]; }
+};
+
 // `eff` is tier_efficiencies(p, m, c.config, dp) (cached by the search; recomputed when empty).
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
                             const std::vector<StateTierEfficiency>& eff = {});
+// The same with the facts and bandwidths made beforehand (the search's inner loop).
+TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const TimeFacts& f,
+                            const TierBandwidths& bw);
 
 // Nodes the candidate's dp x mp GPUs span.
 int nodes_used(const Candidate& c, const HardwareProfile& p);

@@ -149,14 +149,15 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
   }
   out.explanation = explain(m, p, space, *out.chosen, options);
   const std::vector<std::string>& rejected = out.checked.rejected;
-  std::string lines;
+  std::vector<std::string> lines;  // the first three and the last, each a point of its own
   for (size_t i = 0; i < rejected.size(); ++i)
-    if (i < 3 || i + 1 == rejected.size()) lines += (lines.empty() ? "" : "\n") + ("analytic choice rejected: " + rejected[i]);
-  if (!lines.empty()) out.explanation.insert(out.explanation.begin(), lines);
+    if (i < 3 || i + 1 == rejected.size()) lines.push_back("analytic choice rejected: " + rejected[i]);
+  out.explanation.insert(out.explanation.begin(), lines.begin(), lines.end());
   return out;
 }
 
-std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count) {
+std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count,
+                                         const std::set<std::string>& rejected) {
   auto key = [](const Evaluated& e) {
     return placement_label(e.candidate.placement) + "/" + format_g(e.candidate.config.bsz) + "/" +
            std::to_string(e.candidate.config.ci) + "/" + to_string(e.candidate.config.optimizer_overlap);
@@ -165,7 +166,8 @@ std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated&
   std::set<std::string> shown = {key(chosen)};
   for (const auto* list : {&r.ranked, &r.top})
     for (const Evaluated& e : *list)
-      if (int(out.size()) < count && shown.insert(key(e)).second) out.push_back(&e);
+      if (int(out.size()) < count && !rejected.contains(candidate_key(e.candidate)) && shown.insert(key(e)).second)
+        out.push_back(&e);
   return out;
 }
 

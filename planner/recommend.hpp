@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,9 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
 // The runners-up `memwall plan` and the GUI's Plan tab list beside `chosen`: the best of every
 // other placement (SearchResult::ranked), then other micro-batches, checkpoint intervals and
 // optimizer overlaps of any placement (SearchResult::top); variants that differ only in tiling or
-// slicing are left out. At most `count`, best first.
-std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count);
+// slicing are left out, and so are the candidates the detailed check rejected (`rejected`:
+// CheckedSearch::rejected_keys). At most `count`, best first.
+std::vector<const Evaluated*> runners_up(const SearchResult& r, const Evaluated& chosen, int count,
+                                         const std::set<std::string>& rejected = {});
 
 }  // namespace memwall::planner

@@ -425,7 +425,10 @@ CheckedSearch search_checked(const ModelSpec& m, const HardwareProfile& p, Searc
     for (const Evaluated& e : out.result.ranked) order.push_back(&e);
     std::stable_sort(order.begin(), order.end(),
                      [&](const Evaluated* a, const Evaluated* b) { return better(*a, *b, options.objective); });
+    std::set<std::string> tried;  // a placement's best is often in the top list too: checked once
     for (const Evaluated* e : order) {
+      const std::string key = candidate_key(e->candidate);
+      if (!tried.insert(key).second) continue;
       const std::string why = check(e->candidate);
       if (why.empty()) {
         out.chosen = *e;
@@ -433,6 +436,7 @@ CheckedSearch search_checked(const ModelSpec& m, const HardwareProfile& p, Searc
       }
       largest_failed = std::max(largest_failed, e->candidate.config.bsz);
       out.rejected.push_back(why);
+      out.rejected_keys.insert(key);
     }
     std::vector<double> smaller;
     for (double b : space.bsz)
@@ -447,14 +451,16 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult r;
   r.space_size = space.size();
-  // tier_efficiencies depends on (bsz, ci, mp, pp) only: computed once per combination.
-  std::map<std::tuple<double, int, int, int>, std::vector<StateTierEfficiency>> eff_cache;
-  auto efficiencies = [&](const TrainingConfig& k) -> const std::vector<StateTierEfficiency>& {
+  // tier_efficiencies depends on (bsz, ci, mp, pp) only: computed once per combination, and what
+  // estimate_time reads of the model and profile once for the search.
+  std::map<std::tuple<double, int, int, int>, TierBandwidths> eff_cache;
+  auto efficiencies = [&](const TrainingConfig& k) -> const TierBandwidths& {
     auto key = std::make_tuple(k.bsz, k.ci, k.mp, k.pp);
     auto it = eff_cache.find(key);
-    if (it == eff_cache.end()) it = eff_cache.emplace(key, tier_efficiencies(p, m, k, k.dp)).first;
+    if (it == eff_cache.end()) it = eff_cache.emplace(key, TierBandwidths::of(tier_efficiencies(p, m, k, k.dp))).first;
     return it->second;
   };
+  const TimeFacts facts = TimeFacts::of(m, p);
   // The time alone orders candidates only for throughput (max-model ranks by memory first).
   const bool prune = o.prune && o.objective == Objective::throughput;
   std::vector<std::optional<Evaluated>> best(space.placements.size());
@@ -478,7 +484,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
 if (ep_allowed(pl, ep))
       for (int ci : space.ci) {
         // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
-        std::vector<const std::vector<StateTierEfficiency>*> eff_by_bsz(space.bsz.size(), nullptr);
+        std::vector<const TierBandwidths*> eff_by_bsz(space.bsz.size(), nullptr);
         for (int t : tilings)
           for (OptimizerOverlap ov : space.overlaps) {
             if (!check_optimizer_overlap(pl, ov, space.grad_clip)) continue;
@@ -494,7 +500,7 @@ if (ep_allowed(pl, ep))
               if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
               Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};
               e.candidate.config.optimizer_overlap = ov;
-              e.time = estimate_time(m, e.candidate, p, *eff_by_bsz[bi]);
+              e.time = estimate_time(m, e.candidate, p, facts, *eff_by_bsz[bi]);
               // Branch and bound: a candidate the time alone ranks behind both its placement's best
               // so far and the last of a full top list cannot enter either, fit or not; its memory
               // fit (most of a candidate's cost) is not checked. Larger micro-batches are still

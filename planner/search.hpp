@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,7 @@ struct CheckedSearch {
   SearchResult result;                // of the last search that ran
   std::optional<Evaluated> chosen;    // the best candidate the check accepted
   std::vector<std::string> rejected;  // candidates the analytic model preferred, with the reason
+  std::set<std::string> rejected_keys;  // their candidate_key
   int searches = 0;
 };
 // search(), then its best candidates through `check`, best first: the best `tries` of any placement

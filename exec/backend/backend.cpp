@@ -13,7 +13,16 @@ namespace memwall::exec {
 Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o);
 #if MEMWALL_HAVE_CUDA
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o);
+std::string cuda_blas_error();
 #endif
+
+std::string cuda_libraries_error() {
+#if MEMWALL_HAVE_CUDA
+  return cuda_blas_error();
+#else
+  return "";
+#endif
+}
 
 const char* compute_type_name(ComputeType t) {
   switch (t) {

@@ -257,6 +257,10 @@ double host_sum_squares(const void* x, adam::DType t, std::size_t n);
 std::vector<std::string> compiled_backends();
 // Creates one; a compiled backend without its device is an error whose message says so.
 Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& options = {});
+// The cuda backend loads cuBLAS when the first one is made, not when memwall starts (its libraries'
+// start-up would fall on every command): loads it now, device or not, and says why it cannot be
+// used ("" when it can; "" too in a build without the cuda backend).
+std::string cuda_libraries_error();
 
 // OpenMP (GCC's libgomp, which OpenBLAS's OpenMP build shares) reads OMP_WAIT_POLICY once, when it
 // is loaded; unset, a thread with nothing to do spins (some 300000 pause loops) before it sleeps,

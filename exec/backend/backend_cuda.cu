@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +47,49 @@ struct CudaCtx {
 
 CudaCtx& X(void* ctx) { return *static_cast<CudaCtx*>(ctx); }
 
+// cuBLAS, loaded when the first cuda backend is made (dlopen of the soname this build was compiled
+// against) instead of linked: its libraries' start-up (libcublasLt relocates about 150 MB of tables,
+// some 70 ms) would otherwise fall on every memwall command, the planner's and the simulator's on
+// machines without a GPU too. The six entry points the backend calls, by their exported names.
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  cublasStatus_t (*gemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                         const void*, const void*, cudaDataType, int, long long, const void*,
+                                         cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                         long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+  std::string error;  // why it cannot be used; empty when every entry point was found
+};
+
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    Cublas a;
+    const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded for the process
+    if (!lib) {
+      const char* why = dlerror();
+      a.error = "cannot load cuBLAS (" + soname + ", CUDA " + std::to_string(CUBLAS_VER_MAJOR) +
+                "): " + (why ? why : "not found") + "; put the CUDA libraries on LD_LIBRARY_PATH";
+      return a;
+    }
+    auto find = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn && a.error.empty()) a.error = soname + " has no " + name + ": not the cuBLAS this memwall was built with";
+    };
+    find(a.create, "cublasCreate_v2");
+    find(a.destroy, "cublasDestroy_v2");
+    find(a.set_stream, "cublasSetStream_v2");
+    find(a.set_workspace, "cublasSetWorkspace_v2");
+    find(a.gemm_strided_batched, "cublasGemmStridedBatchedEx");
+    find(a.status_string, "cublasGetStatusString");
+    return a;
+  }();
+  return api;
+}
+
 void record_error(CudaCtx& c, const std::string& what, const char* file, int line) {
   const std::string msg = std::string(file) + ":" + std::to_string(line) + ": " + what;
   std::fprintf(stderr, "memwall cuda backend: %s\n", msg.c_str());
@@ -60,7 +104,7 @@ void record_error(CudaCtx& c, const std::string& what, const char* file, int lin
 #define CUBLAS_CHECK(c, call)                                                                       \
   do {                                                                                              \
     cublasStatus_t st_ = (call);                                                                    \
-    if (st_ != CUBLAS_STATUS_SUCCESS) record_error(c, std::string("cuBLAS ") + cublasGetStatusString(st_), __FILE__, __LINE__); \
+    if (st_ != CUBLAS_STATUS_SUCCESS) record_error(c, std::string("cuBLAS ") + cublas().status_string(st_), __FILE__, __LINE__); \
   } while (0)
 #define LAUNCH_CHECK(c) CUDA_CHECK(c, cudaGetLastError())
 
@@ -147,7 +191,7 @@ void cu_gemm(void* ctx, bool ta, bool tb, int M, int N, int K_, float alpha, con
   // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
   CudaCtx& c = X(ctx);
   if (M <= 0 || N <= 0 || batch <= 0) return;  // nothing to write (K 0 only scales C, as cuBLAS does)
-  CUBLAS_CHECK(c, cublasGemmStridedBatchedEx(c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  CUBLAS_CHECK(c, cublas().gemm_strided_batched(c.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                              N, M, K_, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta,
                                              C, CUDA_R_32F, ldc, sc, batch, c.compute, CUBLAS_GEMM_DEFAULT));
 }
@@ -690,7 +734,7 @@ const char* cu_sticky_error(void* ctx) { return X(ctx).error.empty() ? nullptr :
 void cu_destroy(void* ctx) {
   CudaCtx* c = static_cast<CudaCtx*>(ctx);
   cu_sync(ctx);
-  if (c->blas) cublasDestroy(c->blas);
+  if (c->blas) cublas().destroy(c->blas);
   for (auto& [p, n] : c->sizes) cudaFree(p);  // the cuBLAS workspace among them
   for (cudaStream_t s : c->streams) cudaStreamDestroy(s);
   delete c;
@@ -771,6 +815,8 @@ std::string no_device_or_error(cudaError_t e, int count) {
 
 }  // namespace
 
+std::string cuda_blas_error() { return cublas().error; }
+
 // Bytes left to libraries that allocate device memory beside memwall (NCCL's buffers, the
 // driver's own growth) when the capacity is the device's free memory: 1 GiB, or 1/16 of a
 // smaller device.
@@ -780,6 +826,8 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) return make_error(no_device_or_error(e, count));
+  const Cublas& blas = cublas();
+  if (!blas.error.empty()) return make_error(blas.error);
   auto* c = new CudaCtx;
   auto fail = [c](const std::string& what) {
     cu_destroy(c);
@@ -794,12 +842,12 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   cudaStream_t s;
   if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) return failed("cudaStreamCreate", e);
   c->streams.push_back(s);
-  if (cublasStatus_t st = cublasCreate(&c->blas); st != CUBLAS_STATUS_SUCCESS) {
+  if (cublasStatus_t st = blas.create(&c->blas); st != CUBLAS_STATUS_SUCCESS) {
     c->blas = nullptr;
-    return fail(std::string("cublasCreate: ") + cublasGetStatusString(st));
+    return fail(std::string("cublasCreate: ") + blas.status_string(st));
   }
-  if (cublasStatus_t st = cublasSetStream(c->blas, s); st != CUBLAS_STATUS_SUCCESS)
-    return fail(std::string("cublasSetStream: ") + cublasGetStatusString(st));
+  if (cublasStatus_t st = blas.set_stream(c->blas, s); st != CUBLAS_STATUS_SUCCESS)
+    return fail(std::string("cublasSetStream: ") + blas.status_string(st));
   // free memory with the context and cuBLAS made: what memwall may use, less the libraries' reserve
   std::size_t free_b = 0, total_b = 0;
   if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) return failed("cudaMemGetInfo", e);
@@ -809,8 +857,8 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o) {
   Result<void*> ws = cu_alloc(c, backend_reserved_bytes("cuda", c->capacity_bytes));  // cuBLAS's workspace
   if (!ws) return fail("cuBLAS workspace: " + ws.error());
   c->blas_workspace = *ws;
-  if (cublasStatus_t st = cublasSetWorkspace(c->blas, *ws, c->sizes[*ws]); st != CUBLAS_STATUS_SUCCESS)
-    return fail(std::string("cublasSetWorkspace: ") + cublasGetStatusString(st));
+  if (cublasStatus_t st = blas.set_workspace(c->blas, *ws, c->sizes[*ws]); st != CUBLAS_STATUS_SUCCESS)
+    return fail(std::string("cublasSetWorkspace: ") + blas.status_string(st));
   c->compute = o.compute == ComputeType::fp16   ? CUBLAS_COMPUTE_32F_FAST_16F
                : o.compute == ComputeType::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                                 : CUBLAS_COMPUTE_32F;

@@ -139,10 +139,10 @@ TEST(MemoryModel, PredictsTheWalkedPeaksOfEveryPreset) {
 // depths 0, 1 and 5, one and two nodes. The GPU within 3 %; the CPU within 3 % except with chunks
 // of NVMe optimizer states updated during backward, where the model adds the largest staged
 // parameter read to the chunk (which read is in flight when a chunk completes is not modelled):
-// an upper bound there. Under stages the partitioned placements (a gradient buffer per unit, and
-// on the first and last stage the tied embedding's sum over the micro-steps, alive from the first
-// backward on) are held on the GPU only: on the CPU the model is above the walk by up to 10 % with
-// dpu and 15.2 % with NVMe chunks updated during backward, which is not explained yet.
+// an upper bound there, within 15 % without stages. Under stages that largest read is the
+// embedding's (a stage holds a third of the blocks, dp is smaller, and the tied copy is whole on
+// its stage) while the reads in flight when a chunk completes are blocks' groups: the bound is up
+// to 32 % above the walk there (executor sizes, stage 0 of 3), and only the bound is checked.
 TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
   const HardwareProfile one = *load_profile("dgx2");
   Agreement gpu, cpu;
@@ -188,10 +188,11 @@ TEST(MemoryModel, PredictsStagesRanksSizesAndOverlaps) {
                   EXPECT_NEAR(mm.of(Tier::gpu).peak_bytes, wg, 0.03 * wg) << what;
                   gpu.add(mm.of(Tier::gpu).peak_bytes, wg, what);
                   const bool nvme_overlap = ov == OptimizerOverlap::backward && pl.optim32.tier == Tier::nvme;
-                  if (nvme_overlap && pp > 1 && pl.grad16.partitioned) continue;  // see above: not held yet
                   if (nvme_overlap) {
-                    EXPECT_GE(mm.of(Tier::cpu).peak_bytes, wc) << what;
-                    EXPECT_LE(mm.of(Tier::cpu).peak_bytes, 1.15 * wc) << what;
+                    EXPECT_GE(mm.of(Tier::cpu).peak_bytes, wc * (1 - 1e-12)) << what;  // equal but for rounding, or above
+                    if (pp == 1) {
+                      EXPECT_LE(mm.of(Tier::cpu).peak_bytes, 1.15 * wc) << what;
+                    }
                   } else {
                     EXPECT_NEAR(mm.of(Tier::cpu).peak_bytes, wc, 0.03 * wc) << what;
                     cpu.add(mm.of(Tier::cpu).peak_bytes, wc, what);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "model/analysis.hpp"
 #include "model/schedule.hpp"
@@ -520,6 +521,32 @@ TEST(Reproduction, TablesSayWhereTheyDisagree) {
   ASSERT_TRUE(f7.ok());
   EXPECT_NE(f7->csv.find("16,65536,65536,65536,yes"), std::string::npos) << f7->csv;
   EXPECT_NE(f7->csv.find("1,8192,16384,16384,no"), std::string::npos) << f7->csv;
+}
+
+// Table 1's 1T model on a DGX-2: the analytic best overflows the detailed schedule (its memory
+// plan), so recommend() rejects it and plans the next. A candidate in both the top list and its
+// placement's best was checked twice and its rejection printed twice (once without its bullet),
+// and the rejected candidate led the runners-up as if it ran.
+TEST(Recommend, EachRejectedCandidateOnceAndNotARunnerUp) {
+  const ModelSpec m = *load_model("table1-1T");
+  const HardwareProfile p = *load_profile("dgx2");
+  const SearchSpace space = *make_space(m, p, {});
+  const Recommendation rec = recommend(m, p, space, {}, SearchOptions{});
+  ASSERT_TRUE(rec.fits()) << rec.shortfall;
+  ASSERT_FALSE(rec.checked.rejected.empty()) << "no analytic choice rejected here any more: pick a case that has one";
+  EXPECT_EQ(rec.checked.rejected_keys.size(), rec.checked.rejected.size());
+  EXPECT_FALSE(rec.checked.rejected_keys.contains(candidate_key(rec.chosen->candidate)));
+  std::set<std::string> seen;
+  for (const std::string& line : rec.explanation) {
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    if (line.starts_with("analytic choice rejected: ")) {
+      EXPECT_TRUE(seen.insert(line).second) << "twice: " << line;
+    }
+  }
+  EXPECT_EQ(seen.size(), std::min<size_t>(rec.checked.rejected.size(), 4));
+  const std::vector<const Evaluated*> runners = runners_up(rec.result(), *rec.chosen, 8, rec.checked.rejected_keys);
+  EXPECT_FALSE(runners.empty());
+  for (const Evaluated* e : runners) EXPECT_FALSE(rec.checked.rejected_keys.contains(candidate_key(e->candidate)));
 }
 
 }  // namespace

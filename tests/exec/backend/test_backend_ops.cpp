@@ -11,14 +11,17 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <future>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "exec/adam/cpu_adam.hpp"
@@ -1209,4 +1212,27 @@ TEST(CpuBackend, GemmBitsDoNotDependOnTheHostThreads) {
     for (std::size_t i = 1; i < got.size(); ++i)
       EXPECT_EQ(std::memcmp(got[i].data(), got[0].data(), got[0].size() * sizeof(float)), 0) << i + 1 << " threads";
   }
+}
+
+// cuBLAS is not linked but loaded when a cuda backend is made: a process that makes none (memwall
+// plan, simulate, --help; this test until it asks) never maps it, and asking finds every entry
+// point the backend calls in the cuBLAS of the toolkit it was built with, no GPU needed.
+TEST(CudaBackend, LoadsCublasOnlyWhenAsked) {
+  auto mapped = [] {
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    if (!f) return std::string("cannot read /proc/self/maps");
+    std::string maps;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) maps.append(buf, n);
+    std::fclose(f);
+    return maps;
+  };
+  const std::vector<std::string> compiled = memwall::exec::compiled_backends();
+  if (std::find(compiled.begin(), compiled.end(), "cuda") == compiled.end()) {
+    EXPECT_EQ(memwall::exec::cuda_libraries_error(), "");
+    return;
+  }
+  EXPECT_EQ(mapped().find("libcublas"), std::string::npos) << "cuBLAS is loaded at start-up";
+  EXPECT_EQ(memwall::exec::cuda_libraries_error(), "");
+  EXPECT_NE(mapped().find("libcublas.so"), std::string::npos) << "asking did not load cuBLAS";
 }
