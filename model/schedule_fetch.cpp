@@ -98,6 +98,8 @@ std::vector<Item> Shape::items_of(const std::vector<std::pair<const std::vector<
   return out;
 }
 
+namespace {
+
 // Work a device stream runs, which torch.cuda.synchronize() waits for: computes, collectives
 // (pipeline messages aside), copies to and from the GPU, the optimizer and sums on the GPU.
 bool on_device(const Step& st) {
@@ -111,6 +113,8 @@ bool on_device(const Step& st) {
     default: return st.link != LinkClass::nvme_cpu && st.link != LinkClass::none;
   }
 }
+
+}  // namespace
 
 int Emitter::emit(Step st) {
   st.id = int(s_.steps.size());
