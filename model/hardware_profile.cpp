@@ -6,6 +6,7 @@
 
 #include "model/builtin_profiles.hpp"
 #include "model/suggest.hpp"
+#include "model/units.hpp"
 #include "model/yaml_reader.hpp"
 
 namespace memwall {
@@ -171,13 +172,25 @@ if (p.gpu_datasheet_peak_flops_per_s > 0 && p.gpu_datasheet_peak_flops_per_s < p
   }
 
   YAML::Node links = r.section(root, "", "links");
-  r.only_keys(links, "links", {"gpu_gpu", "pcie_single_gpu", "pcie_aggregate", "inter_node", "nic_attach"});
+  r.only_keys(links, "links",
+              {"gpu_gpu", "pcie_single_gpu", "pcie_aggregate", "inter_node", "inter_node_measured", "nic_attach"});
   p.gpu_gpu_Bps = p.gpus_per_node > 1 ? r.quantity(links, "links", "gpu_gpu", Dimension::bandwidth)
                                       : r.quantity_or(links, "links", "gpu_gpu", Dimension::bandwidth, 0);
   p.pcie_single_gpu_Bps = r.quantity(links, "links", "pcie_single_gpu", Dimension::bandwidth);
   p.pcie_aggregate_Bps = r.quantity(links, "links", "pcie_aggregate", Dimension::bandwidth);
   p.inter_node_Bps = p.nodes > 1 ? r.quantity(links, "links", "inter_node", Dimension::bandwidth)
                                  : r.quantity_or(links, "links", "inter_node", Dimension::bandwidth, 0);
+  p.inter_node_nominal_Bps = p.inter_node_Bps;
+  // what collectives measured across nodes, below the line rate (the NICs share PCIe with the GPUs)
+  if (links["inter_node_measured"]) {
+    const double measured = r.quantity(links, "links", "inter_node_measured", Dimension::bandwidth);
+    if (!links["inter_node"])
+      r.fail(links["inter_node_measured"], "links.inter_node_measured", "expected links.inter_node (the line rate) beside it");
+    else if (measured > p.inter_node_nominal_Bps)
+      r.fail(links["inter_node_measured"], "links.inter_node_measured",
+             "expected at most links.inter_node (" + format_bandwidth(p.inter_node_nominal_Bps) + ")");
+    else p.inter_node_Bps = measured;
+  }
   const std::string nic = r.text_or(links, "links", "nic_attach", "pcie_switch");
   if (nic != "pcie_switch" && nic != "cpu")
     r.fail(links["nic_attach"], "links.nic_attach", "expected pcie_switch or cpu, got \"" + nic + "\"");

@@ -113,7 +113,9 @@ struct HardwareProfile {
   double gpu_gpu_Bps = 0;          // per GPU inside a node (NVLink/NVSwitch); 0 when one GPU per node
   double pcie_single_gpu_Bps = 0;  // one GPU alone to or from CPU memory
   double pcie_aggregate_Bps = 0;   // per node, all GPUs moving data at once (shared PCIe root)
-  double inter_node_Bps = 0;       // per node (all NICs); 0 when the profile describes one node only
+  double inter_node_Bps = 0;       // per node (all NICs) as collectives get it: links.inter_node_measured when
+                                   // given, else links.inter_node; 0 when the profile describes one node only
+  double inter_node_nominal_Bps = 0;  // links.inter_node: the NICs' line rate
   NicAttach nic_attach = NicAttach::pcie_switch;  // links.nic_attach
 
   double cpu_memory_bytes = 0;         // per node

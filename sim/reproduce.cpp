@@ -107,7 +107,7 @@ std::string limited_by(const SimReport& r) {
 // measure it. Turning one off changes the simulation's inputs only: the profile (with()), the batch
 // or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
 enum class Effect : std::uint8_t {
-  batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches
+  batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches, measured_network
 };
 
 const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
@@ -127,13 +127,17 @@ HardwareProfile with(HardwareProfile p, Off off) {
     p.gpu_sms = 0;
   }
   if (off(Effect::hbm)) p.gpu_memory_Bps = 0;  // FLOPs alone, GPU Adam free
+  if (off(Effect::measured_network)) p.inter_node_Bps = p.inter_node_nominal_Bps;  // the line rate
   return p;
 }
 
-// The effects of `wanted` that the profile has the part of (one without gives the row again).
-std::vector<Effect> present(const HardwareProfile& p, std::initializer_list<Effect> wanted) {
+// The effects of `wanted` that the profile has the part of (one without gives the row again) for a
+// row on `gpus` GPUs (the network's only across nodes).
+std::vector<Effect> present(const HardwareProfile& p, std::initializer_list<Effect> wanted, int gpus) {
   std::vector<Effect> out;
   for (Effect e : wanted) {
+    if (e == Effect::measured_network && (p.inter_node_Bps == p.inter_node_nominal_Bps || gpus <= p.gpus_per_node))
+      continue;
     if (e == Effect::reserve && !p.gpu_reserve.given) continue;
     if (e == Effect::rate_by_shape && p.peak_by_hidden.empty() && p.gemm.empty() && p.gpu_sms <= 0) continue;
     if (e == Effect::hbm && p.gpu_memory_Bps <= 0) continue;
@@ -170,7 +174,8 @@ Value value_of(Simulate simulate, Metric metric) {
 double tflops(const Run& r) { return r.report.overflow ? 0.0 : r.report.tflops_per_gpu; }
 
 // The effects every simulated row includes: the profile's parts.
-constexpr std::initializer_list<Effect> kProfileEffects = {Effect::reserve, Effect::rate_by_shape, Effect::hbm};
+constexpr std::initializer_list<Effect> kProfileEffects = {Effect::reserve, Effect::rate_by_shape, Effect::hbm,
+                                                           Effect::measured_network};
 
 ReproRow row(const std::string& fig, const std::string& label, const ModelSpec& m, const Run& r, double bsz,
              const std::string& metric, double value, double paper, const std::string& paper_text) {
@@ -208,7 +213,7 @@ Result<double> add_fetched_on_demand(const Progress& progress, Rows& rows, const
     c.sync_fetches = !off(Effect::sync_fetches);
     return c;
   };
-  auto then = [&](Off off) { return simulate_isolated(m, r.placement, config(off), p, SimOptions{}); };
+  auto then = [&](Off off) { return simulate_isolated(m, r.placement, config(off), with(p, off), SimOptions{}); };
   Result<SimReport> rep = then(Off{});
   if (!rep) return make_error(rep.error());
   if (rep->overflow) return make_error(x.label + " fetched on demand: " + rep->overflow->message);
@@ -218,7 +223,9 @@ Result<double> add_fetched_on_demand(const Progress& progress, Rows& rows, const
                    x.paper_text);
   y.note = format_sig(y.value / x.value, 2) + "x the row above";
   auto tflops_of = [](const SimReport& s) { return s.overflow ? 0.0 : s.tflops_per_gpu; };
-  if (Result<bool> e = measure(progress, y, {Effect::on_demand, Effect::sync_fetches}, value_of(then, tflops_of)); !e)
+  if (Result<bool> e = measure(progress, y, present(p, {Effect::on_demand, Effect::sync_fetches, Effect::measured_network}, int(p.total_gpus())),
+                               value_of(then, tflops_of));
+      !e)
     return make_error(e.error());
   rows.push_back(y);
   return y.value;
@@ -299,7 +306,8 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                        tflops_paper > 0 ? format_g(tflops_paper) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
     if (Result<bool> m = measure(progress, rows.back(),
-                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
+                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm,
+                                                Effect::measured_network}, s.gpus),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -325,7 +333,7 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                         format_sig(x.value / *lazy, 2) + "x fetched on demand), global batch " +
                         std::to_string(global)
                   : "does not fit at mp 8 or 16 and any checkpoint interval: " + d->report.overflow->message;
-    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(three, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects, s.gpus), value_of(three, tflops)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -349,7 +357,8 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
                        r->report.tflops_per_gpu, gpus == 64 ? 44 : 0,
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
     if (Result<bool> m = measure(progress, rows.back(),
-                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
+                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm,
+                                                Effect::measured_network}, gpus),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -381,7 +390,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
       if (up_to_100b && rows.back().value >= 40) rows.back().disagrees = false;
     };
     over_40();
-    if (Result<bool> m = measure(progress, rows.back(), present(node, kProfileEffects), value_of(one_node, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, rows.back(), present(node, kProfileEffects, node.gpus_per_node), value_of(one_node, tflops)); !m) return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(progress, rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
@@ -422,7 +431,7 @@ Result<Rows> fig8(const HardwareProfile& node, const Progress& progress) {
     x.strategy = "zero_inf vs zero_offload";
     x.note = "backward " + format_sig(r->inf.report.backward_s(), 3) + " s vs " +
              format_sig(r->off.report.backward_s(), 3) + " s";
-    if (Result<bool> m = measure(progress, x, present(node, {Effect::sync_grad_copies, Effect::reserve, Effect::rate_by_shape, Effect::hbm}),
+    if (Result<bool> m = measure(progress, x, present(node, {Effect::sync_grad_copies, Effect::reserve, Effect::rate_by_shape, Effect::hbm, Effect::measured_network}, s.gpus),
                                  value_of(both, &Both::speedup));
         !m)
       return make_error(m.error());
@@ -459,7 +468,7 @@ Result<Rows> fig9(const HardwareProfile& node, const Progress& progress) {
                      r->speedup(), 0, "large at small bsz, diminishing at large");
     x.note = format_sig(r->on.report.tflops_per_gpu, 3) + " vs " + format_sig(r->off.report.tflops_per_gpu, 3) +
              " TFLOPS/GPU";
-    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects, s.gpus), value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -503,7 +512,7 @@ Result<Rows> fig10(const HardwareProfile& node, const Progress& progress) {
                      "ckpt_offload_slowdown", r->slowdown(), small ? 0 : 1.0,
                      small ? "up to 1.2x at small hidden sizes" : "minimal at 32K and 64K");
     x.strategy = base.name + ": act_ckpt gpu vs cpu";
-    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::slowdown)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects, s.gpus), value_of(both, &Both::slowdown)); !m) return make_error(m.error());
     rows.push_back(x);
   }
   return rows;
@@ -550,7 +559,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
     x.note = format_sig(a.iteration_s, 4) + " s vs " + format_sig(b.iteration_s, 4) + " s per iteration; " +
              format_sig(a.tflops_per_gpu, 3) + " vs " + format_sig(b.tflops_per_gpu, 3) +
              " TFLOPS/GPU; end-to-end with 15 % warm-up " + format_sig(end_to_end, 3) + "x";
-    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects), value_of(both, &Both::speedup)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, x, present(node, kProfileEffects, gpus), value_of(both, &Both::speedup)); !m) return make_error(m.error());
     rows.push_back(x);
   }
 
@@ -616,7 +625,7 @@ Result<Rows> seed004(const HardwareProfile& node, const Progress& progress) {
                    "up to 6.3x (BERT-Base) and 5.3x (BERT-Large) faster (blog)");
   t.note = format_sig(r->a.iteration_s, 4) + " s vs " + format_sig(r->b.iteration_s, 4) + " s per iteration";
   // The three rows come from one computation: each effect turned off runs it once.
-  for (Effect off : present(node, kProfileEffects)) {
+  for (Effect off : present(node, kProfileEffects, node.gpus_per_node)) {
     if (progress) progress("seed004: 10B, longest sequence, without " + std::string(info(off).label));
     Result<Sparse> o = sparse(Off{off});
     if (!o) return make_error(o.error());
@@ -659,6 +668,11 @@ const std::vector<EffectInfo>& reproduction_effects() {
        "before a module computes, as DeepSpeed v0.3.15-v0.5.x ran ZeRO-3 (partition_parameters.py, stage3.py); "
        "so a fetch to the GPU waits for all of its rank's earlier device work, gradient reduce-scatters and "
        "copies included; off: a fetch waits only for what it needs"},
+      {"measured_network", "InfiniBand at its measured bandwidth",
+       "links.inter_node_measured: the nodes' InfiniBand as collectives measured it (the DGX-2's: 660 of 800 Gbps "
+       "on 8 DGX-2 nodes, microsoft/Megatron-DeepSpeed examples_deepspeed/rebase/README.md; an EDR NIC's NCCL "
+       "rings reach about 12 of 12.5 GB/s, NVIDIA/nccl-tests issue #29); off: links.inter_node, the line rate "
+       "(Sec. 8.1's 800 Gbps)"},
   };
   return effects;
 }

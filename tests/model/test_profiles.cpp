@@ -38,7 +38,8 @@ TEST(Profiles, Dgx2HasThePapersNumbers) {
   EXPECT_DOUBLE_EQ(p.cpu_memory_bytes, 1.5e12);
   EXPECT_DOUBLE_EQ(p.cpu_memory_Bps, 100e9);
   EXPECT_DOUBLE_EQ(p.nvme_read_Bps, 25e9);
-  EXPECT_DOUBLE_EQ(p.inter_node_Bps, 100e9);  // 800 Gbps
+  EXPECT_DOUBLE_EQ(p.inter_node_nominal_Bps, 100e9);  // 800 Gbps, Sec. 8.1
+  EXPECT_DOUBLE_EQ(p.inter_node_Bps, 82.5e9);          // 660 Gbps measured (Megatron-DeepSpeed)
   // Fig. 2b / Sec. 6.1: 3.0 GB/s per GPU to CPU memory and ~1.6 GB/s per GPU from NVMe, 16 at once.
   EXPECT_DOUBLE_EQ(p.cpu_Bps_per_gpu_all_active(), 3.0e9);
   EXPECT_NEAR(p.nvme_read_Bps_per_gpu_all_active(), 1.6e9, 0.05e9);
@@ -115,6 +116,10 @@ TEST(Profiles, BadProfilesNameFileLineAndField) {
       {replace(kGood, "pcie_aggregate: 16 GB/s", "pcie_aggregate: 5 GB/s"), "links.pcie_aggregate: expected at least"},
       {replace(kGood, "pinned_budget: 8 GiB", "pinned_budget: 80 GiB"), "cpu.pinned_budget: expected at most cpu.memory"},
       {replace(kGood, "nodes: 1", "nodes: 2"), "links.inter_node: missing field"},
+      {replace(kGood, "pcie_aggregate: 16 GB/s", "pcie_aggregate: 16 GB/s\n  inter_node_measured: 90 Gbps"),
+       "t.yaml:11: links.inter_node_measured: expected links.inter_node (the line rate) beside it"},
+      {replace(kGood, "pcie_aggregate: 16 GB/s", "pcie_aggregate: 16 GB/s\n  inter_node: 100 Gbps\n  inter_node_measured: 200 Gbps"),
+       "t.yaml:12: links.inter_node_measured: expected at most links.inter_node (12.5 GB/s)"},
       {"- just\n- a list\n", "t.yaml:1: expected a YAML mapping"},
       // gpu.kernels (memwall calibrate): FLOP rates for the attention products and the LM head,
       // byte rates for the memory-bound kinds, nothing else

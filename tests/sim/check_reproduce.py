@@ -45,16 +45,21 @@ def paper_claims(fig, rows):
         "sync_grad_copies": (1, "the owners' copies one at a time slow ZeRO-Offload, not ZeRO-Infinity"),
         "on_demand": (-1, "fetching on demand hides less than prefetching"),
         "sync_fetches": (-1, "a fetch that waits for all earlier device work hides less"),
+        "measured_network": (-1, "a slower network cannot make a row faster"),
     }
+    # only the wrong way is wrong: on-demand fetch under the synchronize (which already serializes every
+    # fetch) and a network that is not on the row's critical path move it by less than the drift tolerance
+    lenient = {"on_demand", "measured_network"}
     for (f, label), r in rows.items():
         for name, without in effects(r).items():
             if name not in direction or without <= 0:
                 continue
+            if name == "measured_network" and r["metric"] != "tflops_per_gpu":
+                continue  # a speedup or slowdown of two runs on the same network may go either way
             sign, why = direction[name]
-            # strictly the right way, but on-demand fetch under the synchronize (which already serializes
-            # every fetch) only not the wrong way by more than the drift tolerance
+            # strictly the right way, the lenient ones not the wrong way by more than the drift tolerance
             moved = (float(r["value"]) - without) * sign
-            if moved < -TOLERANCE * without if name == "on_demand" else moved <= 0:
+            if moved < -TOLERANCE * without if name in lenient else moved <= 0:
                 bad.append(f"{f} {label}: {name} moves the row from {without:.4g} to {float(r['value']):.4g}: {why}")
     return bad
 

@@ -82,12 +82,25 @@ TEST(Collectives, RingAcrossNodesOneMemberEach) {
 }
 
 // 16 members per node, 2 nodes: each step sends 15/16 of its chunk over NVSwitch and 1/16 through
-// the NICs (one channel per member, each crossing once), 100 GB/s per node shared by 16, and
-// waits for the slower route and the longer latency.
+// the NICs (one channel per member, each crossing once), the node's measured 82.5 GB/s shared by
+// 16, and waits for the slower route (here NVSwitch) and the longer latency.
 TEST(Collectives, RingAcrossNodesWaitsForTheSlowerRoute) {
   const double B = 3.2e9, n = 32, c = B / n;
-  const double nvswitch = 15.0 / 16 * c / W, nic = c / 16 / (100e9 / 16);
+  ASSERT_DOUBLE_EQ(dgx2(2).inter_node_Bps, 82.5e9);  // links.inter_node_measured, 660 Gbps
+  const double nvswitch = 15.0 / 16 * c / W, nic = c / 16 / (82.5e9 / 16);
   expect_replays(dgx2(2), op(Collective::all_gather, B, 32, 16), (n - 1) * (std::max(nvswitch, nic) + 4 * kLinkLatency_s));
+}
+
+// A collective across nodes gets the profile's measured network (inter_node_Bps), never the line
+// rate beside it: at 40 GB/s per node the same ring waits for the NICs.
+TEST(Collectives, RingAcrossNodesAtTheMeasuredNetworkBandwidth) {
+  const double B = 3.2e9, n = 32, c = B / n;
+  HardwareProfile p = dgx2(2);
+  ASSERT_DOUBLE_EQ(p.inter_node_nominal_Bps, 100e9);  // links.inter_node, 800 Gbps
+  p.inter_node_Bps = 40e9;
+  const double nvswitch = 15.0 / 16 * c / W, nic = c / 16 / (40e9 / 16);
+  ASSERT_GT(nic, nvswitch);
+  expect_replays(p, op(Collective::all_gather, B, 32, 16), (n - 1) * (nic + 4 * kLinkLatency_s));
 }
 
 TEST(Collectives, TreeAllReduceOnlyWhereLatencyRules) {
