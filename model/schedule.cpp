@@ -129,6 +129,8 @@ Result<Schedule> build_schedule(const ModelSpec& model, const Placement& placeme
                       "partition_activations); with mp 1 there is nothing to split (partitioned: false, or --mp > 1)");
   if (!(sizes.param_bytes > 0) || !(sizes.optim_bytes > 0) || !(sizes.act_bytes > 0))
     return make_error("schedule: bytes per parameter, optimizer state and activation must be > 0");
+  if (!(sizes.optim_grad_bytes >= 0 && sizes.optim_grad_bytes < sizes.optim_bytes))
+    return make_error("schedule: the optimizer state's fp32 gradient must be 0 or more bytes and less than the state");
   if (Result<bool> ok = check_optimizer_overlap(placement, config.optimizer_overlap, config.grad_clip); !ok) return make_error(ok.error());
   TrainingConfig resolved_config = config;
   resolved_config.dp = dp;

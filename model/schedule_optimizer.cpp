@@ -76,7 +76,7 @@ void emit_read(Builder& b, int k, const std::vector<int>& after) {
     s.chunk = k;
     r.push_back(b.e.emit(std::move(s)));
   };
-  if (ot(sh) == Tier::nvme) read(State::optim32, sh.z.optim_bytes * chunk_size(b, k));
+  if (ot(sh) == Tier::nvme) read(State::optim32, sh.z.swapped_optim_bytes() * chunk_size(b, k));
   if (sh.pl.grad16.tier == Tier::nvme) read(State::grad16, sh.z.param_bytes * chunk_size(b, k));
   if (!r.empty()) b.e.step(r.front()).allocs.push_back(buf);
   else o.pending_alloc = buf;
@@ -149,7 +149,7 @@ void emit_update(Builder& b, int k, const std::vector<int>& after) {
     ws.chunk = k;
     return b.e.emit(std::move(ws));
   };
-  if (ot(sh) == Tier::nvme) w = write(State::optim32, sh.z.optim_bytes * chunk_size(b, k));
+  if (ot(sh) == Tier::nvme) w = write(State::optim32, sh.z.swapped_optim_bytes() * chunk_size(b, k));
   if (pt == Tier::nvme) {
     const int states = w;
     w = write(State::param16, sh.z.param_bytes * chunk_size(b, k));

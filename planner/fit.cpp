@@ -288,9 +288,12 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const bool hidden = k.prefetch_depth > 0 && !k.sync_fetches;
   const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;
 
-  // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once.
+  // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once. On NVMe the
+  // states cross without their fp32 gradient, as the schedule swaps them (MemorySizes).
   if (pl.optim32.tier != Tier::gpu) {
-    const double opt_bytes = flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
+    const MemorySizes z;
+    const double swapped = pl.optim32.tier == Tier::nvme ? z.swapped_optim_bytes() / z.optim_bytes : 1.0;
+    const double opt_bytes = swapped * flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
     const double traffic = transfer_s(opt_bytes, bws.of(AitState::optimizer, tier_path(pl.optim32.tier)));
     const double adam = f.params / (nodes_used(c, p) * p.cpu_adam_params_per_s);
     tb.optimizer_s = std::max(traffic, adam);

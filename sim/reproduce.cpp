@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -69,11 +70,19 @@ Result<Run> run(const ModelSpec& m, Placement pl, TrainingConfig c, const Hardwa
 }
 
 // The first placement, in order of fewer offloads, whose schedule fits.
-Result<Run> run_first_fitting(const ModelSpec& m, const std::vector<std::string>& presets, TrainingConfig c,
-                              const HardwareProfile& p) {
+// Table 1's placements (fp16 parameters / optimizer states), least offloaded first: gpu/gpu (0.5T
+// and 1T on 32 nodes), cpu/cpu (Table 2's ZeRO-Infinity on CPU memory), cpu/nvme (50B and 100B on
+// one node: the parameters in CPU memory, the states on NVMe), nvme/nvme (0.5T and 1T on one node,
+// 5T-20T on 32). Where the paper names no placement, or names one that does not fit, a row runs
+// the first of these from `from` on that fits.
+constexpr std::pair<const char*, const char*> kTable1Placements[] = {
+    {"gpu", "gpu"}, {"cpu", "cpu"}, {"cpu", "nvme"}, {"nvme", "nvme"}};
+
+Result<Run> run_first_fitting(const ModelSpec& m, size_t from, TrainingConfig c, const HardwareProfile& p,
+                              const SimOptions& o) {
   std::string last;
-  for (const std::string& name : presets) {
-    Result<Run> r = run(m, *preset(name), c, p, SimOptions{});
+  for (size_t i = from; i < std::size(kTable1Placements); ++i) {
+    Result<Run> r = run(m, placement_for(kTable1Placements[i].first, kTable1Placements[i].second), c, p, o);
     if (!r) return r;
     if (!r->report.overflow) return r;
     last = r->report.overflow->message;
@@ -107,7 +116,8 @@ std::string limited_by(const SimReport& r) {
 // measure it. Turning one off changes the simulation's inputs only: the profile (with()), the batch
 // or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
 enum class Effect : std::uint8_t {
-  batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches, measured_network
+  batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches, measured_network,
+  states_only
 };
 
 const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
@@ -144,6 +154,24 @@ std::vector<Effect> present(const HardwareProfile& p, std::initializer_list<Effe
     out.push_back(e);
   }
   return out;
+}
+
+// The simulation's options with `off`'s effect off: states_only off swaps the optimizer state's fp32
+// gradient slot to NVMe and back as well (Eq. 10's 2 x 16 B per parameter).
+SimOptions options(Off off) {
+  SimOptions o;
+  if (off(Effect::states_only)) {
+    MemorySizes z;
+    z.optim_grad_bytes = 0;
+    o.sizes = z;
+  }
+  return o;
+}
+
+// `effects`, and states_only where the optimizer states live on NVMe (elsewhere nothing swaps them).
+std::vector<Effect> with_states(std::vector<Effect> effects, const Placement& pl) {
+  if (pl.optim32.tier == Tier::nvme) effects.push_back(Effect::states_only);
+  return effects;
 }
 
 // A row's value as simulated with one effect off.
@@ -213,7 +241,7 @@ Result<double> add_fetched_on_demand(const Progress& progress, Rows& rows, const
     c.sync_fetches = !off(Effect::sync_fetches);
     return c;
   };
-  auto then = [&](Off off) { return simulate_isolated(m, r.placement, config(off), with(p, off), SimOptions{}); };
+  auto then = [&](Off off) { return simulate_isolated(m, r.placement, config(off), with(p, off), options(off)); };
   Result<SimReport> rep = then(Off{});
   if (!rep) return make_error(rep.error());
   if (rep->overflow) return make_error(x.label + " fetched on demand: " + rep->overflow->message);
@@ -223,7 +251,10 @@ Result<double> add_fetched_on_demand(const Progress& progress, Rows& rows, const
                    x.paper_text);
   y.note = format_sig(y.value / x.value, 2) + "x the row above";
   auto tflops_of = [](const SimReport& s) { return s.overflow ? 0.0 : s.tflops_per_gpu; };
-  if (Result<bool> e = measure(progress, y, present(p, {Effect::on_demand, Effect::sync_fetches, Effect::measured_network}, int(p.total_gpus())),
+  if (Result<bool> e = measure(progress, y,
+                               with_states(present(p, {Effect::on_demand, Effect::sync_fetches, Effect::measured_network},
+                                                   int(p.total_gpus())),
+                                           r.placement),
                                value_of(then, tflops_of));
       !e)
     return make_error(e.error());
@@ -291,13 +322,13 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
       c.bsz = off(Effect::batch_over_gpus) ? s.bsz : s.bsz * s.mp;
       c.mp = s.mp;
       const HardwareProfile p = with(nodes(node, s.gpus), off);
-      Result<Run> r = run(e.spec, placement_for(s.param_tier, s.optim_tier), c, p, SimOptions{});
+      Result<Run> r = run(e.spec, placement_for(s.param_tier, s.optim_tier), c, p, options(off));
       if (!r || !r->report.overflow) return r;
       // Table 1 keeps 0.5T/1T entirely on 512 GPUs; at Eq. 2's 20 B/param that is more than a V100
-      // holds, so take the first placement with fewer offloads that does fit, and say so.
+      // holds, so take the next placement of Table 1's that does fit, and say so.
       if (!off.effect)
         note = "Table 1's " + s.param_tier + "/" + s.optim_tier + " placement does not fit: " + r->report.overflow->message;
-      return run_first_fitting(e.spec, {"zero_inf_cpu", "zero_inf_nvme"}, c, p);
+      return run_first_fitting(e.spec, 1, c, p, options(off));
     };
     Result<Run> r = zero_inf(Off{});
     if (!r) return make_error(r.error());
@@ -306,8 +337,9 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
                        tflops_paper > 0 ? format_g(tflops_paper) + " TFLOPS/GPU" : "not stated (about 49 at the best size)"));
     rows.back().note = note;
     if (Result<bool> m = measure(progress, rows.back(),
-                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm,
-                                                Effect::measured_network}, s.gpus),
+                                 with_states(present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape,
+                                                            Effect::hbm, Effect::measured_network}, s.gpus),
+                                             r->placement),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -349,7 +381,7 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
       // Table 1's 5 per GPU: 20 per slice group of mp 4 (the global batch over the GPUs); off: 5 per group
       c.bsz = off(Effect::batch_over_gpus) ? 5 : 5 * 4;
       c.mp = 4;
-      return run_first_fitting(e.spec, {"zero3", "zero_inf_cpu", "zero_inf_nvme"}, c, with(nodes(node, gpus), off));
+      return run_first_fitting(e.spec, 0, c, with(nodes(node, gpus), off), options(off));  // Fig. 5b names none
     };
     Result<Run> r = zero_inf(Off{});
     if (!r) return make_error(r.error());
@@ -357,8 +389,9 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
                        r->report.tflops_per_gpu, gpus == 64 ? 44 : 0,
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
     if (Result<bool> m = measure(progress, rows.back(),
-                                 present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape, Effect::hbm,
-                                                Effect::measured_network}, gpus),
+                                 with_states(present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape,
+                                                            Effect::hbm, Effect::measured_network}, gpus),
+                                             r->placement),
                                  value_of(zero_inf, tflops));
         !m)
       return make_error(m.error());
@@ -377,7 +410,7 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
     auto one_node = [&](Off off) {
       TrainingConfig c;
       c.bsz = s.bsz;
-      return run(e.spec, placement_for(s.param_tier, s.optim_tier), c, with(node, off), SimOptions{});
+      return run(e.spec, placement_for(s.param_tier, s.optim_tier), c, with(node, off), options(off));
     };
     Result<Run> r = one_node(Off{});
     if (!r) return make_error(r.error());
@@ -390,7 +423,11 @@ Result<Rows> fig5c(const HardwareProfile& node, const Progress& progress) {
       if (up_to_100b && rows.back().value >= 40) rows.back().disagrees = false;
     };
     over_40();
-    if (Result<bool> m = measure(progress, rows.back(), present(node, kProfileEffects, node.gpus_per_node), value_of(one_node, tflops)); !m) return make_error(m.error());
+    if (Result<bool> m = measure(progress, rows.back(),
+                                 with_states(present(node, kProfileEffects, node.gpus_per_node), r->placement),
+                                 value_of(one_node, tflops));
+        !m)
+      return make_error(m.error());
     if (Result<double> lazy = add_fetched_on_demand(progress, rows, e.spec, *r, node); !lazy) return make_error(lazy.error());
     over_40();
   }
@@ -673,6 +710,12 @@ const std::vector<EffectInfo>& reproduction_effects() {
        "on 8 DGX-2 nodes, microsoft/Megatron-DeepSpeed examples_deepspeed/rebase/README.md; an EDR NIC's NCCL "
        "rings reach about 12 of 12.5 GB/s, NVIDIA/nccl-tests issue #29); off: links.inter_node, the line rate "
        "(Sec. 8.1's 800 Gbps)"},
+      {"states_only", "optimizer states swapped without their gradient",
+       "of Eq. 2's 16 B of fp32 optimizer state per parameter, NVMe reads and writes back the 12 B of parameter, "
+       "momentum and variance; the fp32 gradient is made from the 16-bit one at every step (DeepSpeed's "
+       "PartitionedOptimizerSwapper.swap_out_optimizer_state writes the fp32 parameter, exp_avg and exp_avg_sq "
+       "only; memwall's executor swaps 12 B too); off: all 16 B read and written, as Eq. 10's 2 x 16 B per "
+       "parameter counts them"},
   };
   return effects;
 }

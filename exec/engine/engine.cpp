@@ -25,6 +25,7 @@ MemorySizes executor_sizes(const GptConfig& model, const TrainingConfig& config,
   MemorySizes z;
   z.param_bytes = double(adam::dtype_bytes(precision));
   z.optim_bytes = 12;  // fp32 master, momentum, variance: CPU Adam reads 16-bit gradients directly
+  z.optim_grad_bytes = 0;
   z.act_bytes = 4;     // activations and checkpoints are fp32 (the kernels compute in fp32)
   // every mp rank's slice has the same shapes: rank 0's
   z.workspace_bytes = double(GptOps::workspace_bytes(mp_slice(model, std::max(1, config.mp), 0), int(config.bsz),

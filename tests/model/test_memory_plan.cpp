@@ -19,6 +19,7 @@ MemorySizes executor_like() {
   MemorySizes z;
   z.param_bytes = 2;
   z.optim_bytes = 12;
+  z.optim_grad_bytes = 0;
   z.act_bytes = 4;
   z.workspace_bytes = 3e6;
   z.host_align_bytes = 4096;

@@ -108,10 +108,46 @@ TEST(Schedule, TrafficEqualsTheClosedForm) {
     EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::param16, Hop::nc), (3 * blocks + 2 * lnf + 4 * embed) / dp, 1e-3);
     EXPECT_NEAR(sum_bytes(s, StepKind::reduce_scatter, State::grad16), all * (dp - 1) / dp, 1e-3);
     EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::grad16, Hop::gc), all / dp, 1e-3);
-    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::optim32), 8 * all / dp, 1e-3);    // 16 B/param read
-    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::optim32), 8 * all / dp, 1e-3);  // 16 B/param written
+    // the 12 B of fp32 parameter, momentum and variance read and written; the 16-bit gradient read
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::optim32), 6 * all / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::optim32), 6 * all / dp, 1e-3);
+    EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::grad16, Hop::nc), all / dp, 1e-3);
     EXPECT_NEAR(s.traffic_bytes[int(LinkClass::gpu_gpu)], gathered + all * (dp - 1) / dp, 1e-3);
     EXPECT_EQ(s.traffic_bytes[int(LinkClass::network)], 0);
+  }
+}
+
+// Eq. 2 counts 16 B of fp32 optimizer state per parameter, the gradient among them, and Eq. 10 moves
+// all 16 both ways. The fp32 gradient is made from the 16-bit one at every step, so it takes its
+// room on NVMe and in the chunk buffers but crosses to NVMe neither way: DeepSpeed's
+// PartitionedOptimizerSwapper writes back the fp32 parameter, exp_avg and exp_avg_sq only. With
+// MemorySizes::optim_grad_bytes 0 (optim_bytes without a gradient in them) every byte crosses.
+TEST(Schedule, OptimizerSwapsItsStatesNotTheirFp32Gradient) {
+  HardwareProfile p = dgx2();
+  ModelSpec m = tiny();
+  TrainingConfig c;
+  c.dp = 4;
+  c.seq = m.seq;
+  const Placement pl = *preset("zero_inf_nvme");
+  MemorySizes all16;
+  all16.optim_grad_bytes = 0;
+  Schedule s = *build_schedule(m, pl, c, p), eq10 = *build_schedule(m, pl, c, p, 0, all16);
+  const double n = s.persistent_bytes[int(Tier::nvme)][int(State::optim32)] / 16;  // this rank's partition
+  ASSERT_GT(n, 0);
+  EXPECT_DOUBLE_EQ(eq10.persistent_bytes[int(Tier::nvme)][int(State::optim32)], 16 * n);  // the same room
+  EXPECT_NEAR(sum_bytes(s, StepKind::fetch, State::optim32), 12 * n, 1e-6 * n);
+  EXPECT_NEAR(sum_bytes(s, StepKind::offload, State::optim32), 12 * n, 1e-6 * n);
+  EXPECT_NEAR(sum_bytes(eq10, StepKind::fetch, State::optim32), 16 * n, 1e-6 * n);
+  EXPECT_NEAR(sum_bytes(eq10, StepKind::offload, State::optim32), 16 * n, 1e-6 * n);
+  // the chunk buffers still hold the gradient slot: the same memory either way
+  EXPECT_DOUBLE_EQ(s.peak_bytes[int(Tier::cpu)], eq10.peak_bytes[int(Tier::cpu)]);
+  EXPECT_TRUE(check_invariants(s).empty());
+  for (double bad : {-1.0, 16.0}) {
+    MemorySizes z;
+    z.optim_grad_bytes = bad;
+    Result<Schedule> r = build_schedule(m, pl, c, p, 0, z);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().find("fp32 gradient"), std::string::npos) << r.error();
   }
 }
 
@@ -327,6 +363,7 @@ TEST(Schedule, MemorySizesScaleWhatIsCounted) {
   MemorySizes fp32;
   fp32.param_bytes = 4;
   fp32.optim_bytes = 12;
+  fp32.optim_grad_bytes = 0;
   fp32.workspace_bytes = 5e6;
   Schedule a = *build_schedule(m, pl, c, p), b = *build_schedule(m, pl, c, p, 0, fp32);
   EXPECT_DOUBLE_EQ(b.traffic_bytes[int(LinkClass::cpu_gpu)], 2 * a.traffic_bytes[int(LinkClass::cpu_gpu)]);

@@ -2,11 +2,14 @@
 """Results that cannot drift silently: runs `memwall reproduce` into a temporary folder and checks
 every simulated value, and each value with one effect turned off (the effects column), against the
 committed results/sim/<figure>.csv within 0.5 %; the paper's statements in words (Fig. 5a's 3D
-parallelism rows) and the direction each effect must move its rows, on what it simulated. A change that
+parallelism rows, Fig. 5b's superlinear scaling), the direction each effect must move its rows, and that
+Fig. 5b runs the least offloaded of Table 1's placements that fits (each before it checked with
+`memwall schedule`), on what it simulated. A change that
 moves a figure must regenerate results/sim (memwall reproduce) and say why in its commit.
 
 Usage: check_reproduce.py MEMWALL RESULTS_DIR [FIGURE ...]"""
 import csv
+import json
 import subprocess
 import sys
 import tempfile
@@ -39,6 +42,13 @@ def paper_claims(fig, rows):
                        f"and its flag (paper {row['paper']!r}, disagrees {row['disagrees']!r})")
         if float(rows[("fig5a", "1T on 512 GPUs, 3D parallelism")]["value"]) != 0:
             bad.append("fig5a: 3D parallelism trains 1T on 512 GPUs; the paper says it runs out of memory")
+    if fig == "fig5b":
+        # Sec. 8.3: "ZeRO-Infinity achieves super-linear scalability from 4 nodes (64 GPUs) to 32 nodes
+        # (512 GPUs) when training a 1T model": TFLOPS per GPU rise with the GPUs, prefetched or not.
+        for suffix in ("", ", fetched on demand"):
+            series = [float(rows[("fig5b", f"1T on {g} GPUs{suffix}")]["value"]) for g in (64, 128, 256, 512)]
+            if any(b <= a for a, b in zip(series, series[1:])):
+                bad.append(f"fig5b{suffix}: TFLOPS per GPU do not rise from 64 to 512 GPUs: {series}")
     # Each effect the rows measure (turned off alone) moves them the way its cause says it must.
     direction = {
         "batch_over_gpus": (1, "more samples per rank hide more of the transfers"),
@@ -46,6 +56,7 @@ def paper_claims(fig, rows):
         "on_demand": (-1, "fetching on demand hides less than prefetching"),
         "sync_fetches": (-1, "a fetch that waits for all earlier device work hides less"),
         "measured_network": (-1, "a slower network cannot make a row faster"),
+        "states_only": (1, "fewer bytes through NVMe cannot slow a row whose optimizer waits for them"),
     }
     # only the wrong way is wrong: on-demand fetch under the synchronize (which already serializes every
     # fetch) and a network that is not on the row's critical path move it by less than the drift tolerance
@@ -61,6 +72,40 @@ def paper_claims(fig, rows):
             moved = (float(r["value"]) - without) * sign
             if moved < -TOLERANCE * without if name in lenient else moved <= 0:
                 bad.append(f"{f} {label}: {name} moves the row from {without:.4g} to {float(r['value']):.4g}: {why}")
+    return bad
+
+
+# Table 1's placements (fp16 parameters / optimizer states), least offloaded first, as memwall's
+# strategies name them: gpu/gpu, cpu/cpu, cpu/nvme, nvme/nvme (sim/reproduce.cpp, kTable1Placements).
+LADDER = [("zero3", []), ("zero_inf_cpu", []), ("zero_inf_nvme+param16=cpu", ["--place", "param16=cpu"]),
+          ("zero_inf_nvme", [])]
+
+
+def least_offloaded(memwall, fig, rows):
+    """Fig. 5b names no placement: each row must run the first of Table 1's that fits, so every one
+    before it must not fit even at its most frugal (checkpoints in CPU memory, tiling 16)."""
+    bad = []
+    for (f, label), r in rows.items():
+        if f != "fig5b" or "on demand" in label:
+            continue
+        strategy = r["strategy"]
+        # the longest name it starts with: zero_inf_nvme+param16=cpu+... is cpu/nvme, not nvme/nvme
+        matches = [i for i, (name, _) in enumerate(LADDER) if strategy.startswith(name + "+")]
+        chosen = max(matches, key=lambda i: len(LADDER[i][0]), default=None)
+        if chosen is None:
+            bad.append(f"{f} {label}: {strategy} is none of Table 1's placements")
+            continue
+        gpus, mp = int(r["gpus"]), int(r["mp"])
+        for name, extra in LADDER[:chosen]:
+            base = name.split("+")[0]
+            cmd = [memwall, "schedule", "--model", r["model"], "--nodes", str(gpus // 16), "--strategy", base, *extra,
+                   "--place", "act_ckpt=cpu/p", "--bsz", str(round(float(r["bsz"]) * mp)), "--mp", str(mp),
+                   "--tiling", "16", "--json"]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode not in (0, 1):  # 1: the schedule does not fit
+                bad.append(f"{f} {label}: {' '.join(cmd[1:])} failed: {out.stderr.strip()}")
+            elif json.loads(out.stdout)["fits"]:
+                bad.append(f"{f} {label}: runs {strategy}, but {name}, less offloaded, fits too")
     return bad
 
 
@@ -85,7 +130,7 @@ def main():
                 print(f"{fig}: memwall reproduce failed ({run.returncode}): {run.stderr.strip()}")
                 return 1
             want, got = rows(results / f"{fig}.csv"), rows(Path(tmp) / f"{fig}.csv")
-            bad += paper_claims(fig, got)
+            bad += paper_claims(fig, got) + least_offloaded(memwall, fig, got)
             if set(want) != set(got):
                 bad.append(f"{fig}: rows differ: committed {sorted(want)} vs now {sorted(got)}")
                 continue

