@@ -200,6 +200,30 @@ TEST(Time, CpuOptimizerIsTheSlowerOfTrafficAndCpuAdam) {
   EXPECT_NEAR(t.exposed_s, std::max(0.0, t.param_grad_s - t.compute_s) + t.optimizer_s, 1e-12);
 }
 
+// On NVMe the optimizer's states cross without their fp32 gradient, as the schedule swaps them
+// (MemorySizes::swapped_optim_bytes): 12 of Eq. 10's 16 B each way.
+TEST(Time, NvmeOptimizerSwapsTheStatesWithoutTheirGradient) {
+  HardwareProfile p = make_profile({});
+  p.cpu_adam_params_per_s = 1e18;  // the traffic binds
+  ModelSpec m = make_model(2, 1024, 16, 1000);
+  Candidate c = make_candidate("zero_inf_nvme", 1, 1, 1, 1);
+  // Eq. 10's time at the optimizer's bandwidth to `tier`
+  auto eq10_s = [&](const std::string& tier) {
+    double bw = 0;
+    for (const StateTierEfficiency& e : tier_efficiencies(p, m, c.config, c.config.dp))
+      if (e.state == AitState::optimizer && e.tier == tier && bw == 0) bw = e.bw_Bps;
+    EXPECT_GT(bw, 0) << tier;
+    return computation_flops_eq7(c.config.bsz, c.config.seq, analysis_param_count(m)) /
+           ait_optimizer_eq10(c.config.bsz, c.config.seq) / bw;
+  };
+  const double nvme = eq10_s("nvme");
+  EXPECT_NEAR(estimate_time(m, c, p).optimizer_s, 0.75 * nvme, 1e-9 * nvme);
+  // in CPU memory Adam reads and writes all of it: Eq. 10 whole
+  c.placement = *preset("zero_inf_cpu");
+  const double cpu = eq10_s("cpu");
+  EXPECT_NEAR(estimate_time(m, c, p).optimizer_s, cpu, 1e-9 * cpu);
+}
+
 TEST(Time, PrefetchDepthZeroExposesEveryTransfer) {
   HardwareProfile p = make_profile({});
   ModelSpec m = make_model(2, 1024, 16, 1000);
