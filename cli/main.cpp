@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
       "memwall: see, plan and run transformer training that does not fit in GPU memory (ZeRO-Infinity).\n"
       "Run `memwall <command> --help` for the flags of one command."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "memwall 0.1.0");
+  app.set_version_flag("--version", [] { return "memwall 0.1.0\n" + memwall::exec::backends_report(); },
+                       "Print the version, the backends compiled in, the CUDA devices found and whether cuBLAS "
+                       "loads, and exit");
 
   const std::vector<Command> commands = {
       add_analyze(app),

@@ -14,6 +14,7 @@ Result<std::unique_ptr<Backend>> create_cpu_backend(const BackendOptions& o);
 #if MEMWALL_HAVE_CUDA
 Result<std::unique_ptr<Backend>> create_cuda_backend(const BackendOptions& o);
 std::string cuda_blas_error();
+std::string cuda_devices();
 #endif
 
 std::string cuda_libraries_error() {
@@ -22,6 +23,18 @@ std::string cuda_libraries_error() {
 #else
   return "";
 #endif
+}
+
+std::string backends_report() {
+  std::string out = "backends:";
+  for (const std::string& b : compiled_backends()) out += " " + b;
+#if MEMWALL_HAVE_CUDA
+  const std::string blas = cuda_blas_error();
+  out += "\ncuda: " + cuda_devices() + "; cuBLAS " + (blas.empty() ? std::string("loads") : blas);
+#else
+  out += " (built without the CUDA toolkit: no cuda backend)";
+#endif
+  return out;
 }
 
 const char* compute_type_name(ComputeType t) {

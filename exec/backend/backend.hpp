@@ -261,6 +261,9 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
 // start-up would fall on every command): loads it now, device or not, and says why it cannot be
 // used ("" when it can; "" too in a build without the cuda backend).
 std::string cuda_libraries_error();
+// What `memwall --version` says of the backends: those compiled, the CUDA devices this machine has
+// (names, memory, compute capability) or why it has none, and whether cuBLAS loads (it loads it).
+std::string backends_report();
 
 // OpenMP (GCC's libgomp, which OpenBLAS's OpenMP build shares) reads OMP_WAIT_POLICY once, when it
 // is loaded; unset, a thread with nothing to do spins (some 300000 pause loops) before it sleeps,

@@ -817,6 +817,23 @@ std::string no_device_or_error(cudaError_t e, int count) {
 
 std::string cuda_blas_error() { return cublas().error; }
 
+std::string cuda_devices() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) return no_device_or_error(e, count);
+  std::string out = std::to_string(count) + (count == 1 ? " device: " : " devices: ");
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    if ((e = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
+      return out + "device " + std::to_string(d) + ": cudaGetDeviceProperties: " + cudaGetErrorName(e);
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f", double(prop.totalGlobalMem) / double(1ull << 30));
+    out += (d ? ", " : "") + std::string(prop.name) + " (" + gib + " GiB, compute " + std::to_string(prop.major) +
+           "." + std::to_string(prop.minor) + ")";
+  }
+  return out;
+}
+
 // Bytes left to libraries that allocate device memory beside memwall (NCCL's buffers, the
 // driver's own growth) when the capacity is the device's free memory: 1 GiB, or 1/16 of a
 // smaller device.
