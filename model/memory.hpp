@@ -40,13 +40,6 @@ constexpr int kTiers = 3;
 struct MemorySizes {
   double param_bytes = 2;       // per parameter of param16 and of grad16
   double optim_bytes = 16;      // per parameter of optim32
-  // Of optim_bytes, the fp32 gradient: made from the 16-bit gradient at every step, it takes its room
-  // in optim32's tier and in the chunk buffers, but is not state, so the optimizer's NVMe round trip
-  // neither reads it back nor writes it out (DeepSpeed's PartitionedOptimizerSwapper swaps out the
-  // fp32 parameters, exp_avg and exp_avg_sq only). 0 when optim_bytes has no gradient (an executor's).
-  double optim_grad_bytes = 4;
-  // What the optimizer's NVMe round trip reads and writes per parameter of optim32: its state.
-  double swapped_optim_bytes() const { return optim_bytes - optim_grad_bytes; }
   double act_bytes = 2;         // per activation element: a checkpoint is act_bytes·bsz·seq·hd (Eq. 3)
   double workspace_bytes = -1;  // < 0: Eq. 5's working memory; >= 0: one activation workspace of this
                                 // many bytes held for the whole iteration (an executor's, preallocated)
@@ -56,6 +49,14 @@ struct MemorySizes {
   // own each start on a host boundary. 1: bytes as counted.
   double host_align_bytes = 1;
   double device_align_bytes = 1;
+  // Of optim_bytes, the fp32 gradient: made from the 16-bit gradient at every step, it takes its room
+  // in optim32's tier and in the chunk buffers, but is not state, so the optimizer's NVMe round trip
+  // neither reads it back nor writes it out (DeepSpeed's PartitionedOptimizerSwapper swaps out the
+  // fp32 parameters, exp_avg and exp_avg_sq only). 0 when optim_bytes has no gradient (an executor's).
+  double optim_grad_bytes = 4;
+
+  // What the optimizer's NVMe round trip reads and writes per parameter of optim32: its state.
+  double swapped_optim_bytes() const { return optim_bytes - optim_grad_bytes; }
 };
 
 // One unit of parameters a rank holds: an operator's parameter group, or one tile of it, named as
