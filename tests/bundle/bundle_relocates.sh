@@ -14,8 +14,10 @@ tar -xzf "$tmp/memwall.tar.gz" -C "$tmp/elsewhere/fresh"
 root=$(echo "$tmp"/elsewhere/fresh/memwall-*)
 cd "$tmp/elsewhere"  # not the source or build folder
 
+# the version, then the backends and (with the cuda backend) the devices and cuBLAS, as found from the bundle
 version=$("$root/bin/memwall" --version)
-[[ "$version" =~ ^memwall\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "memwall --version printed: $version"; exit 1; }
+[[ "$(head -n 1 <<< "$version")" =~ ^memwall\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "memwall --version printed: $version"; exit 1; }
+[[ "$(sed -n 2p <<< "$version")" =~ ^backends:\ cpu ]] || { echo "memwall --version printed: $version"; exit 1; }
 "$root/bin/memwall" run --config "$root/share/memwall/short.yaml" --steps 3 > "$tmp/run.log" 2>&1 ||
   { cat "$tmp/run.log"; echo "bundle_relocates.sh: the short run failed"; exit 1; }
 grep -Eq '^loss [0-9.]+ -> [0-9.]+ over 3 steps' "$tmp/run.log" || { cat "$tmp/run.log"; exit 1; }
