@@ -69,7 +69,6 @@ Result<Run> run(const ModelSpec& m, Placement pl, TrainingConfig c, const Hardwa
   return make_error("unreachable");
 }
 
-// The first placement, in order of fewer offloads, whose schedule fits.
 // Table 1's placements (fp16 parameters / optimizer states), least offloaded first: gpu/gpu (0.5T
 // and 1T on 32 nodes), cpu/cpu (Table 2's ZeRO-Infinity on CPU memory), cpu/nvme (50B and 100B on
 // one node: the parameters in CPU memory, the states on NVMe), nvme/nvme (0.5T and 1T on one node,
