@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/op_cost.hpp"
 #include "model/schedule.hpp"
 
 namespace memwall::build {
@@ -66,12 +67,7 @@ struct Shape {
   bool tiled(size_t v) const { return tiles(v) > 1; }
   // Tensor slicing divides every operator's work but LayerNorm's (replicated, tiny) across mp
   // ranks; the embedding and LM head's only when they are split by vocabulary (embedding_mp).
-  double mp_share(size_t v) const {
-    const Operator& op = g.op(v);
-    if (op.kind == OpKind::layernorm) return 1.0;
-    if (op.role == OpRole::embed || op.role == OpRole::lm_head) return 1.0 / embedding_mp(c);
-    return 1.0 / c.mp;
-  }
+  double mp_share(size_t v) const { return mp_flops_share(g.op(v), c); }
   // The parameters of (the owner of) operator o one tensor-slicing rank holds (mp_param_elems).
   double mp_params(size_t o) const {
     const Operator& op = g.op(o);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -147,48 +148,19 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   return r;
 }
 
-namespace {
-
-// One block's linear layers per micro-step of one tensor slice: FLOPs (forward, recompute and
-// backward: 8 per token and weight, Eq. 7's factor) and seconds at their shapes' rates. The search
-// asks for the same few (tokens, mp, tiling) for every placement and checkpoint interval: kept per
-// thread for the model and profile of the last call (their numbers, not only their addresses).
-struct BlockLinear {
-  double flops = 0, seconds = 0;
+struct TimeFacts::Passes {
+  std::mutex mu;
+  // (bsz, seq, mp, tiling, vocabulary split, attention density)
+  std::map<std::tuple<double, long, int, int, bool, double>, PassCompute> made;
 };
-BlockLinear block_linear(const ModelSpec& m, const HardwareProfile& p, long tokens, int mp, int tiling, double peak) {
-  struct Key {
-    const ModelSpec* m = nullptr;
-    const HardwareProfile* p = nullptr;
-    double ops = 0, profile = 0;  // fingerprints of the numbers used
-    bool operator==(const Key&) const = default;
-  };
-  struct Memo {
-    Key key;
-    std::map<std::tuple<long, int, int>, BlockLinear> cost;
-  };
-  thread_local Memo memo;
-  const BlockParamOps& ops = block_param_ops(m);
-  Key key{&m, &p, 0, peak + p.gpu_sms * 1e-3 + p.gpu_peak_flops_per_s * 1e-6 + p.gpu_memory_Bps * 1e-9};
-  for (const BlockParamOp& op : ops)
-    key.ops = key.ops * 1.000001 + double(op.role) + double(op.in) * 3 + double(op.out) * 7 + op.active * 11 + op.copies * 13;
-  for (const GemmPoint& g : p.gemm) key.profile = key.profile * 1.000001 + double(g.m + 3 * g.n + 7 * g.k) + g.flops_per_s * 1e-9;
-  if (!(key == memo.key)) memo = {key, {}};
-  auto [it, fresh] = memo.cost.try_emplace({tokens, mp, tiling});
-  if (!fresh) return it->second;
-  BlockLinear& b = it->second;
-  for (const BlockParamOp& op : ops) {
-    if (!op.linear) continue;
-    const GemmShape g = linear_gemm_shape(m, op.role, tokens, mp, tiling);
-    const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p.gemm_rate(g.m, g.n, g.k) : 0;
-    const double flops = 8.0 * double(tokens) * double(op.in) * double(op.out) * op.active / std::max(1, mp);
-    b.flops += flops;
-    b.seconds += flops / (rate > 0 ? rate : peak);
-  }
-  return b;
-}
 
-}  // namespace
+PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
+  const auto key = std::tuple{c.bsz, c.seq, c.mp, c.tiling_factor, c.embedding_replicated, c.what_if.attention_density};
+  std::lock_guard lock(passes_->mu);
+  auto [it, fresh] = passes_->made.try_emplace(key);
+  if (fresh) it->second = pass_compute(p, m, c, peak);
+  return it->second;
+}
 
 TimeFacts TimeFacts::of(const ModelSpec& m, const HardwareProfile& p) {
   TimeFacts f;
@@ -197,7 +169,7 @@ TimeFacts TimeFacts::of(const ModelSpec& m, const HardwareProfile& p) {
   f.routed = active_weight_share(m);
   f.peak = p.peak_flops_per_s(m.hidden);
   f.block_weights = active_block_weight_elems(m);
-  f.rates_by_shape = !p.gemm.empty() || p.gpu_sms > 0;
+  f.passes_ = std::make_shared<Passes>();
   return f;
 }
 
@@ -227,22 +199,17 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   using P = TierBandwidths::Path;
   auto tier_path = [](Tier t) { return t == Tier::gpu ? P::gpu : t == Tier::cpu ? P::cpu : P::nvme; };
   const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum), pp = std::max(1, k.pp);
-  const double peak = f.peak;
   // one micro-step of one GPU without slicing, then of one tensor slice of one pipeline stage
   const double flops_model = computation_flops_eq7(k.bsz, k.seq, f.active_params) / pp;
   const double flops_gpu = flops_model / mp;
   TimeBreakdown tb;
-  tb.compute_s = flops_gpu / peak;
-  // A profile that rates GEMMs by shape (gpu.gemm measured, or gpu.sms's tile and wave model):
-  // each linear layer of a block at its own shape, tensor-sliced and tiled (forward, recompute and
-  // backward: 8 FLOPs per token and weight, as Eq. 7), the rest of Eq. 7 at the peak; as the
-  // simulator costs them (HardwareProfile::gemm_rate, linear_gemm_shape)
-  if (f.rates_by_shape) {
-    const BlockLinear b = block_linear(m, p, std::max(1L, long(k.bsz * double(k.seq))), k.mp, k.tiling_factor, peak);
-    const double blocks = m.layers / pp;
-    tb.compute_s = b.seconds * blocks + std::max(0.0, flops_gpu - b.flops * blocks) / peak;
-  }
-// Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
+  // every operator of a block and around the blocks, at its own shape and rate (op_step_seconds:
+  // linear layers by GEMM shape, tensor-sliced and tiled; attention products and elementwise
+  // operators at their FLOPs or their bytes through HBM), as the simulator costs them; the blocks
+  // split over the stages, the operators around them on one
+  const PassCompute pc = f.pass(m, p, k);
+  tb.compute_s = pc.block_s * m.layers / pp + pc.outer_s;
+  // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
   const double routed = f.routed;
   const double pg_bytes = flops_gpu / (ait_param_grad_eq9(k.bsz, k.seq) * routed);

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/analysis.hpp"
+#include "model/op_cost.hpp"
 #include "model/hardware_profile.hpp"
 #include "model/memory.hpp"
 #include "model/model_spec.hpp"
@@ -108,12 +110,18 @@ double exposed_s = 0;      // everything added to compute
 
 // What estimate_time reads of a model and profile that no candidate changes: the parameter counts
 // (all, and those a token activates), the routed experts' share of a block's weights, the peak at
-// this hidden size, a block's active weights (Eq. 11's ait) and whether the profile rates GEMMs by
-// shape. The search makes it once; estimate_time(m, c, p) makes it per call.
+// this hidden size, a block's active weights (Eq. 11's ait), and one micro-step's compute
+// (model/op_cost.hpp's pass_compute, the simulator's cost of each operator) for each micro-batch
+// and slicing asked, made on first use and kept (thread-safe). The search makes it once;
+// estimate_time(m, c, p) makes it per call.
 struct TimeFacts {
   double params = 0, active_params = 0, routed = 1, peak = 0, block_weights = 0;
-  bool rates_by_shape = false;
   static TimeFacts of(const ModelSpec& m, const HardwareProfile& p);
+  PassCompute pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const;
+
+ private:
+  struct Passes;
+  std::shared_ptr<Passes> passes_;
 };
 // The bandwidths of one tier_efficiencies list, by state and tier (0: no such path), looked up
 // once per list instead of by name per candidate.

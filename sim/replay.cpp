@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/op_cost.hpp"
 #include "sim/collectives.hpp"
 #include "sim/platform.hpp"
 
@@ -382,10 +383,8 @@ class Replayer {
   sg4::Host* host(int index) const { return gpus_[size_t(position_.at(index))].host; }
   void own(StepActs& a, const Proto& p) { a.heads.push_back(dag_.add(p)); }
 
-  // FLOP-equivalents of a compute step: at the rate the profile measured for its operator kind
-  // (gpu.kernels, from `memwall calibrate`) where there is one, else the longer of its FLOPs at
-  // peak and its activation bytes through HBM (LayerNorm, GeLU, residual adds and the embedding
-  // are bound by the bytes).
+  // FLOP-equivalents of a compute step: its seconds at the profile's rates (op_step_seconds, the
+  // planner's cost too) at the peak the GPU hosts run at.
   double compute_amount(const Step& st) const {
     if (st.op < 0) return st.flops;
     const ScheduleOp& c = sched_->ops[size_t(st.op)];
@@ -393,21 +392,11 @@ class Replayer {
     const double flops = bwd ? c.bwd_flops : c.fwd_flops;
     // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
     const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
-    const double bytes = (bwd ? 2 : 1) * c.act_bytes * share;
-    // a linear layer at the rate of its GEMM's shape (gpu.gemm measured, or a datasheet profile's
-    // tile and wave model, gpu.sms): tiles and tensor slices are thinner GEMMs than the whole
-    // layer, at their own rate
-    if (c.kind == OpKind::linear && (!p_.gemm.empty() || p_.gpu_sms > 0)) {
-      const TrainingConfig& k = sched_->config;
-      const GemmShape g = linear_gemm_shape(sched_->model, c.role, long(k.bsz) * k.seq, k.mp,
-                                            st.tile >= 0 ? k.tiling_factor : 1);
-      if (const double rate = g.m > 0 && g.n > 0 && g.k > 0 ? p_.gemm_rate(g.m, g.n, g.k) : 0; rate > 0)
-        return st.flops / rate * peak_;
-    }
-    if (const KernelRate* k = p_.kernel(to_string(c.kind)))
-      return (k->flops_per_s > 0 ? st.flops / k->flops_per_s : bytes / k->bytes_per_s) * peak_;
-    if (p_.gpu_memory_Bps <= 0) return st.flops;
-    return std::max(st.flops, bytes / p_.gpu_memory_Bps * peak_);
+    const TrainingConfig& k = sched_->config;
+    // tiles and tensor slices are thinner GEMMs than the whole layer, at their own rate
+    const OpStep s{c.kind, c.role, st.flops, (bwd ? 2 : 1) * c.act_bytes * share, micro_batch_tokens(k), k.mp,
+                   st.tile >= 0 ? k.tiling_factor : 1};
+    return op_step_seconds(p_, sched_->model, s, peak_) * peak_;
   }
 
   std::string node_track(const Gpu& g, const char* what) const {

@@ -1,0 +1,52 @@
+// What one GPU spends on one compute step of an operator: the one cost that the simulator's
+// replay (sim/replay.cpp, every step of a schedule) and the planner's closed form (planner/fit.cpp,
+// one block's operators times the blocks) both take, so that `plan` and `simulate` cost the same
+// operators alike. Pure functions over value types: thread-safe.
+#pragma once
+
+#include <algorithm>
+
+#include "model/hardware_profile.hpp"
+#include "model/model_spec.hpp"
+#include "model/operator_graph.hpp"
+#include "model/training_config.hpp"
+
+namespace memwall {
+
+// The share of an operator one tensor-slicing rank computes: a norm is replicated, the embedding
+// and LM head are split by vocabulary or whole (embedding_mp), the rest split by mp.
+double mp_flops_share(const Operator& op, const TrainingConfig& c);
+
+// Tokens of one micro-batch on one GPU (Table 1's 1.25 samples: 1280 tokens of 1024), the M of
+// its linear layers' GEMMs.
+inline long micro_batch_tokens(const TrainingConfig& c) { return std::max(1L, long(c.bsz * double(c.seq))); }
+
+// One compute step: `flops` of an operator's forward (or recompute) or backward on one tensor slice
+// and tile, moving `bytes` of activations through HBM (backward twice its forward's). A linear
+// layer's GEMM is linear_gemm_shape(m, role, tokens, mp, tiles).
+struct OpStep {
+  OpKind kind = OpKind::linear;
+  OpRole role = OpRole::qkv;
+  double flops = 0, bytes = 0;
+  long tokens = 0;
+  int mp = 1, tiles = 1;
+};
+
+// Seconds at the profile's rates, `peak` being its peak for the model (peak_flops_per_s(hidden)):
+// a linear layer at its GEMM shape's rate (gpu.gemm measured by `memwall calibrate`, or a datasheet
+// profile's tile and wave model over gpu.sms); an operator kind `calibrate` measured (gpu.kernels)
+// at that rate; else the longer of its FLOPs at the peak and its bytes through HBM (LayerNorm,
+// GeLU, residual adds and the embedding are bound by the bytes).
+double op_step_seconds(const HardwareProfile& p, const ModelSpec& m, const OpStep& s, double peak);
+
+// One micro-step's compute on one tensor slice of one GPU, every operator's forward, recompute and
+// backward as the schedule emits them (mp_flops_share, tiles), at op_step_seconds: one
+// transformer block, and the operators outside the blocks (embedding, final norm, LM head). The
+// planner's compute time; `flops` are the steps' FLOPs (the graph's, attention products included).
+struct PassCompute {
+  double block_s = 0, block_flops = 0;
+  double outer_s = 0, outer_flops = 0;
+};
+PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak);
+
+}  // namespace memwall
