@@ -47,6 +47,7 @@ PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const Tra
       t += op_step_seconds(p, m, s, peak);
     }
     (op.block >= 0 ? pc.block_s : pc.outer_s) += t;
+    if (op.role == OpRole::embed) pc.embed_s += t;
     (op.block >= 0 ? pc.block_flops : pc.outer_flops) += flops;
   }
   return pc;

@@ -46,6 +46,7 @@ double op_step_seconds(const HardwareProfile& p, const ModelSpec& m, const OpSte
 struct PassCompute {
   double block_s = 0, block_flops = 0;
   double outer_s = 0, outer_flops = 0;
+  double embed_s = 0;  // of outer_s, the embedding's (a pipeline's first stage; the rest on its last)
 };
 PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak);
 

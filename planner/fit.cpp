@@ -205,10 +205,19 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   TimeBreakdown tb;
   // every operator of a block and around the blocks, at its own shape and rate (op_step_seconds:
   // linear layers by GEMM shape, tensor-sliced and tiled; attention products and elementwise
-  // operators at their FLOPs or their bytes through HBM), as the simulator costs them; the blocks
-  // split over the stages, the operators around them on one
+  // operators at their FLOPs or their bytes through HBM), as the simulator costs them. Pipeline
+  // stages hold whole blocks (stage_chunks: 50 blocks over 4 stages are 12 or 13, over 4 x 2 chunks
+  // 12 to 14), the embedding on the first and the final norm and LM head on the last; the slowest
+  // stage sets the pace of every micro-step.
   const PassCompute pc = f.pass(m, p, k);
-  tb.compute_s = pc.block_s * m.layers / pp + pc.outer_s;
+  const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;  // chunks per stage (interleaved 1F1B)
+  int stage_blocks = 0;  // the blocks of the slowest stage
+  tb.compute_s = 0;
+  for (int s = 0; s < int(pp); ++s) {
+    const int blocks = stage_block_count(m.layers, int(pp), v, s);
+    const double t = blocks * pc.block_s + (s == 0 ? pc.embed_s : 0) + (s == int(pp) - 1 ? pc.outer_s - pc.embed_s : 0);
+    if (t > tb.compute_s) tb.compute_s = t, stage_blocks = blocks;
+  }
   // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
   const double routed = f.routed;
@@ -268,19 +277,18 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path));
   }
   if (k.mp > 1) {  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
-    double bytes = m.layers / pp * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
+    double bytes = stage_blocks * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
     if (ckpt_sliced)  // and each partitioned checkpoint all-gathered before its segment's recompute
-      bytes += std::ceil(m.layers / pp / k.ci) * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
+      bytes += std::ceil(double(stage_blocks) / k.ci) * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
     tb.mp_allreduce_s = transfer_s(bytes, p.gpu_gpu_Bps);
   }
   if (k.ep > 1 && m.is_moe()) {  // dispatch and combine in forward, recompute and backward per MoE block
     const double send = 2.0 * k.bsz * double(k.seq) * double(m.hidden) * m.moe.experts_per_token;
     const bool across = long(k.ep) * k.mp > p.gpus_per_node && p.inter_node_Bps > 0;
-    tb.all_to_all_s = transfer_s(m.layers / pp * 6.0 * send * (k.ep - 1) / k.ep, across ? p.inter_node_Bps : p.gpu_gpu_Bps);
+    tb.all_to_all_s = transfer_s(stage_blocks * 6.0 * send * (k.ep - 1) / k.ep, across ? p.inter_node_Bps : p.gpu_gpu_Bps);
   }
   // a stage's activations forward and their gradients back, 1/mp each (Megatron's scatter), once per
   // chunk when interleaved; the last stage's hop to the first crosses nodes once the job does
-  const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;
   if (pp > 1) {
     const bool across = (dp * mp >= p.gpus_per_node || (v > 1 && dp * mp * pp > p.gpus_per_node)) && p.nodes > 1;
     const double bw = across && p.inter_node_Bps > 0 ? p.inter_node_Bps : p.gpu_gpu_Bps;

@@ -245,6 +245,12 @@ class Replayer {
     gpus_.push_back(g);
     sched_ = &s;
     std::vector<StepActs> acts(s.steps.size());
+    // Without overlap each step waits for the one before it, except a pipeline stage's sends and
+    // receives: posted as soon as their own dependencies allow (Megatron-LM's batched isend and
+    // irecv), they hold up only the steps that use their data or buffers. Chained to the rank's
+    // other steps, a send waits for a receive its peer posts only after its own blocked steps, and
+    // 1F1B deadlocks, plain and interleaved.
+    int serial = -1;
     for (const Step& st : s.steps) {
       StepActs& a = acts[size_t(st.id)];
       a.resource = step_resource(st);
@@ -263,7 +269,10 @@ class Replayer {
         else for (int x : d.forward) wait_for(x);
       };
       for (int d : st.deps) add_waits(acts[size_t(d)]);
-      if (!o_.overlap && st.id > 0) add_waits(acts[size_t(st.id - 1)]);
+      if (!o_.overlap && !is_p2p(st)) {
+        if (serial >= 0) add_waits(acts[size_t(serial)]);
+        serial = st.id;
+      }
       compress(waits);
       if (a.heads.empty()) {
         if (waits.size() <= 1) {
@@ -308,6 +317,19 @@ class Replayer {
   }
 
   bool run(sg4::Engine& engine) { return dag_.run(engine); }
+
+  // After a run that left steps waiting: each replayed GPU's first step that never finished, and
+  // whether it started (a cycle across ranks leaves each waiting for another's).
+  std::string stuck() const {
+    std::map<int, const Rec*> first;
+    for (const Rec& r : steps_)
+      if (dag_.end_s(r.tail) < 0 && !first.count(r.gpu)) first[r.gpu] = &r;
+    std::string out;
+    for (const auto& [gi, r] : first)
+      out += std::string(out.empty() ? "" : "; ") + gpus_[size_t(gi)].name + " at step " + std::to_string(r->step->id) +
+             " (" + step_label(*r->step) + (dag_.start_s(r->head) < 0 ? ", never started" : ", started") + ")";
+    return out;
+  }
 
   void fill(SimReport& rep) {
     double end = 0;
@@ -714,7 +736,8 @@ Result<bool> replay(const std::vector<const Schedule*>& schedules, const Hardwar
     rp.add_gpu(*schedules[std::min(size_t(lay.pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
   }
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
-  if (!rp.run(engine)) return make_error("simulate: some steps never became ready (the ranks wait on each other)");
+  if (!rp.run(engine))
+    return make_error("simulate: some steps never became ready (the ranks wait on each other): " + rp.stuck());
   rep.ranks_simulated = shape.replayed;
   rep.nodes_simulated = shape.platform.nodes;
   rep.full = !shape.symmetric;

@@ -22,24 +22,47 @@ Candidate three_d(const ModelSpec& m, int mp, int pp, int dp, int micro_batches)
 }
 
 // With everything on the GPU nothing but the bubble separates an iteration from its passes: the
-// idle share is (p-1)/(m+p-1), and the passes themselves take 1/pp of the unpipelined blocks plus
-// the operators around them (embedding, final norm, LM head), which one stage computes.
+// idle share is (p-1)/(m+p-1), and the passes themselves take 1/pp of the unpipelined blocks (48
+// blocks: 24 or 12 per stage) plus the final norm and LM head, which the last stage computes.
 TEST(PipelinePlan, BubbleIsOneFOneBs) {
   const HardwareProfile p = *load_profile("dgx2");
-  const ModelSpec m = *load_model("table1-10B");
+  ModelSpec m = *load_model("table1-10B");
+  m.layers = 48;
   for (int pp : {2, 4})
     for (int mb : {1, 4, 16}) {
       SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(mb));
       const TimeBreakdown t = estimate_time(m, three_d(m, 4, pp, 16 / (4 * pp), mb), p);
       EXPECT_DOUBLE_EQ(t.optimizer_s, 0);
       EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(pp, mb), 1e-9);
-      const TimeBreakdown flat = estimate_time(m, three_d(m, 4, 1, 16 / 4, mb), p);
       const Candidate one = three_d(m, 4, 1, 16 / 4, mb);
-      const double outer = pass_compute(p, m, one.config, p.peak_flops_per_s(m.hidden)).outer_s * mb;
-      EXPECT_GT(outer, 0);
-      EXPECT_NEAR((t.compute_s - outer) * pp, flat.compute_s - outer, 1e-9 * flat.compute_s);
+      const TimeBreakdown flat = estimate_time(m, one, p);
+      const PassCompute pc = pass_compute(p, m, one.config, p.peak_flops_per_s(m.hidden));
+      const double outer = pc.outer_s * mb, head = (pc.outer_s - pc.embed_s) * mb;
+      EXPECT_GT(pc.embed_s, 0);
+      EXPECT_GT(head, 0);
+      EXPECT_NEAR((t.compute_s - head) * pp, flat.compute_s - outer, 1e-9 * flat.compute_s);
       EXPECT_GT(t.p2p_s, 0);
     }
+}
+
+// Stages hold whole blocks (stage_chunks): 50 blocks over 4 stages are 12, 13, 12, 13, and over 4
+// stages of 2 chunks 6 + 6, 6 + 6, 6 + 6 and 7 + 7. The slowest stage sets every micro-step's pace,
+// so 50 blocks cost what 52 (13 each) and 56 (7 per chunk) cost, not 12.5 blocks' worth.
+TEST(PipelinePlan, TheSlowestStageSetsThePace) {
+  const HardwareProfile p = *load_profile("dgx2");
+  const ModelSpec m = *load_model("table1-10B");
+  ASSERT_EQ(m.layers, 50);
+  auto compute = [&](int layers, int v) {
+    ModelSpec x = m;
+    x.layers = layers;
+    Candidate c = three_d(x, 4, 4, 1, 8);
+    c.config.virtual_stages = v;
+    return estimate_time(x, c, p).compute_s;
+  };
+  EXPECT_DOUBLE_EQ(compute(50, 1), compute(52, 1));
+  EXPECT_GT(compute(50, 1), compute(48, 1));
+  EXPECT_DOUBLE_EQ(compute(50, 2), compute(56, 2));
+  EXPECT_GT(compute(50, 2), compute(50, 1));
 }
 
 // A stage holds its blocks' states, plus the embedding on the first and the last stage: the
@@ -108,14 +131,16 @@ TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {
 TEST(PipelinePlan, InterleavedStagesDivideTheBubbleAtVTimesTheTraffic) {
   const HardwareProfile p = *load_profile("dgx2");
   const ModelSpec m = *load_model("table1-10B");
+  ModelSpec even = m;
+  even.layers = 40;  // 10 blocks per stage: 10, 5 or 2 per chunk, every stage alike
   for (int v : {1, 2, 5})
     for (int mb : {4, 16}) {
       SCOPED_TRACE("v " + std::to_string(v) + " m " + std::to_string(mb));
-      Candidate c = three_d(m, 4, 4, 1, mb);
+      Candidate c = three_d(even, 4, 4, 1, mb);
       c.config.virtual_stages = v;
-      const TimeBreakdown t = estimate_time(m, c, p);
+      const TimeBreakdown t = estimate_time(even, c, p);
       EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(4, mb, v), 1e-9);
-      const TimeBreakdown plain = estimate_time(m, three_d(m, 4, 4, 1, mb), p);
+      const TimeBreakdown plain = estimate_time(even, three_d(even, 4, 4, 1, mb), p);
       EXPECT_NEAR(t.p2p_s, v * plain.p2p_s, 1e-9 * t.p2p_s);
       EXPECT_DOUBLE_EQ(t.compute_s, plain.compute_s);
     }
