@@ -23,11 +23,19 @@ double op_step_seconds(const HardwareProfile& p, const ModelSpec& m, const OpSte
   return std::max(s.flops / peak, s.bytes / p.gpu_memory_Bps);
 }
 
-PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak) {
+OperatorGraph block_graph(const ModelSpec& m, const TrainingConfig& c) {
   // every block is alike: one block and the operators around it stand for the whole model
   ModelSpec one = m;
   one.layers = 1;
-  const OperatorGraph g = build_gpt_graph(one, c.bsz, c.seq, c.what_if.attention_density);
+  return build_gpt_graph(one, c.bsz, c.seq, c.what_if.attention_density);
+}
+
+PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak) {
+  return pass_compute(p, m, c, peak, block_graph(m, c));
+}
+
+PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak,
+                         const OperatorGraph& g) {
   PassCompute pc;
   for (size_t v : g.order) {
     const Operator& op = g.op(v);

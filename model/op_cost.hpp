@@ -49,5 +49,11 @@ struct PassCompute {
   double embed_s = 0;  // of outer_s, the embedding's (a pipeline's first stage; the rest on its last)
 };
 PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak);
+// The same over `block`, block_graph(m, c): one block and the operators around it (its FLOPs and
+// bytes depend on the micro-batch, sequence and attention density only, so callers that cost many
+// slicings and tilings build it once).
+OperatorGraph block_graph(const ModelSpec& m, const TrainingConfig& c);
+PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak,
+                         const OperatorGraph& block);
 
 }  // namespace memwall

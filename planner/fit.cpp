@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <functional>
 #include <mutex>
+#include <unordered_map>
 #include <tuple>
 #include <vector>
 
@@ -148,17 +150,35 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   return r;
 }
 
+// One block's graph per (bsz, seq, attention density), and with (mp, tiling, vocabulary split) its
+// cost: the search asks for a few hundred of them, each hundreds of times (a hashed lookup).
 struct TimeFacts::Passes {
+  using Shape = std::tuple<double, long, double>;
+  using Key = std::tuple<double, long, double, int, int, bool>;
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      size_t h = std::hash<double>{}(std::get<0>(k));
+      for (size_t x : {std::hash<long>{}(std::get<1>(k)), std::hash<double>{}(std::get<2>(k)),
+                       size_t(std::get<3>(k)), size_t(std::get<4>(k)) << 8, size_t(std::get<5>(k)) << 20})
+        h = h * 1000003 ^ x;
+      return h;
+    }
+  };
   std::mutex mu;
-  // (bsz, seq, mp, tiling, vocabulary split, attention density)
-  std::map<std::tuple<double, long, int, int, bool, double>, PassCompute> made;
+  std::map<Shape, OperatorGraph> graphs;
+  std::unordered_map<Key, PassCompute, Hash> made;
 };
 
 PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
-  const auto key = std::tuple{c.bsz, c.seq, c.mp, c.tiling_factor, c.embedding_replicated, c.what_if.attention_density};
+  const Passes::Shape shape{c.bsz, c.seq, c.what_if.attention_density};
+  const Passes::Key key = std::tuple_cat(shape, std::tuple{c.mp, c.tiling_factor, c.embedding_replicated});
   std::lock_guard lock(passes_->mu);
   auto [it, fresh] = passes_->made.try_emplace(key);
-  if (fresh) it->second = pass_compute(p, m, c, peak);
+  if (fresh) {
+    auto g = passes_->graphs.find(shape);
+    if (g == passes_->graphs.end()) g = passes_->graphs.emplace(shape, block_graph(m, c)).first;
+    it->second = pass_compute(p, m, c, peak, g->second);
+  }
   return it->second;
 }
 
@@ -211,12 +231,15 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // stage sets the pace of every micro-step.
   const PassCompute pc = f.pass(m, p, k);
   const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;  // chunks per stage (interleaved 1F1B)
-  int stage_blocks = 0;  // the blocks of the slowest stage
-  tb.compute_s = 0;
-  for (int s = 0; s < int(pp); ++s) {
-    const int blocks = stage_block_count(m.layers, int(pp), v, s);
-    const double t = blocks * pc.block_s + (s == 0 ? pc.embed_s : 0) + (s == int(pp) - 1 ? pc.outer_s - pc.embed_s : 0);
-    if (t > tb.compute_s) tb.compute_s = t, stage_blocks = blocks;
+  int stage_blocks = m.layers;  // the blocks of the slowest stage
+  tb.compute_s = m.layers * pc.block_s + pc.outer_s;
+  if (pp > 1) {
+    tb.compute_s = 0;
+    for (int s = 0; s < int(pp); ++s) {
+      const int blocks = stage_block_count(m.layers, int(pp), v, s);
+      const double t = blocks * pc.block_s + (s == 0 ? pc.embed_s : 0) + (s == int(pp) - 1 ? pc.outer_s - pc.embed_s : 0);
+      if (t > tb.compute_s) tb.compute_s = t, stage_blocks = blocks;
+    }
   }
   // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
