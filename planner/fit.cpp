@@ -288,10 +288,14 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;
 
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once. On NVMe the
-  // states cross without their fp32 gradient, as the schedule swaps them (MemorySizes).
+  // bytes are the schedule's optimizer phase (MemorySizes): the states read and written without
+  // their fp32 gradient, the 16-bit gradient read where it was offloaded to NVMe and the updated
+  // 16-bit parameters written where they live on NVMe (Eq. 10 counts the states only).
   if (pl.optim32.tier != Tier::gpu) {
     const MemorySizes z;
-    const double swapped = pl.optim32.tier == Tier::nvme ? z.swapped_optim_bytes() / z.optim_bytes : 1.0;
+    const double nvme_bytes = 2 * z.swapped_optim_bytes() + (pl.grad16.tier == Tier::nvme ? z.param_bytes : 0) +
+                              (pl.param16.tier == Tier::nvme ? z.param_bytes : 0);
+    const double swapped = pl.optim32.tier == Tier::nvme ? nvme_bytes / (2 * z.optim_bytes) : 1.0;
     const double opt_bytes = swapped * flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
     const double traffic = transfer_s(opt_bytes, bws.of(AitState::optimizer, tier_path(pl.optim32.tier)));
     const double adam = f.params / (nodes_used(c, p) * p.cpu_adam_params_per_s);
