@@ -4,7 +4,9 @@
 // this file only parses flags and prints.
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <utility>
 #include <set>
 #include <sstream>
 
@@ -244,6 +246,8 @@ SearchSpace space = take(make_space(m, p, fixes));
   const std::string not_executed = target == "memwall" && !p.executor_backend.empty() ? narrow_to_executor(space, fixes) : "";
 if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.global_batch));
   SearchOptions so;
+  // the candidates --simulate-top could not simulate, and why (by candidate_key)
+  std::map<std::string, std::pair<Candidate, std::string>> not_simulated;
   so.objective = f.objective == "max-model" ? Objective::max_model : Objective::throughput;
   so.fit.max_alloc_bytes = parse_alloc(f.max_alloc);
   so.keep = f.runners + 1;
@@ -251,15 +255,12 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
   if (f.simulate_top > 0) {
     // Re-rank the best few by simulating one iteration each (one SimGrid engine per child process).
     so.refine_top = f.simulate_top;
-    so.refine = [&m, &p](const Candidate& c) -> std::optional<double> {
-      // The broadcast variant is not rank-symmetric: its replay runs every rank of a node and is
-      // too slow for a planning loop on paper-sized models; it keeps its analytic time.
-      if (c.placement.fetch == ParamFetch::broadcast) return std::nullopt;
-      sim::SimOptions o;
-      o.sizes = take(exec::schedule_sizes(p, m, c.placement, c.config));  // the executor's, where it runs p
-      Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, o);
-      if (!r || r->overflow || r->iteration_s <= 0) return std::nullopt;
-      return r->iteration_s;
+    so.refine = [&m, &p, &not_simulated](const Candidate& c) -> std::optional<double> {
+      // with the executor's sizes where it runs p
+      const sim::RankingReplay r =
+          sim::replay_for_ranking(m, c.placement, c.config, p, take(exec::schedule_sizes(p, m, c.placement, c.config)));
+      if (!r.iteration_s) not_simulated[candidate_key(c)] = {c, r.why_not};
+      return r.iteration_s;
     };
   }
   // The detailed accounting confirms the analytic choice (planner::recommend, as the GUI's Plan
@@ -334,6 +335,15 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
     if (!not_executed.empty()) j["not_searched_for_the_executor"] = not_executed;
     j["search"] = {{"candidates", r.space_size}, {"evaluated", r.evaluated}, {"pruned", r.pruned}, {"elapsed_s", r.elapsed_s},
                    {"ranking", best.ranked_by()}, {"simulate_top", f.simulate_top}};
+    if (f.simulate_top > 0) {
+      nlohmann::ordered_json ns = nlohmann::ordered_json::array();
+      for (const auto& [key, why] : not_simulated) {
+        ns.push_back({{"strategy", placement_label(why.first.placement)}, {"bsz", why.first.config.bsz},
+                      {"ci", why.first.config.ci}, {"tiling_factor", why.first.config.tiling_factor},
+                      {"mp", why.first.config.mp}, {"pp", why.first.config.pp}, {"why", why.second}});
+      }
+      j["search"]["not_simulated"] = ns;
+    }
     j["schedule_check"] = {{"fits", sched_fits}, {"text", sched_line}};
     j["global_batch_fixed"] = f.global_batch > 0;
     if (ds)
@@ -372,11 +382,14 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
     if (best.simulated_s)
       o << "  " << format_sig(*best.simulated_tflops_per_gpu()) << " TFLOPS per GPU, iteration "
         << format_sig(*best.simulated_s) << " s [simulated: memwall simulate, one iteration]: the ranking that chose it\n";
-    else if (f.simulate_top > 0)
-      o << "  not simulated (" << (best.candidate.placement.fetch == ParamFetch::broadcast
-                                       ? "broadcast fetch: its replay is too slow for a planning loop"
-                                       : "the simulation failed or overflowed")
+    else if (f.simulate_top > 0) {
+      const auto why = not_simulated.find(candidate_key(best.candidate));
+      o << "  not simulated ("
+        << (why != not_simulated.end() ? why->second.second
+                                       : "it ranked below the " + std::to_string(f.simulate_top) +
+                                             " simulated, which the schedule check or their simulation set aside")
         << "): chosen by the analytic estimate\n";
+    }
     o << "  " << global_batch_words(best.candidate.config, f.global_batch > 0, p) << "\n";
     o << "  " << throughput_words(tp) << " [" << best.ranked_by() << "]\n";
     o << "  memory:";
@@ -411,8 +424,15 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
               ? "the best " + std::to_string(f.simulate_top) + " re-ranked by simulation (memwall simulate); ranking " +
                     best.ranked_by() + " chose the plan"
               : std::string("ranking analytic (--simulate-top 0)"))
-      << "\n"
-      << sched_line << "\n";
+      << "\n";
+    for (const auto& [key, why] : not_simulated) {
+      const TrainingConfig& c = why.first.config;
+      o << "  not simulated: " << placement_label(why.first.placement) << ", bsz " << format_g(c.bsz) << ", ci " << c.ci
+        << ", tiling " << c.tiling_factor << ", mp " << c.mp << (c.pp > 1 ? ", pp " + std::to_string(c.pp) : "")
+        << (c.virtual_stages > 1 ? " x " + std::to_string(c.virtual_stages) + " chunks" : "") << ": " << why.second
+        << "\n";
+    }
+    o << sched_line << "\n";
     if (ds) {
       o << "deepspeed: " << f.deepspeed << " (ZeRO stage " << ds->stage << ")"
         << (ds_notes_path.empty() ? std::string() : " and its note " + ds_notes_path) << ":\n";

@@ -50,11 +50,8 @@ planner::SearchOptions plan_options(const Session& s, bool refine) {
   if (refine) {
     // As `memwall plan --simulate-top 3`: each candidate simulated in its own child process.
     so.refine_top = 3;
-    so.refine = [m = s.model, p = s.profile](const planner::Candidate& c) -> std::optional<double> {
-      if (c.placement.fetch == ParamFetch::broadcast) return std::nullopt;  // not rank-symmetric: slow
-      Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, sim::SimOptions{});
-      if (!r || r->overflow || r->iteration_s <= 0) return std::nullopt;
-      return r->iteration_s;
+    so.refine = [m = s.model, p = s.profile](const planner::Candidate& c) {
+      return sim::replay_for_ranking(m, c.placement, c.config, p).iteration_s;
     };
   }
   return so;

@@ -921,6 +921,19 @@ Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& pla
   return from_json(*j);
 }
 
+RankingReplay replay_for_ranking(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                 const HardwareProfile& profile, std::optional<MemorySizes> sizes) {
+  if (placement.fetch == ParamFetch::broadcast)
+    return {std::nullopt, "broadcast fetch: its replay is too slow for a planning loop"};
+  SimOptions o;
+  o.sizes = sizes;
+  const Result<SimReport> r = simulate_isolated(model, placement, config, profile, o);
+  if (!r) return {std::nullopt, "the simulation failed: " + r.error()};
+  if (r->overflow) return {std::nullopt, "the schedule overflows: " + r->overflow->message};
+  if (!(r->iteration_s > 0)) return {std::nullopt, "the simulation gave no iteration time"};
+  return {r->iteration_s, ""};
+}
+
 namespace {
 
 Result<double> collective_here(const HardwareProfile& profile, const CollectiveOp& op, bool full) {

@@ -88,6 +88,18 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
 Result<SimReport> simulate_isolated(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
                                     const HardwareProfile& profile, const SimOptions& options);
 
+// One plan's simulated iteration for a planner's re-ranking (`plan --simulate-top`, the GUI's Plan
+// tab), replayed in a child process (simulate_isolated) with `sizes` (an executor's, where one runs
+// the profile; else the paper's); or why there is none: the broadcast fetch (not rank-symmetric:
+// every rank of a node replayed, too slow for a planning loop), a replay that failed, or a schedule
+// that overflows a tier (its message).
+struct RankingReplay {
+  std::optional<double> iteration_s;
+  std::string why_not;
+};
+RankingReplay replay_for_ranking(const ModelSpec& model, const Placement& placement, const TrainingConfig& config,
+                                 const HardwareProfile& profile, std::optional<MemorySizes> sizes = std::nullopt);
+
 // One collective alone on idle links of `profile` (its members' GPUs the only busy ones in their
 // nodes), with the algorithm NCCL would pick: every member's flows (`full`) or one member's with
 // stand-ins, as simulate() lays them out. Its duration, for the tests against closed_form_s. Runs

@@ -3,7 +3,7 @@
 # shows simulated and analytic times side by side, in the JSON, the text and the plan file (issue
 # 17: the JSON used to say "ranking": "analytic" and the plan file kept only analytic numbers). A
 # candidate ranked by simulation is never compared with an analytic time: the simulated ones come
-# first, in simulated order.
+# first, in simulated order. What it could not simulate it names, with the reason.
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -37,6 +37,17 @@ PY
 # the text says so too
 "$mw" plan "${model[@]}" --simulate-top 3 | grep -q "\[simulated: memwall simulate, one iteration\]: the ranking that chose it"
 "$mw" plan "${model[@]}" --simulate-top 3 | grep -q "ranking simulated chose the plan"
+# a candidate --simulate-top could not simulate is named with the reason, in the text and the JSON
+# (the broadcast fetch's replay is too slow for a planning loop); the chosen one says why it was not
+# simulated rather than claiming a simulation failed
+"$mw" plan "${model[@]}" --fix strategy=zero_offload --simulate-top 2 >"$dir/b.txt"
+grep -q "^  not simulated: zero_offload.*, bsz [0-9]*, .*: broadcast fetch: its replay is too slow for a planning loop$" "$dir/b.txt"
+grep -q "^  not simulated (broadcast fetch: its replay is too slow for a planning loop): chosen by the analytic estimate$" "$dir/b.txt"
+"$mw" plan "${model[@]}" --fix strategy=zero_offload --simulate-top 2 --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+ns = j["search"]["not_simulated"]
+assert 1 <= len(ns) <= 2 * 2 and all(n["why"].startswith("broadcast fetch") and n["bsz"] > 0 for n in ns), ns'
 # without --simulate-top nothing claims a simulation
 "$mw" plan "${model[@]}" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["search"]["ranking"]=="analytic" and "simulated_iteration_s" not in j'
 echo ok
