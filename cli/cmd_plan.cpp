@@ -6,9 +6,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <utility>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 

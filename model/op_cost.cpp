@@ -5,9 +5,9 @@
 
 namespace memwall {
 
-double mp_flops_share(const Operator& op, const TrainingConfig& c) {
-  if (op.kind == OpKind::layernorm) return 1.0;
-  if (op.role == OpRole::embed || op.role == OpRole::lm_head) return 1.0 / embedding_mp(c);
+double mp_flops_share(OpKind kind, OpRole role, const TrainingConfig& c) {
+  if (kind == OpKind::layernorm) return 1.0;
+  if (role == OpRole::embed || role == OpRole::lm_head) return 1.0 / embedding_mp(c);
   return 1.0 / std::max(1, c.mp);
 }
 
@@ -39,24 +39,22 @@ PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const Tra
   PassCompute pc;
   for (size_t v : g.order) {
     const Operator& op = g.op(v);
-    const double share = mp_flops_share(op, c);
+    const double share = mp_flops_share(op.kind, op.role, c);
     OpStep s{op.kind, op.role, 0, 0, micro_batch_tokens(c), c.mp,
              op.kind == OpKind::linear ? std::max(1, c.tiling_factor) : 1};
     const double fwd_bytes = (op.act_read_bytes + op.act_write_bytes) * share;
     // forward, the recompute of a checkpointed block's forward, backward (twice the bytes)
     const std::pair<double, double> steps[] = {{op.fwd_flops, fwd_bytes}, {op.recompute_flops, fwd_bytes},
                                                {op.bwd_flops, 2 * fwd_bytes}};
-    double t = 0, flops = 0;
+    double t = 0;
     for (size_t i = 0; i < 3; ++i) {
       if (i == 1 && op.block < 0) continue;  // only the blocks are recomputed
       s.flops = steps[i].first * share;
       s.bytes = steps[i].second;
-      flops += s.flops;
       t += op_step_seconds(p, m, s, peak);
     }
     (op.block >= 0 ? pc.block_s : pc.outer_s) += t;
     if (op.role == OpRole::embed) pc.embed_s += t;
-    (op.block >= 0 ? pc.block_flops : pc.outer_flops) += flops;
   }
   return pc;
 }

@@ -15,7 +15,7 @@ namespace memwall {
 
 // The share of an operator one tensor-slicing rank computes: a norm is replicated, the embedding
 // and LM head are split by vocabulary or whole (embedding_mp), the rest split by mp.
-double mp_flops_share(const Operator& op, const TrainingConfig& c);
+double mp_flops_share(OpKind kind, OpRole role, const TrainingConfig& c);
 
 // Tokens of one micro-batch on one GPU (Table 1's 1.25 samples: 1280 tokens of 1024), the M of
 // its linear layers' GEMMs.
@@ -42,10 +42,10 @@ double op_step_seconds(const HardwareProfile& p, const ModelSpec& m, const OpSte
 // One micro-step's compute on one tensor slice of one GPU, every operator's forward, recompute and
 // backward as the schedule emits them (mp_flops_share, tiles), at op_step_seconds: one
 // transformer block, and the operators outside the blocks (embedding, final norm, LM head). The
-// planner's compute time; `flops` are the steps' FLOPs (the graph's, attention products included).
+// planner's compute time.
 struct PassCompute {
-  double block_s = 0, block_flops = 0;
-  double outer_s = 0, outer_flops = 0;
+  double block_s = 0;
+  double outer_s = 0;
   double embed_s = 0;  // of outer_s, the embedding's (a pipeline's first stage; the rest on its last)
 };
 PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak);

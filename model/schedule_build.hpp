@@ -67,7 +67,7 @@ struct Shape {
   bool tiled(size_t v) const { return tiles(v) > 1; }
   // Tensor slicing divides every operator's work but LayerNorm's (replicated, tiny) across mp
   // ranks; the embedding and LM head's only when they are split by vocabulary (embedding_mp).
-  double mp_share(size_t v) const { return mp_flops_share(g.op(v), c); }
+  double mp_share(size_t v) const { return mp_flops_share(g.op(v).kind, g.op(v).role, c); }
   // The parameters of (the owner of) operator o one tensor-slicing rank holds (mp_param_elems).
   double mp_params(size_t o) const {
     const Operator& op = g.op(o);

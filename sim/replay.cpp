@@ -412,9 +412,10 @@ class Replayer {
     const ScheduleOp& c = sched_->ops[size_t(st.op)];
     const bool bwd = st.phase == Phase::backward;
     const double flops = bwd ? c.bwd_flops : c.fwd_flops;
-    // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs and is sliced
-    const double share = flops > 0 ? st.flops / flops : 1.0 / lay_.mp;
     const TrainingConfig& k = sched_->config;
+    // the schedule's share of the operator (tensor slice, tile); the embedding has no FLOPs: its
+    // tensor slice's (mp_flops_share, as the schedule and the planner take it)
+    const double share = flops > 0 ? st.flops / flops : mp_flops_share(c.kind, c.role, k);
     // tiles and tensor slices are thinner GEMMs than the whole layer, at their own rate
     const OpStep s{c.kind, c.role, st.flops, (bwd ? 2 : 1) * c.act_bytes * share, micro_batch_tokens(k), k.mp,
                    st.tile >= 0 ? k.tiling_factor : 1};
