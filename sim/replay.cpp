@@ -301,7 +301,7 @@ class Replayer {
   Result<bool> finish_collectives() {
     for (Instance& in : instances_) {
       if (in.arrived != int(in.gpus.size()))
-        return make_error("simulate: the ranks' schedules disagree on their collectives (" + in.hop + ": " +
+        return make_error("the ranks' schedules disagree on their collectives (" + in.hop + ": " +
                           std::to_string(in.arrived) + " of " + std::to_string(in.gpus.size()) + " members)");
       if (in.p2p) {  // one flow from the sending stage's GPU to the receiving one's
         const int flow = dag_.add(comm(host(in.gpus[0]), host(in.gpus[1]), in.op.bytes));
@@ -738,7 +738,7 @@ Result<bool> replay(const std::vector<const Schedule*>& schedules, const Hardwar
   }
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
   if (!rp.run(engine))
-    return make_error("simulate: some steps never became ready (the ranks wait on each other): " + rp.stuck());
+    return make_error("some steps never became ready (the ranks wait on each other): " + rp.stuck());
   rep.ranks_simulated = shape.replayed;
   rep.nodes_simulated = shape.platform.nodes;
   rep.full = !shape.symmetric;
@@ -760,7 +760,7 @@ Result<SimReport> simulate(const ModelSpec& model, const Placement& placement, c
 
 Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const HardwareProfile& profile,
                            const SimOptions& options) {
-  if (schedules.empty()) return make_error("simulate: no schedule to replay");
+  if (schedules.empty()) return make_error("no schedule to replay");
   const Schedule& s0 = *schedules.front();
   const ModelSpec& model = s0.model;
   const Placement& placement = s0.placement;
@@ -789,7 +789,7 @@ Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const 
   }
   const size_t expected = size_t(broadcast ? dp : pp);
   if (schedules.size() != expected)
-    return make_error("simulate: " + std::to_string(schedules.size()) + " schedules given, the replay needs " +
+    return make_error(std::to_string(schedules.size()) + " schedules given, the replay needs " +
                       std::to_string(expected) + (broadcast ? " (one per rank of the broadcast variant)" : " (one per pipeline stage)"));
 
   const Layout lay = job_layout(s0, profile);
@@ -801,7 +801,7 @@ Result<SimReport> simulate(const std::vector<const Schedule*>& schedules, const 
                                          : "--pp " + std::to_string(pp) + " with stages of " + std::to_string(shape.per_stage) +
                                              " GPUs (dp x mp) that do not tile nodes of " + std::to_string(lay.busy_per_node) +
                                              " (each stage whole nodes, or whole stages to a node)";
-    return make_error("simulate: " + why + " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) +
+    return make_error(why + " replays every GPU, at most " + std::to_string(kMaxFullReplayGpus) +
                       "; got " + std::to_string(rep.gpus));
   }
   if (Result<bool> ok = replay(schedules, profile, options, lay, shape, rep); !ok) return make_error(ok.error());
@@ -879,13 +879,13 @@ SimReport from_json(const nlohmann::json& j) {
 // a JSON document, {"error": ...} for a failure.
 Result<nlohmann::json> in_child(const std::function<nlohmann::json()>& work) {
   int fd[2];
-  if (pipe(fd) != 0) return make_error(std::string("simulate: pipe: ") + std::strerror(errno));
+  if (pipe(fd) != 0) return make_error(std::string("pipe: ") + std::strerror(errno));
   // what the caller has buffered is printed by the caller, not once more by the child
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
   pid_t pid = fork();
-  if (pid < 0) return make_error(std::string("simulate: fork: ") + std::strerror(errno));
+  if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     close(fd[0]);
     std::string out = work().dump();
@@ -904,7 +904,7 @@ Result<nlohmann::json> in_child(const std::function<nlohmann::json()>& work) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
-    return make_error("simulate: the simulation process failed (status " + std::to_string(status) + ")");
+    return make_error("the simulation process failed (status " + std::to_string(status) + ")");
   nlohmann::json j = nlohmann::json::parse(text);
   if (j.is_object() && j.contains("error")) return make_error(j["error"].get<std::string>());
   return j;

@@ -120,7 +120,7 @@ Result<bool> set_up(BlockRig& r, DeviceBuffers& mem, const GptConfig& cfg, int B
   const std::size_t n = init.size();
   Result<char*> p32 = mem.get(n * 4), p16 = mem.get(n * r.psz), g32 = mem.get(n * 4), g16 = mem.get(n * r.psz);
   if (!p32 || !p16 || !g32 || !g16)
-    return make_error("calibrate: device memory for the parameters: " +
+    return make_error("device memory for the parameters: " +
                       (!p32 ? p32.error() : !p16 ? p16.error() : !g32 ? g32.error() : g16.error()));
   r.p32 = *p32, r.p16 = *p16, r.g32 = *g32, r.g16 = *g16;
   r.k->copy_h2d_async(r.cx, 0, r.p32, init.data(), n * 4);
@@ -204,7 +204,7 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   for (std::size_t i = 0; i < r.calls.size(); ++i) out.push_back({r.names[i], best(fwd[i]), best(bwd[i])});
   if (r.k->sticky_error)
-    if (const char* e = r.k->sticky_error(r.cx)) return make_error(std::string("calibrate: the backend failed: ") + e);
+    if (const char* e = r.k->sticky_error(r.cx)) return make_error(std::string("the backend failed: ") + e);
   return out;
 }
 
@@ -327,7 +327,7 @@ Result<bool> measure_shared_peak(const CalibrateOptions& o, Backend& b, Collecti
   const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
   const KindTotals& lin = kinds.at(memwall::OpKind::linear);
   Result<double> sum = mpi.all_reduce_sum(lin.flops / lin.seconds);
-  if (!sum) return make_error("calibrate: " + sum.error());
+  if (!sum) return make_error(sum.error());
   c.fields.push_back({"gpu.shared_peak", *sum,
                       "measured: the linear layers of a block at hidden " + std::to_string(h) + " on all " +
                           std::to_string(mpi.size()) + " ranks at once, their rates summed (gpu.peak: one rank alone)"});
@@ -458,7 +458,7 @@ Result<bool> measure_collectives(const CalibrateOptions&, Backend& b, Calibratio
         if (*done) break;
       }
     }, 5);
-    if (!failed.empty()) return make_error("calibrate: all-reduce: " + failed);
+    if (!failed.empty()) return make_error("all-reduce: " + failed);
     if (b.caps().name == "cuda")
       c.fields.push_back({"gpu.reserve.communicator", double((*coll)->device_bytes()),
                           "measured: device memory NCCL took for a communicator of " + std::to_string(world.size()) +
@@ -546,7 +546,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   const Say say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
-  if (o.bsz < 1 || o.seq < 1 || o.head_size < 1) return make_error("calibrate: bsz, seq and head size must be >= 1");
+  if (o.bsz < 1 || o.seq < 1 || o.head_size < 1) return make_error("bsz, seq and head size must be >= 1");
   for (int h : o.hiddens)
     if (h < o.head_size || h % o.head_size != 0)
       return make_error("--hidden: " + std::to_string(h) + " is not a multiple of the head size " +
@@ -563,16 +563,16 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   const std::vector<int>& job = MpiWorld::get().node_peer_pids();
   say("looking at the load (0.5 s) ...");
   Result<adam::LoadWindow> first = adam::begin_load_window(job);
-  if (!first) return make_error("calibrate: " + first.error());
+  if (!first) return make_error(first.error());
   Result<adam::CpuLoad> before = adam::end_load_window(*first, 0.5);
-  if (!before) return make_error("calibrate: " + before.error());
+  if (!before) return make_error(before.error());
   c.load_before = *before;
   double busy = c.load_before.others >= adam::kBusyCores ? 1 : 0;
   if (c.ranks > 1) {
     Result<std::unique_ptr<Collectives>> coll = make_mpi_collectives();
     if (!coll) return make_error(coll.error());
     Result<double> any = (*coll)->all_reduce_sum(busy);
-    if (!any) return make_error("calibrate: " + any.error());
+    if (!any) return make_error(any.error());
     busy = *any;
   }
   if (busy > 0 && !o.allow_busy)
@@ -586,7 +586,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     c.warnings.push_back("measured on a busy machine (--allow-busy), with " + threads_text(c.threads) + ": " +
                          adam::describe_load(c.load_before));
   Result<adam::LoadWindow> during = adam::begin_load_window(job);
-  if (!during) return make_error("calibrate: " + during.error());
+  if (!during) return make_error(during.error());
   BackendOptions bo;
   bo.threads = c.threads;
   if (o.backend == "cuda") bo.device = MpiWorld::get().node_rank();  // one GPU per rank of a node
@@ -615,7 +615,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
         if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
       Result<std::unique_ptr<Collectives>> mpi = make_mpi_collectives();
       if (!mpi) return make_error(mpi.error());
-      if (Result<bool> r = (*mpi)->barrier(); !r) return make_error("calibrate: " + r.error());
+      if (Result<bool> r = (*mpi)->barrier(); !r) return make_error(r.error());
       if (measure == measure_gemm)
         if (Result<bool> r = measure_shared_peak(o, b, **mpi, c, say); !r) return make_error(r.error());
       continue;
@@ -623,7 +623,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
     if (Result<bool> r = measure(o, b, c, say); !r) return make_error(r.error());
   }
   Result<adam::CpuLoad> load = adam::end_load_window(*during, 0);
-  if (!load) return make_error("calibrate: " + load.error());
+  if (!load) return make_error(load.error());
   c.load_during = *load;
   if (c.load_during.others >= adam::kBusyCores)
     c.warnings.push_back("while it measured (on average), " + adam::describe_load(c.load_during) +

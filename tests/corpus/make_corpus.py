@@ -655,6 +655,8 @@ SHORT_CFG = "--config {src}/tests/exec/engine/fixtures/short.yaml --steps 1"
 flag_case("schedule_virtual_stages_no_pp", "schedule", "--model table1-10B --virtual-stages 2", r"--virtual-stages: interleaving needs pipeline stages \(--pp 2 or more\), got --pp 1$")
 flag_case("schedule_virtual_stages_grad_accum", "schedule", "--model table1-10B --pp 4 --virtual-stages 2 --grad-accum 6", r"--grad-accum: interleaved 1F1B runs micro-batches in groups of pp; expected a multiple of --pp 4, got 6$")
 flag_case("schedule_virtual_stages_too_many", "schedule", "--model table1-10B --pp 4 --virtual-stages 13 --grad-accum 8", r"--virtual-stages: expected 1 to 12 chunks per pipeline stage")
+# the replay's own errors carry the command's prefix once ("memwall simulate: simulate: ..." before)
+flag_case("simulate_full_too_many", "simulate", "--model table1-10B --nodes 32 --full", r"--full replays every GPU, at most 256; got 512$")
 flag_case("simulate_virtual_stages_zero", "simulate", "--model table1-10B --virtual-stages 0", INT("--virtual-stages", 1, 1024, "0") + HELP("simulate"))
 flag_case("run_virtual_stages", "run", SHORT_CFG + " --pp 2 --grad-accum 2 --virtual-stages 2", r"--virtual-stages: expected 1 to 1 chunks per pipeline stage \(each chunk holds at least one of the model's 2 blocks over 2 stage\(s\)\), got 2$")
 flag_case("plan_fix_virtual_stages_no_pp", "plan", "--model table1-10B --fix virtual_stages=2", r"--fix virtual_stages=2: interleaving needs pipeline stages")

@@ -763,13 +763,14 @@ TEST_P(EngineOn, RandomDelaysChangeNeitherTheLossesNorTheOutcome) {
 // anywhere (a compute whose completion comes 3 s late, nothing else able to run) is stopped once
 // the limit passes, and the error names the step, its resource and how long it waited.
 TEST_P(EngineOn, TheWatchdogTellsSlowFromStuck) {
-  // A unit's read moves one 4 KiB block per 120 ms (queue depth 1), so the largest unit (9 blocks)
-  // takes over a second: longer than the 0.9 s stall limit, yet never 0.9 s without progress. The
-  // gap between blocks leaves 0.78 s for the io thread to be scheduled on a loaded machine
-  // (stress-ng beside ctest -j2 on 2 cores kept it off the CPU for more than 0.26 s, the gap a 40 ms
-  // block and a 0.3 s limit left).
+  // Every parameter read moves one 4 KiB block per 120 ms through one queue slot, so a fetch waits
+  // behind the blocks of the fetches before it and is in flight for seconds (about 4.5 s at most
+  // here): longer than the 3 s stall limit, yet never 3 s without a block moving. The gap between
+  // blocks leaves 2.88 s for the io thread to be scheduled on a loaded machine: stress-ng --cpu 4
+  // beside ctest -j2 on 2 cores kept an undelayed NVMe write off the CPU for 2.35 s, past the 0.78 s
+  // a 0.9 s limit left (and earlier 0.26 s, the gap a 40 ms block and a 0.3 s limit left).
   EngineOptions slow = tiny("zero_inf_nvme");
-  slow.stall_timeout_s = 0.9;
+  slow.stall_timeout_s = 3.0;
   slow.io.block_bytes = 4096;
   slow.io.queue_depth = 1;
   slow.io.inject = [](io::IoOp op, const std::string& path, std::uint64_t, std::size_t, long res) {
@@ -788,7 +789,7 @@ TEST_P(EngineOn, TheWatchdogTellsSlowFromStuck) {
     ASSERT_TRUE(r.ok()) << "slow is not stuck: " << r.error();
     double longest = 0;
     for (const StepTime& t : r->times) longest = std::max(longest, t.end_s - t.start_s);
-    EXPECT_GT(longest, slow.stall_timeout_s) << "a step took longer than the stall limit";
+    EXPECT_GT(longest, slow.stall_timeout_s) << "no step was in flight longer than the stall limit (longest " << longest << " s)";
   }
   std::filesystem::remove_all(slow.nvme_dir);
 
