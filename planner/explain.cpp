@@ -33,8 +33,12 @@ std::string fmt_tflops(double t) { return format_sig(t, 3) + " TFLOPS"; }
 // "does not fit (CPU memory 1.50 TB < 2.05 TB needed per node)" or "fits but gives 30.1 TFLOPS".
 // With a global batch an alternative may use another number of GPUs: then TFLOPS per GPU do not
 // rank them, samples per second do ("fits but gives 11.4 samples/s on 12 GPUs < 15.2 on 16").
-std::string outcome(const Evaluated& v, const Evaluated& best) {
+// An alternative the detailed check has refused already (`refused`: its reason) does not fit, whatever
+// the analytic fit says.
+std::string outcome(const Evaluated& v, const Evaluated& best, const Refused& refused) {
   if (!v.fit.fits()) return "does not fit (" + v.fit.binding().sentence() + ")";
+  if (refused)
+    if (std::string why = refused(v.candidate); !why.empty()) return "fits the analytic model but " + why;
   const long gv = long(v.candidate.config.dp) * v.candidate.config.mp;
   const long gb = long(best.candidate.config.dp) * best.candidate.config.mp;
   if (gv != gb) {
@@ -66,7 +70,7 @@ Evaluated with_config(const ModelSpec& m, const HardwareProfile& p, std::optiona
 }  // namespace
 
 std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space,
-                                 const Evaluated& best, const SearchOptions& o) {
+                                 const Evaluated& best, const SearchOptions& o, const Refused& refused) {
   std::vector<std::string> out;
   const Candidate& c = best.candidate;
   const TrainingConfig& k = c.config;
@@ -106,7 +110,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
       } else if (!v.fit.fits()) {
         why.push_back(v.fit.binding().sentence() + " with them on " + tier_words(f) + along);
       } else {
-        why.push_back(std::string("on ") + tier_words(f) + along + " it " + outcome(v, best));
+        why.push_back(std::string("on ") + tier_words(f) + along + " it " + outcome(v, best, refused));
       }
     }
     for (size_t i = 0; i < why.size(); ++i) line += (i == 0 ? ": " : "; ") + why[i];
@@ -131,7 +135,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     std::erase_if(bsz_list, [&](double b) { return !split_global_batch(*space.global_batch, b, 1); });
   if (auto nb = next_in(bsz_list, k.bsz)) {
     Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.bsz = *nb; });
-    out.push_back("bsz " + format_g(k.bsz) + ": bsz " + format_g(*nb) + " " + outcome(v, best));
+    out.push_back("bsz " + format_g(k.bsz) + ": bsz " + format_g(*nb) + " " + outcome(v, best, refused));
   } else {
     out.push_back("bsz " + format_g(k.bsz) + ": the largest the search tries");
   }
@@ -139,11 +143,11 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     std::string line = "ci " + std::to_string(k.ci) + ":";
     if (auto pc = prev_in(space.ci, k.ci)) {
       Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.ci = *pc; });
-      line += " ci " + std::to_string(*pc) + " " + outcome(v, best) + ";";
+      line += " ci " + std::to_string(*pc) + " " + outcome(v, best, refused) + ";";
     }
     if (auto nc = next_in(space.ci, k.ci)) {
       Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.ci = *nc; });
-      line += " ci " + std::to_string(*nc) + " " + outcome(v, best);
+      line += " ci " + std::to_string(*nc) + " " + outcome(v, best, refused);
     }
     if (line.back() == ';') line.pop_back();
     if (line.back() != ':') out.push_back(line);
@@ -152,7 +156,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     auto pt = prev_in(space.tiling, k.tiling_factor);
     Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.tiling_factor = pt ? *pt : 1; });
     out.push_back("tiling factor " + std::to_string(k.tiling_factor) + ": tiling " + std::to_string(pt ? *pt : 1) + " " +
-                  outcome(v, best));
+                  outcome(v, best, refused));
   } else {
     out.push_back("tiling factor 1: the largest operator's working memory (MSWM, Eq. 4) fits untiled");
   }
@@ -161,7 +165,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
       x.config.mp = k.mp / 2;
       x.config.dp = p.total_gpus() / (x.config.mp * x.config.pp);
     });
-    out.push_back("mp " + std::to_string(k.mp) + ": mp " + std::to_string(k.mp / 2) + " " + outcome(v, best));
+    out.push_back("mp " + std::to_string(k.mp) + ": mp " + std::to_string(k.mp / 2) + " " + outcome(v, best, refused));
   }
 
   {
@@ -172,7 +176,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
       if (!check_optimizer_overlap(c.placement, ov, k.grad_clip)) continue;  // not with this placement or clipping
       Evaluated v = with_config(m, p, space.global_batch, best, o.fit, [&](Candidate& x) { x.config.optimizer_overlap = ov; });
       const bool searched = std::find(space.overlaps.begin(), space.overlaps.end(), ov) != space.overlaps.end();
-      line += std::string(" ") + to_string(ov) + " " + outcome(v, best) +
+      line += std::string(" ") + to_string(ov) + " " + outcome(v, best, refused) +
               (searched ? "" : " (not searched: one step stale, it changes the training dynamics; --allow-dpu)") + ";";
     }
     if (line.back() == ';') line.pop_back();
@@ -192,7 +196,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     x.config.tiling_factor = space.tiling.back();
   });
   out.push_back("placement order: offloaded because GPU memory is short: with every state on GPU (ZeRO-3, tiling " +
-                std::to_string(space.tiling.back()) + ") it " + outcome(all_gpu, best));
+                std::to_string(space.tiling.back()) + ") it " + outcome(all_gpu, best, refused));
   const bool optim_first = int(pl.optim32.tier) >= int(pl.param16.tier) && int(pl.grad16.tier) >= int(pl.param16.tier);
   out.push_back(std::string("placement order: optimizer states and gradients left the GPU first: ") +
                 (optim_first ? "yes" : "no") + " (optim32 on " + tier_words(pl.optim32.tier) + ", grad16 on " +
@@ -217,7 +221,7 @@ std::vector<std::string> explain(const ModelSpec& m, const HardwareProfile& p, c
     std::string other = params_off ? "keeping parameters on GPU and moving checkpoints to CPU" :
                                      "keeping checkpoints on GPU and moving parameters to " +
                                          std::string(tier_words(pl.optim32.tier));
-    std::string res = validate(swap.candidate.placement) ? outcome(swap, best) : "is not a valid placement";
+    std::string res = validate(swap.candidate.placement) ? outcome(swap, best, refused) : "is not a valid placement";
     out.push_back(std::string("placement order: only ") + (params_off ? "parameters" : "checkpoints") +
                   " left the GPU, the faster choice: " + other + " " + res);
   }

@@ -33,6 +33,16 @@ std::string words(const Candidate& c) {
          ", tiling " + std::to_string(c.config.tiling_factor);
 }
 
+// A check's verdict on `c` as a clause about it ("overflows in the detailed schedule: ..."), for
+// explain's alternatives: the candidate's own words at its head dropped.
+std::string as_clause(const Candidate& c, const std::string& why) {
+  for (const std::string& head : {words(c) + " ", placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": "})
+    if (why.starts_with(head)) return why.substr(head.size());
+  const std::string check = "schedule check: ";
+  if (why.starts_with(check)) return "the schedule check refuses it: " + why.substr(check.size());
+  return why;
+}
+
 // The detailed check of one candidate: why it does not fit (empty when it does) and the one-line
 // summary of its schedule's peaks (empty when no schedule was built).
 struct Checked {
@@ -147,7 +157,15 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
                     (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + out.schedule_check;
     return out;
   }
-  out.explanation = explain(m, p, space, *out.chosen, options);
+  // the alternatives explain tries that a detailed check refused already (none is checked anew)
+  auto refused = [&](const Candidate& c) -> std::string {
+    const std::string key = candidate_key(c);
+    if (auto it = checked.find(key); it != checked.end() && !it->second.why_not.empty())
+      return as_clause(c, it->second.why_not);
+    if (auto it = modelled.find(key); it != modelled.end() && !it->second.empty()) return as_clause(c, it->second);
+    return "";
+  };
+  out.explanation = explain(m, p, space, *out.chosen, options, refused);
   const std::vector<std::string>& rejected = out.checked.rejected;
   std::vector<std::string> lines;  // the first three and the last, each a point of its own
   for (size_t i = 0; i < rejected.size(); ++i)
