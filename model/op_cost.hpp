@@ -39,6 +39,14 @@ struct OpStep {
 // GeLU, residual adds and the embedding are bound by the bytes).
 double op_step_seconds(const HardwareProfile& p, const ModelSpec& m, const OpStep& s, double peak);
 
+// Adam on the GPU over `params` parameters of one rank: its kAdamBytesPerParam (fp32 master copy,
+// momentum and variance read and written, the fp32 gradient read, the 16-bit copy written) through HBM;
+// 0 where the profile gives no HBM bandwidth. The replay's optimizer step on the GPU and the
+// planner's optimizer time.
+inline double gpu_adam_seconds(const HardwareProfile& p, double params) {
+  return p.gpu_memory_Bps > 0 ? params * kAdamBytesPerParam / p.gpu_memory_Bps : 0;
+}
+
 // One micro-step's compute on one tensor slice of one GPU, every operator's forward, recompute and
 // backward as the schedule emits them (mp_flops_share, tiles), at op_step_seconds: one
 // transformer block, and the operators outside the blocks (embedding, final norm, LM head). The

@@ -167,7 +167,22 @@ struct TimeFacts::Passes {
   std::mutex mu;
   std::map<Shape, OperatorGraph> graphs;
   std::unordered_map<Key, PassCompute, Hash> made;
+  // each pipeline stage's parameter units per (mp, pp, virtual stages, ep, embedding replicated)
+  std::map<std::tuple<int, int, int, int, bool>, std::vector<std::vector<ParamUnit>>> units;
 };
+
+double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const {
+  const int pp = std::max(1, c.pp);
+  const std::tuple key{c.mp, pp, c.virtual_stages, c.ep, c.embedding_replicated};
+  std::lock_guard lock(passes_->mu);
+  auto [it, fresh] = passes_->units.try_emplace(key);
+  if (fresh)
+    for (int s = 0; s < pp; ++s) it->second.push_back(param_units(m, c, s));
+  double most = 0;
+  for (const std::vector<ParamUnit>& stage : it->second)
+    most = std::max(most, kept_param_elems(stage, pl, pl.optim32, c.dp, 0, c.ep));
+  return most;
+}
 
 PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
   const Passes::Shape shape{c.bsz, c.seq, c.what_if.attention_density};
@@ -302,6 +317,8 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.optimizer_s = std::max(traffic, adam);
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path));
+  } else {  // Adam on the GPU over the rank's parameters (its shard with ZeRO), through HBM
+    tb.optimizer_s = gpu_adam_seconds(p, f.optimizer_params(m, pl, k));
   }
   if (k.mp > 1) {  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
     double bytes = stage_blocks * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);

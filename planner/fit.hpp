@@ -110,7 +110,7 @@ double exposed_s = 0;      // everything added to compute
 
 // What estimate_time reads of a model and profile that no candidate changes: the parameter counts
 // (all, and those a token activates), the routed experts' share of a block's weights, the peak at
-// this hidden size, a block's active weights (Eq. 11's ait), and one micro-step's compute
+// this hidden size, a block's active weights (Eq. 11's ait), a rank's parameter units, and one micro-step's compute
 // (model/op_cost.hpp's pass_compute, the simulator's cost of each operator) for each micro-batch
 // and slicing asked, made on first use and kept (thread-safe). The search makes it once;
 // estimate_time(m, c, p) makes it per call.
@@ -118,6 +118,10 @@ struct TimeFacts {
   double params = 0, active_params = 0, routed = 1, peak = 0, block_weights = 0;
   static TimeFacts of(const ModelSpec& m, const HardwareProfile& p);
   PassCompute pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const;
+  // The parameters the optimizer updates on one rank of the fullest pipeline stage: the units the
+  // schedule gives it (param_units: tensor-sliced, its stage's blocks), the share that optim32's
+  // placement keeps (kept_param_elems: all, or a 1/dp shard). Units made once per slicing.
+  double optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const;
 
  private:
   struct Passes;

@@ -443,8 +443,7 @@ class Replayer {
     if (st.src == Tier::cpu) {  // CPU Adam: 30 B per parameter through DRAM, at the cores' rate at most
       own(a, comm(pf_.dram[size_t(g.node)], pf_.adam[size_t(g.node)], st.params * kAdamBytesPerParam));
     } else {  // Adam on the GPU: the same bytes through HBM
-      const double t = p_.gpu_memory_Bps > 0 ? st.params * kAdamBytesPerParam / p_.gpu_memory_Bps : 0;
-      own(a, exec(g.host, t * peak_));
+      own(a, exec(g.host, gpu_adam_seconds(p_, st.params) * peak_));
     }
   }
 
