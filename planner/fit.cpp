@@ -167,8 +167,13 @@ struct TimeFacts::Passes {
   std::mutex mu;
   std::map<Shape, OperatorGraph> graphs;
   std::unordered_map<Key, PassCompute, Hash> made;
-  // each pipeline stage's parameter units per (mp, pp, virtual stages, ep, embedding replicated)
-  std::map<std::tuple<int, int, int, int, bool>, std::vector<std::vector<ParamUnit>>> units;
+  // each pipeline stage's parameter units per (mp, pp, virtual stages, ep, embedding replicated),
+  // and the most a rank keeps of them per (fetch, partitioned, dp)
+  struct Units {
+    std::vector<std::vector<ParamUnit>> stages;
+    std::map<std::tuple<ParamFetch, bool, int>, double> kept;
+  };
+  std::map<std::tuple<int, int, int, int, bool>, Units> units;
 };
 
 double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const {
@@ -177,11 +182,12 @@ double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, cons
   std::lock_guard lock(passes_->mu);
   auto [it, fresh] = passes_->units.try_emplace(key);
   if (fresh)
-    for (int s = 0; s < pp; ++s) it->second.push_back(param_units(m, c, s));
-  double most = 0;
-  for (const std::vector<ParamUnit>& stage : it->second)
-    most = std::max(most, kept_param_elems(stage, pl, pl.optim32, c.dp, 0, c.ep));
-  return most;
+    for (int s = 0; s < pp; ++s) it->second.stages.push_back(param_units(m, c, s));
+  auto [kept, first] = it->second.kept.try_emplace({pl.fetch, pl.optim32.partitioned, c.dp});
+  if (first)
+    for (const std::vector<ParamUnit>& stage : it->second.stages)
+      kept->second = std::max(kept->second, kept_param_elems(stage, pl, pl.optim32, c.dp, 0, c.ep));
+  return kept->second;
 }
 
 PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
