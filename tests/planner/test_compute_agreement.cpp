@@ -31,6 +31,30 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// The reference: a replay of the candidate's schedule with every step after the one before (no
+// overlap); of the steps whose trace name starts with `kind`, the summed durations of the slowest
+// replayed GPU (one per pipeline stage), and how many there were.
+struct Replayed {
+  double slowest_s = 0;
+  int steps = 0;
+};
+Result<Replayed> replayed_steps(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const std::string& kind) {
+  sim::SimOptions o;
+  o.overlap = false;
+  o.trace = true;
+  const Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, o);
+  if (!r) return make_error(r.error());
+  std::map<std::pair<int, std::string>, double> busy;
+  Replayed out;
+  for (const TraceEvent& e : r->trace)
+    if (e.name.rfind(kind, 0) == 0) {
+      busy[{e.rank, e.track}] += e.end_s - e.start_s;
+      ++out.steps;
+    }
+  for (const auto& [gpu, s] : busy) out.slowest_s = std::max(out.slowest_s, s);
+  return out;
+}
+
 class ComputeAgreement : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ComputeAgreement, PlannerComputeIsTheReplaysComputeSteps) {
@@ -48,24 +72,10 @@ TEST_P(ComputeAgreement, PlannerComputeIsTheReplaysComputeSteps) {
   c.config.dp = 1;
   c.config.tiling_factor = k.tiling;
   const TimeBreakdown t = estimate_time(m, c, p);
-
-  sim::SimOptions o;
-  o.overlap = false;
-  o.trace = true;
-  const Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, o);
+  const Result<Replayed> r = replayed_steps(m, c, p, "compute ");
   ASSERT_TRUE(r.ok()) << r.error();
-  // each replayed GPU's compute steps (one GPU per stage), the slowest's
-  std::map<std::pair<int, std::string>, double> busy;
-  int steps = 0;
-  for (const TraceEvent& e : r->trace)
-    if (e.name.rfind("compute ", 0) == 0) {
-      busy[{e.rank, e.track}] += e.end_s - e.start_s;
-      ++steps;
-    }
-  double replayed = 0;
-  for (const auto& [gpu, s] : busy) replayed = std::max(replayed, s);
-  ASSERT_GT(steps, 0);
-  EXPECT_NEAR(t.compute_s, replayed, 1e-6 * replayed) << steps << " compute steps replayed";
+  ASSERT_GT(r->steps, 0);
+  EXPECT_NEAR(t.compute_s, r->slowest_s, 1e-6 * r->slowest_s) << r->steps << " compute steps replayed";
   // and more than Eq. 7's linear layers at the peak: the attention products and the operators
   // bound by HBM bytes cost time too
   EXPECT_GT(t.compute_s, k.grad_accum * computation_flops_eq7(k.bsz, 1024, analysis_param_count(m, true)) / k.mp /
@@ -106,18 +116,10 @@ TEST(OptimizerAgreement, PlannerAdamOnTheGpuIsTheReplaysOptimizerSteps) {
     c.config.pp = sh.pp;
     c.config.grad_accum = sh.pp;
     const TimeBreakdown t = estimate_time(m, c, p);
-    sim::SimOptions o;
-    o.overlap = false;
-    o.trace = true;
-    const Result<sim::SimReport> r = sim::simulate_isolated(m, c.placement, c.config, p, o);
+    const Result<Replayed> r = replayed_steps(m, c, p, "optimizer ");
     ASSERT_TRUE(r.ok()) << r.error();
-    std::map<std::pair<int, std::string>, double> busy;
-    for (const TraceEvent& e : r->trace)
-      if (e.name.rfind("optimizer ", 0) == 0) busy[{e.rank, e.track}] += e.end_s - e.start_s;
-    double replayed = 0;
-    for (const auto& [gpu, s] : busy) replayed = std::max(replayed, s);
-    ASSERT_GT(replayed, 0);
-    EXPECT_NEAR(t.optimizer_s, replayed, 1e-6 * replayed);
+    ASSERT_GT(r->slowest_s, 0);
+    EXPECT_NEAR(t.optimizer_s, r->slowest_s, 1e-6 * r->slowest_s);
   }
 }
 
