@@ -88,7 +88,7 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"tflops_per_gpu", e.time.tflops_per_gpu}, {"iteration_s", e.time.iteration_s},
                               {"samples_per_s", e.time.samples_per_s},
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
-                                          {"act_ckpt_traffic", e.time.act_ckpt_s}, {"optimizer", e.time.optimizer_s},
+                                          {"act_ckpt_traffic", e.time.act_ckpt_s}, {"act_ckpt_loads", e.time.act_ckpt_load_s}, {"optimizer", e.time.optimizer_s},
                                           {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
                                           {"all_to_all", e.time.all_to_all_s},
                                           {"pipeline_p2p", e.time.p2p_s}, {"pipeline_bubble", e.time.bubble_s},
@@ -365,8 +365,9 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
     o << "chosen: " << config_words(best) << "\n"
       << "  " << format_sig(t.tflops_per_gpu) << " TFLOPS per GPU, iteration " << format_sig(t.iteration_s) << " s = compute "
       << format_sig(t.compute_s) << " s + exposed " << format_sig(t.exposed_s) << " s (parameter/gradient traffic "
-      << format_sig(t.param_grad_s) << " s and checkpoint traffic " << format_sig(t.act_ckpt_s)
-      << " s behind compute; optimizer " << format_sig(t.optimizer_s) << " s";
+      << format_sig(t.param_grad_s) << " s and checkpoint saves " << format_sig(t.act_ckpt_s - t.act_ckpt_load_s)
+      << " s behind compute; checkpoint loads " << format_sig(t.act_ckpt_load_s) << " s; optimizer "
+      << format_sig(t.optimizer_s) << " s";
     if (t.refresh_s > 0) o << ", parameter refresh " << format_sig(t.refresh_s) << " s";
     const OptimizerOverlap ov = best.candidate.config.optimizer_overlap;
     if (ov != OptimizerOverlap::none)

@@ -294,19 +294,28 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     case Tier::nvme: t_grad = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, P::nvme)); break;
   }
   tb.param_grad_s = t_param + t_grad;
-  // Partitioned checkpoints (partition_activations): each slice moves 1/mp of them
+  // Eq. 11's checkpoint bytes of the stage's share of the model: every tensor-slicing rank keeps the
+  // whole checkpoint (each slice's block input is the whole activation), or with partitioned
+  // checkpoints (partition_activations) 1/mp of it
   const bool ckpt_sliced = pl.act_ckpt.partitioned && k.mp > 1;
-  if (pl.act_ckpt.tier != Tier::gpu)
-    tb.act_ckpt_s = transfer_s(flops_gpu / ait_act_ckpt(m, k.ci, f.block_weights) / (ckpt_sliced ? mp : 1),
+  if (pl.act_ckpt.tier != Tier::gpu) {
+    tb.act_ckpt_s = transfer_s(flops_model / ait_act_ckpt(m, k.ci, f.block_weights) / (ckpt_sliced ? mp : 1),
                                bws.of(AitState::act_ckpt, tier_path(pl.act_ckpt.tier)));
+    // Half of them (Eq. 11 counts each checkpoint saved and loaded) come back to the GPU, each just
+    // before its segment's recompute: the schedule loads it once the later segment is done with
+    // the GPU buffer it takes (load_checkpoints; DeepSpeed's checkpointing moves a CPU checkpoint
+    // to the GPU when the recompute asks for it), so nothing hides the loads.
+    tb.act_ckpt_load_s = tb.act_ckpt_s / 2;
+  }
   // sync_grad_copies: ZeRO-Offload's owners copy their gradients to CPU one rank at a time, each
   // copy holding up the backward (as the schedule does): the whole gradient over one link, unhidden
   const double serial_grad = bcast && k.sync_grad_copies && pl.grad16.tier != Tier::gpu ? t_grad : 0;
-  const double overlapped = tb.param_grad_s - serial_grad + tb.act_ckpt_s;
+  const double serial = serial_grad + tb.act_ckpt_load_s;
+  const double overlapped = tb.param_grad_s + tb.act_ckpt_s - serial;
   // fetched on demand, or after a synchronize that waits for every transfer before it (sync_fetches):
   // nothing hides behind the computes
   const bool hidden = k.prefetch_depth > 0 && !k.sync_fetches;
-  const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial_grad;
+  const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial;
 
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once. On NVMe the
   // bytes are the schedule's optimizer phase (MemorySizes): the states read and written without
@@ -376,6 +385,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.compute_s *= ga;
     tb.param_grad_s *= ga;
     tb.act_ckpt_s *= ga;
+    tb.act_ckpt_load_s *= ga;
     tb.mp_allreduce_s *= ga;
     tb.all_to_all_s *= ga;
     tb.p2p_s *= ga;

@@ -94,6 +94,7 @@ struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap
   double act_ckpt_s = 0;     // traffic time, before overlap
+  double act_ckpt_load_s = 0;  // of act_ckpt_s, the loads back to the GPU: exposed (each waits for its recompute)
   double optimizer_s = 0;    // exposed
   double refresh_s = 0;      // updated fp16 parameters back to GPU-resident copies (ZeRO-Offload), behind the optimizer
   double mp_allreduce_s = 0; // exposed

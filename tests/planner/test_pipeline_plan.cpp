@@ -24,8 +24,8 @@ Candidate three_d(const ModelSpec& m, int mp, int pp, int dp, int micro_batches)
   return c;
 }
 
-// With everything on the GPU nothing but the bubble separates an iteration from its passes: the
-// idle share is (p-1)/(m+p-1), and the passes themselves take 1/pp of the unpipelined blocks (48
+// With everything on the GPU nothing but the bubble and Adam (on the GPU, once per step) separate an
+// iteration from its passes: the idle share of the passes is (p-1)/(m+p-1), and the passes themselves take 1/pp of the unpipelined blocks (48
 // blocks: 24 or 12 per stage) plus the final norm and LM head, which the last stage computes.
 TEST(PipelinePlan, BubbleIsOneFOneBs) {
   const HardwareProfile p = *load_profile("dgx2");
@@ -35,8 +35,8 @@ TEST(PipelinePlan, BubbleIsOneFOneBs) {
     for (int mb : {1, 4, 16}) {
       SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(mb));
       const TimeBreakdown t = estimate_time(m, three_d(m, 4, pp, 16 / (4 * pp), mb), p);
-      EXPECT_DOUBLE_EQ(t.optimizer_s, 0);
-      EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(pp, mb), 1e-9);
+      EXPECT_GT(t.optimizer_s, 0);
+      EXPECT_NEAR(t.bubble_s / (t.iteration_s - t.optimizer_s), pipeline_bubble(pp, mb), 1e-9);
       const Candidate one = three_d(m, 4, 1, 16 / 4, mb);
       const TimeBreakdown flat = estimate_time(m, one, p);
       const PassCompute pc = pass_compute(p, m, one.config, p.peak_flops_per_s(m.hidden));
@@ -142,7 +142,7 @@ TEST(PipelinePlan, InterleavedStagesDivideTheBubbleAtVTimesTheTraffic) {
       Candidate c = three_d(even, 4, 4, 1, mb);
       c.config.virtual_stages = v;
       const TimeBreakdown t = estimate_time(even, c, p);
-      EXPECT_NEAR(t.bubble_s / t.iteration_s, pipeline_bubble(4, mb, v), 1e-9);
+      EXPECT_NEAR(t.bubble_s / (t.iteration_s - t.optimizer_s), pipeline_bubble(4, mb, v), 1e-9);  // Adam once per step
       const TimeBreakdown plain = estimate_time(even, three_d(even, 4, 4, 1, mb), p);
       EXPECT_NEAR(t.p2p_s, v * plain.p2p_s, 1e-9 * t.p2p_s);
       EXPECT_DOUBLE_EQ(t.compute_s, plain.compute_s);
@@ -175,7 +175,7 @@ TEST(PipelinePlan, InterleavedStagesDivideTheBubbleAtVTimesTheTraffic) {
 
 // The analytic fit counts the live bytes; the schedule's memory plan places its buffers so that none
 // moves, which can take more (table1-10B on 8 DGX-2 nodes, pp 2 x 2 chunks: bsz 27 fits in the
-// memory model, its arena needs 31.1 of 31.0 GiB). recommend sets it aside; the explanation then
+// memory model, its arena needs 31.1 of 31.0 GiB, checkpoints kept on the GPU). recommend sets it aside; the explanation then
 // said "bsz 27 fits and gives the same 44.0 TFLOPS per GPU" two lines below "analytic choice
 // rejected: ... bsz 27 ... overflows". An alternative the detailed check refused is said not to fit.
 TEST(PipelinePlan, AnAlternativeTheScheduleRefusedIsNotSaidToFit) {
@@ -184,6 +184,7 @@ TEST(PipelinePlan, AnAlternativeTheScheduleRefusedIsNotSaidToFit) {
   Fixes fx;
   fx.strategy = "three_d";
   fx.virtual_stages = 2;
+  fx.tiers[State::act_ckpt] = Tier::gpu;
   const SearchSpace space = *make_space(m, p, fx);
   const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
   ASSERT_TRUE(rec.fits()) << rec.shortfall;
