@@ -33,38 +33,45 @@ std::string words(const Candidate& c) {
          ", tiling " + std::to_string(c.config.tiling_factor);
 }
 
-// A check's verdict on `c` as a clause about it ("overflows in the detailed schedule: ..."), for
-// explain's alternatives: the candidate's own words at its head dropped.
-std::string as_clause(const Candidate& c, const std::string& why) {
-  for (const std::string& head : {words(c) + " ", placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": "})
-    if (why.starts_with(head)) return why.substr(head.size());
-  const std::string check = "schedule check: ";
-  if (why.starts_with(check)) return "the schedule check refuses it: " + why.substr(check.size());
-  return why;
+// A check's verdict on a candidate (empty: it fits): the sentence the search reports, and the same
+// reason as a clause about the candidate, for explain's alternatives ("overflows in the detailed
+// schedule: ...").
+struct Verdict {
+  std::string sentence, clause;
+  bool fits() const { return sentence.empty(); }
+};
+
+// `head` names the candidate at the head of the sentence, "zero3, bsz 2, ci 16, tiling 1 ".
+Verdict refuse(const std::string& head, const std::string& clause) { return {head + clause, clause}; }
+
+Verdict schedule_refuses(const std::string& why) {
+  return {"schedule check: " + why, "the schedule check refuses it: " + why};
 }
 
 // The detailed check of one candidate: why it does not fit (empty when it does) and the one-line
 // summary of its schedule's peaks (empty when no schedule was built).
 struct Checked {
-  std::string why_not, summary;
+  Verdict verdict;
+  std::string summary;
 };
 
 // What refuses a candidate before any peak is computed: the executor's buffer sizes, its activation
 // workspace alone (a lower bound of its GPU peak), a schedule too large to build here. Sets `z`.
-std::string precheck(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes,
-                     MemorySizes& z) {
+Verdict precheck(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes,
+                 MemorySizes& z) {
   const Result<MemorySizes> got = sizes_of(sizes, c);
-  if (!got) return "schedule check: " + got.error();
+  if (!got) return schedule_refuses(got.error());
   z = *got;
   if (const double usable = capacity_per_rank(c.config, p)[size_t(Tier::gpu)]; z.workspace_bytes > usable) {
     const std::string reserve = describe_gpu_reserve(c.config, p);
-    return placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": the executor's activation workspace (" +
-           format_bytes(z.workspace_bytes) + ") alone exceeds GPU memory (" + format_bytes(usable) +
-           (reserve.empty() ? "" : " of " + format_bytes(p.gpu_memory_bytes) + " less " + reserve) + ")";
+    return refuse(placement_label(c.placement) + ", bsz " + format_g(c.config.bsz) + ": ",
+                  "the executor's activation workspace (" + format_bytes(z.workspace_bytes) +
+                      ") alone exceeds GPU memory (" + format_bytes(usable) +
+                      (reserve.empty() ? "" : " of " + format_bytes(p.gpu_memory_bytes) + " less " + reserve) + ")");
   }
   if (Result<TrainingConfig> ok = check_schedule_size(m, c.placement, c.config, p); !ok)
-    return "schedule check: " + ok.error();
-  return "";
+    return schedule_refuses(ok.error());
+  return {};
 }
 
 // The memory model's verdict (empty: fits), the search's filter on profiles an executor runs: the
@@ -72,25 +79,28 @@ std::string precheck(const ModelSpec& m, const HardwareProfile& p, const Candida
 // more; equal to the schedule's walk (tests/model/test_memory.cpp; an upper bound for the CPU with
 // NVMe optimizer chunks), so it refuses what the schedule would. search_checked confirms the
 // winner with the schedule itself (check_candidate).
-std::string model_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
+Verdict model_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
   const Candidate c = memory_checked(given);
   MemorySizes z;
-  if (std::string why = precheck(m, p, c, sizes, z); !why.empty()) return why;
+  if (Verdict v = precheck(m, p, c, sizes, z); !v.fits()) return v;
   for (int stage : {0, c.config.pp - 1}) {
     const MemoryModel mm = memory_model(m, c.placement, c.config, p, 0, z, stage);
     for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
       if (!mm.of(t).fits())
-        return words(c) + " overflows in the memory model (the executor's buffers): " + to_string(t) + " needs " +
-               format_bytes(mm.of(t).peak_bytes) + " of " + format_bytes(mm.of(t).capacity_bytes) + " per rank";
+        return refuse(words(c) + " ", std::string("overflows in the memory model (the executor's buffers): ") + to_string(t) +
+                                          " needs " + format_bytes(mm.of(t).peak_bytes) + " of " +
+                                          format_bytes(mm.of(t).capacity_bytes) + " per rank");
   }
-  return "";
+  return {};
 }
 
 Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Candidate& given, const SizesFn& sizes) {
   const Candidate c = memory_checked(given);
   MemorySizes z;
-  if (std::string why = precheck(m, p, c, sizes, z); !why.empty())
-    return {why, why.starts_with("schedule check: ") ? why : "schedule check: " + why};
+  if (Verdict v = precheck(m, p, c, sizes, z); !v.fits()) {
+    const std::string summary = v.sentence.starts_with("schedule check: ") ? v.sentence : "schedule check: " + v.sentence;
+    return {std::move(v), summary};
+  }
   // pipeline stages: the first (embedding, most micro-batches in flight) or the last (head and the
   // embedding's copy) holds the most
   Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
@@ -98,7 +108,7 @@ Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Cand
     Result<Schedule> last = build_schedule(m, c.placement, c.config, p, 0, z, c.config.pp - 1);
     if (!last || last->overflow || last->peak_bytes[0] > sched->peak_bytes[0]) sched = std::move(last);
   }
-  if (!sched) return {"schedule check: " + sched.error(), "schedule check: " + sched.error()};
+  if (!sched) return {schedule_refuses(sched.error()), "schedule check: " + sched.error()};
   Checked out;
   out.summary = std::string("schedule check (build_schedule, rank 0") +
                 (sched->pp > 1 ? ", stage " + std::to_string(sched->stage) + " of " + std::to_string(sched->pp) : "") +
@@ -107,15 +117,16 @@ Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Cand
                 format_bytes(sched->peak_bytes[1]) + " of " + format_bytes(sched->capacity_bytes[1]) +
                 " per rank: " + (sched->overflow ? sched->overflow->message : std::string("fits"));
   if (sched->overflow)
-    out.why_not = words(c) + " overflows in the detailed schedule" +
-                  (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " + sched->overflow->message;
+    out.verdict = refuse(words(c) + " ", std::string("overflows in the detailed schedule") +
+                                             (p.executor_backend.empty() ? "" : " (the executor's buffers)") + ": " +
+                                             sched->overflow->message);
   return out;
 }
 
 }  // namespace
 
 std::string detailed_check(const ModelSpec& m, const HardwareProfile& p, const Candidate& c, const SizesFn& sizes) {
-  return check_candidate(m, p, c, sizes).why_not;
+  return check_candidate(m, p, c, sizes).verdict.sentence;
 }
 
 Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const SearchSpace& space, const Fixes& fixes,
@@ -128,19 +139,19 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
   auto check = [&](const Candidate& c) {
     auto it = checked.find(candidate_key(c));
     if (it == checked.end()) it = checked.emplace(candidate_key(c), check_candidate(m, p, c, sizes)).first;
-    if (it->second.why_not.empty()) last_passed = it->second.summary;
-    return it->second.why_not;
+    if (it->second.verdict.fits()) last_passed = it->second.summary;
+    return it->second.verdict.sentence;
   };
   // For profiles an executor runs, the memory model checks every candidate the analytic fit accepts
   // (the executor's buffer sizes); for every profile the schedule checks the best few after the search.
-  std::map<std::string, std::string> modelled;
+  std::map<std::string, Verdict> modelled;
   if (!p.executor_backend.empty() && !options.prune)  // --exhaustive: every candidate's schedule, the reference
     options.accept = check;
   else if (!p.executor_backend.empty())
     options.accept = [&](const Candidate& c) {
       auto it = modelled.find(candidate_key(c));
       if (it == modelled.end()) it = modelled.emplace(candidate_key(c), model_check(m, p, c, sizes)).first;
-      return it->second;
+      return it->second.sentence;
     };
   out.checked = search_checked(m, p, space, options, check, 4 * std::max(1, options.keep));
   const SearchResult& r = out.checked.result;
@@ -160,9 +171,8 @@ Recommendation recommend(const ModelSpec& m, const HardwareProfile& p, const Sea
   // the alternatives explain tries that a detailed check refused already (none is checked anew)
   auto refused = [&](const Candidate& c) -> std::string {
     const std::string key = candidate_key(c);
-    if (auto it = checked.find(key); it != checked.end() && !it->second.why_not.empty())
-      return as_clause(c, it->second.why_not);
-    if (auto it = modelled.find(key); it != modelled.end() && !it->second.empty()) return as_clause(c, it->second);
+    if (auto it = checked.find(key); it != checked.end() && !it->second.verdict.fits()) return it->second.verdict.clause;
+    if (auto it = modelled.find(key); it != modelled.end()) return it->second.clause;
     return "";
   };
   out.explanation = explain(m, p, space, *out.chosen, options, refused);
