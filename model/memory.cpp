@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "model/analysis.hpp"
@@ -813,6 +814,26 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
   fill_cpu(d, fwd, bwd, out);
   TierMemory& nvme = out.tiers[size_t(Tier::nvme)];
   for (double b : nvme.persistent) nvme.peak_bytes += b;
+  return out;
+}
+
+FullestStages fullest_stages(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
+                             int rank, const MemorySizes& z) {
+  const int pp = std::max(1, c.pp);
+  FullestStages out;
+  std::set<std::vector<int>> layouts;
+  for (int s = 0; s < pp; ++s) {
+    std::vector<int> sizes;
+    for (const StageBlocks& b : stage_chunks(m.layers, pp, c.virtual_stages, s)) sizes.push_back(b.last - b.first);
+    const bool fresh = layouts.insert(std::move(sizes)).second;
+    if (!fresh && s != pp - 1) continue;
+    const MemoryModel mm = memory_model(m, pl, c, p, rank, z, s);
+    for (int t = 0; t < kTiers; ++t)
+      if (s == 0 || mm.tiers[size_t(t)].peak_bytes > out.model[size_t(t)].tiers[size_t(t)].peak_bytes) {
+        out.stage[size_t(t)] = s;
+        out.model[size_t(t)] = mm;
+      }
+  }
   return out;
 }
 

@@ -155,6 +155,20 @@ struct MemoryModel {
 MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
                          int rank = 0, const MemorySizes& z = {}, int stage = 0);
 
+// Under pipeline stages, the stage that holds the most on each tier, and its memory model (stage 0
+// without stages). Stages differ in their blocks (stage_chunks: interleaved, 62 blocks over 8 x 4
+// chunks leave stage 1 more blocks than stage 0), the micro-batches in flight (fewer on each later
+// stage), the embedding (first) and the head (last). So the candidates are the first, the last,
+// and between them the first stage of each layout of chunk sizes: a later stage of the same layout
+// holds the same parameters with fewer micro-batches in flight.
+struct FullestStages {
+  std::array<int, kTiers> stage{};
+  std::array<MemoryModel, kTiers> model;
+  const MemoryModel& of(Tier t) const { return model[size_t(t)]; }
+};
+FullestStages fullest_stages(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
+                             int rank = 0, const MemorySizes& z = {});
+
 // The optimizer's chunk size in parameters when its states are on NVMe (three chunk buffers within
 // the rank's share of the pinned budget, at least `c.optimizer_chunks` or 16 chunks, a multiple of
 // kChunkGranule), or when CPU Adam runs chunk by chunk; `n` is the rank's optimizer partition.

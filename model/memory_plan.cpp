@@ -285,7 +285,9 @@ std::string overflow_message(const Schedule& s, Tier t, int step, double needed,
     const Step& st = s.steps[size_t(step)];
     where = "at step " + std::to_string(step) + " (" + to_string(st.kind) + " " + st.name + ")";
   }
-  return std::string("out of memory on ") + to_string(t) + " " + where + ": needs " + format_bytes(needed) +
+  const std::string stage =
+      s.pp > 1 ? " (pipeline stage " + std::to_string(s.stage) + " of " + std::to_string(s.pp) + ")" : "";
+  return std::string("out of memory on ") + to_string(t) + stage + " " + where + ": needs " + format_bytes(needed) +
          ", capacity " + format_bytes(cap) + " per rank" + why;
 }
 

@@ -89,20 +89,16 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   const int ranks = ranks_sharing_node(k, p);
   FitReport r;
 
-  // One rank of the first pipeline stage, and of the last (the LM head's copy of the embedding and
-  // the fewest micro-batches in flight): the memory model (model/memory.hpp), whose peaks are the
-  // schedule's.
-  MemoryModel mm = memory_model(m, pl, k, p);
-  std::string stage_words;
-  if (pp > 1) {
-    MemoryModel last = memory_model(m, pl, k, p, 0, {}, pp - 1);
-    if (last.of(Tier::gpu).peak_bytes > mm.of(Tier::gpu).peak_bytes) {
-      mm = std::move(last);
-      stage_words = " (last pipeline stage)";
-    } else {
-      stage_words = " (first pipeline stage)";
-    }
-  }
+  // One rank of the stage that holds the most on each tier (fullest_stages: the first, the last or
+  // one between): the memory model (model/memory.hpp), whose peaks are the schedule's.
+  const FullestStages fs = fullest_stages(m, pl, k, p);
+  auto stage_words = [&](Tier t) -> std::string {
+    if (pp == 1) return "";
+    const int s = fs.stage[size_t(t)];
+    return s == 0        ? " (first pipeline stage)"
+           : s == pp - 1 ? " (last pipeline stage)"
+                         : " (pipeline stage " + std::to_string(s) + " of " + std::to_string(pp) + ")";
+  };
   auto parts_of = [&](const TierMemory& tm, double scale = 1) {
     std::vector<Part> out;
     for (const MemoryPart& part : tm.parts) out.push_back({part.what, part.bytes * scale});
@@ -110,8 +106,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   };
 
   // ---- one GPU ----
-  const TierMemory& g = mm.of(Tier::gpu);
-  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), g.moment + stage_words};
+  const TierMemory& g = fs.of(Tier::gpu).of(Tier::gpu);
+  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), g.moment + stage_words(Tier::gpu)};
   // what the software stack keeps beside memwall's bytes (gpu.reserve): counted as needed, so the
   // sentence compares with the whole GPU the profile names
   if (const double reserve = gpu_reserve_bytes(k, p); reserve > 0) {
@@ -138,14 +134,16 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   }
 
   // ---- CPU memory, its pinned buffers and NVMe of one node: its ranks' ----
-  const TierMemory& h = mm.of(Tier::cpu);
-  r.checks.push_back({Resource::cpu_memory, "per node", h.peak_bytes * ranks, p.cpu_memory_bytes, parts_of(h, ranks), h.moment});
+  const MemoryModel& cm = fs.of(Tier::cpu);
+  const TierMemory& h = cm.of(Tier::cpu);
+  r.checks.push_back({Resource::cpu_memory, "per node", h.peak_bytes * ranks, p.cpu_memory_bytes, parts_of(h, ranks),
+                      h.moment + stage_words(Tier::cpu)});
   // what the executor pins: every CPU buffer of the schedule (its admission check asks the same)
-  LimitCheck pinned{Resource::pinned, "per node", mm.cpu_buffer_bytes * ranks, p.pinned_budget_bytes, {}, h.moment};
+  LimitCheck pinned{Resource::pinned, "per node", cm.cpu_buffer_bytes * ranks, p.pinned_budget_bytes, {}, h.moment};
   for (size_t i = h.parts.size() - h.buffer_parts; i < h.parts.size(); ++i)
     pinned.parts.push_back({h.parts[i].what, h.parts[i].bytes * ranks});
   r.checks.push_back(std::move(pinned));
-  const TierMemory& n = mm.of(Tier::nvme);
+  const TierMemory& n = fs.of(Tier::nvme).of(Tier::nvme);
   r.checks.push_back({Resource::nvme, "per node", n.peak_bytes * ranks, p.nvme_capacity_bytes, parts_of(n, ranks), ""});
   return r;
 }

@@ -83,13 +83,13 @@ Verdict model_check(const ModelSpec& m, const HardwareProfile& p, const Candidat
   const Candidate c = memory_checked(given);
   MemorySizes z;
   if (Verdict v = precheck(m, p, c, sizes, z); !v.fits()) return v;
-  for (int stage : {0, c.config.pp - 1}) {
-    const MemoryModel mm = memory_model(m, c.placement, c.config, p, 0, z, stage);
-    for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme})
-      if (!mm.of(t).fits())
-        return refuse(words(c) + " ", std::string("overflows in the memory model (the executor's buffers): ") + to_string(t) +
-                                          " needs " + format_bytes(mm.of(t).peak_bytes) + " of " +
-                                          format_bytes(mm.of(t).capacity_bytes) + " per rank");
+  const FullestStages fs = fullest_stages(m, c.placement, c.config, p, 0, z);
+  for (Tier t : {Tier::gpu, Tier::cpu, Tier::nvme}) {
+    const MemoryModel& mm = fs.of(t);
+    if (!mm.of(t).fits())
+      return refuse(words(c) + " ", std::string("overflows in the memory model (the executor's buffers): ") +
+                                        to_string(t) + " needs " + format_bytes(mm.of(t).peak_bytes) + " of " +
+                                        format_bytes(mm.of(t).capacity_bytes) + " per rank");
   }
   return {};
 }
@@ -101,12 +101,13 @@ Checked check_candidate(const ModelSpec& m, const HardwareProfile& p, const Cand
     const std::string summary = v.sentence.starts_with("schedule check: ") ? v.sentence : "schedule check: " + v.sentence;
     return {std::move(v), summary};
   }
-  // pipeline stages: the first (embedding, most micro-batches in flight) or the last (head and the
-  // embedding's copy) holds the most
-  Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z);
-  if (sched && !sched->overflow && c.config.pp > 1) {
-    Result<Schedule> last = build_schedule(m, c.placement, c.config, p, 0, z, c.config.pp - 1);
-    if (!last || last->overflow || last->peak_bytes[0] > sched->peak_bytes[0]) sched = std::move(last);
+  // pipeline stages: the stages the memory model finds fullest on the GPU and in CPU memory
+  // (fullest_stages), the first to overflow or else the larger GPU peak
+  const FullestStages fs = c.config.pp > 1 ? fullest_stages(m, c.placement, c.config, p, 0, z) : FullestStages{};
+  Result<Schedule> sched = build_schedule(m, c.placement, c.config, p, 0, z, fs.stage[size_t(Tier::gpu)]);
+  if (const int other = fs.stage[size_t(Tier::cpu)]; sched && !sched->overflow && other != sched->stage) {
+    Result<Schedule> next = build_schedule(m, c.placement, c.config, p, 0, z, other);
+    if (!next || next->overflow || next->peak_bytes[0] > sched->peak_bytes[0]) sched = std::move(next);
   }
   if (!sched) return {schedule_refuses(sched.error()), "schedule check: " + sched.error()};
   Checked out;

@@ -128,6 +128,26 @@ TEST(PipelinePlan, ThreeDSearchesStagesAndTheScheduleConfirmsThem) {
   EXPECT_FALSE(make_space(m, p, fx).ok());
 }
 
+// 50B on 8 DGX-2 nodes, 3D: the search's choice interleaves 62 blocks over 8 x 4 chunks, where
+// stages 1 and 2 hold more than the first and the last. The fit and the schedule check looked at
+// those two only and chose bsz 27, which `memwall simulate --plan` refused: out of memory on
+// stage 1. Every stage of the chosen plan, at its own gradient accumulation, fits its schedule.
+TEST(PipelinePlan, EveryStageOfTheChosenPlanFits) {
+  const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), 8);
+  const ModelSpec m = *load_model("table1-50B");
+  Fixes fx;
+  fx.strategy = "three_d";
+  const Recommendation rec = recommend(m, p, *make_space(m, p, fx), fx, SearchOptions{});
+  ASSERT_TRUE(rec.fits()) << rec.shortfall;
+  const Candidate& c = rec.chosen->candidate;
+  ASSERT_GT(c.config.pp, 2);
+  for (int s = 0; s < c.config.pp; ++s) {
+    Result<Schedule> st = build_schedule(m, c.placement, c.config, p, 0, MemorySizes{}, s);
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_FALSE(st->overflow.has_value()) << "stage " << s << " of " << c.config.pp << ": " << st->overflow->message;
+  }
+}
+
 // Interleaved 1F1B (issue 28, item 3): the bubble shrinks to (p-1)/(v m+p-1) of the iteration at v
 // times the stage-to-stage traffic; the 3D search tries 1, 2 and 4 chunks (for memwall run too),
 // checks every stage of the chosen one against its schedule, and plan files carry them.
