@@ -1,6 +1,7 @@
 #include "exec/engine/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,9 +53,20 @@ Result<bool> write_durably(const io::Folder& dir, const std::string& name, const
   return dir.replace(tmp, name);
 }
 
-Result<std::vector<char>> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// A checkpoint file, read whole: a regular file of at most `max_bytes` (a FIFO or device planted
+// in a checkpoint folder is refused, not waited on; O_NONBLOCK so that opening a FIFO returns).
+Result<std::vector<char>> read_whole(const std::string& path, std::uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return make_error(path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(path + ": not a regular file (a folder, device, FIFO or socket), expected a checkpoint file");
+  }
+  if (std::uint64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    return make_error(path + ": " + std::to_string(st.st_size) + " bytes, expected at most " + std::to_string(max_bytes));
+  }
   std::vector<char> out;
   char buf[1 << 16];
   for (;;) {
@@ -67,6 +79,10 @@ Result<std::vector<char>> read_whole(const std::string& path) {
     }
     if (r == 0) break;
     out.insert(out.end(), buf, buf + r);
+    if (out.size() > max_bytes) {  // grew while read
+      ::close(fd);
+      return make_error(path + ": more than " + std::to_string(max_bytes) + " bytes, expected at most that");
+    }
   }
   ::close(fd);
   return out;
@@ -219,7 +235,7 @@ Result<bool> check_manifest(const nlohmann::json& m, const std::string& mpath, c
 }  // namespace
 
 Result<RunPosition> resume_checkpoint(EngineContext& e, const std::string& dir) {
-  Result<std::vector<char>> latest = read_whole(dir + "/latest");
+  Result<std::vector<char>> latest = read_whole(dir + "/latest", 4096);
   if (!latest) return make_error("--resume " + dir + ": no checkpoint (" + latest.error() + ")");
   std::string name(latest->begin(), latest->end());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
@@ -227,13 +243,15 @@ Result<RunPosition> resume_checkpoint(EngineContext& e, const std::string& dir) 
   if (name.size() != 13 || name.rfind("step-", 0) != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos)
     return make_error(dir + "/latest: expected the name of a step folder (step-NNNNNNNN), got \"" + name.substr(0, 64) + "\"");
   const std::string step_dir = dir + "/" + name, mpath = step_dir + "/manifest.json";
-  Result<std::vector<char>> mtext = read_whole(mpath);
+  Result<std::vector<char>> mtext = read_whole(mpath, 64 << 20);
   if (!mtext) return make_error("--resume: " + mtext.error());
   nlohmann::json m;
   try {
     m = nlohmann::json::parse(mtext->begin(), mtext->end());
   } catch (const std::exception& ex) {
-    return make_error(mpath + ": not a memwall checkpoint manifest: " + ex.what());
+    std::string why = ex.what();  // "[json.exception.parse_error.101] parse error at line 1, ...": the part after the tag
+    if (why.starts_with("[json.exception.")) why = why.substr(std::min(why.size(), why.find("] ") + 2));
+    return make_error(mpath + ": not a memwall checkpoint manifest (not JSON: " + why + ")");
   }
   if (!m.is_object() || !m.contains("format") || m["format"] != "memwall checkpoint 1")
     return make_error(mpath + ": format: expected \"memwall checkpoint 1\"");
@@ -267,7 +285,7 @@ Result<RunPosition> resume_checkpoint(EngineContext& e, const std::string& dir) 
     if (want != e.tiers.state_size(st))
       return make_error(mpath + ": files: " + file + ": bytes " + std::to_string(want) + ", this run needs " +
                         std::to_string(e.tiers.state_size(st)));
-    Result<std::vector<char>> bytes = read_whole(step_dir + "/" + file);
+    Result<std::vector<char>> bytes = read_whole(step_dir + "/" + file, want);
     if (!bytes) return make_error("--resume: " + bytes.error());
     if (bytes->size() != want)
       return make_error(step_dir + "/" + file + ": " + std::to_string(bytes->size()) + " bytes, the manifest says " +

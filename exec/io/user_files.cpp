@@ -172,6 +172,8 @@ Result<bool> Folder::replace(const std::string& from, const std::string& to) con
   if (!kind) return make_error(kind.error());
   if (*kind == S_IFLNK) return make_error(link_refusal(join(path_, to)));
   if (*kind == S_IFDIR) return make_error(join(path_, to) + ": is a folder, expected a file name to write");
+  if (*kind != 0 && *kind != S_IFREG)
+    return make_error(join(path_, to) + ": is a device, FIFO or socket; memwall writes its outputs as regular files (name a file)");
   if (::renameat(fd_, from.c_str(), fd_, to.c_str()) != 0)
     return make_error("rename " + join(path_, from) + " -> " + join(path_, to) + ": " + std::strerror(errno));
   ::fsync(fd_);
@@ -214,6 +216,10 @@ Result<OutputPlace> output_place(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(fs::symlink_status(path, ec))) return make_error(path + ": is a folder, expected a file name to write");
   if (Result<bool> link = refuse_link(path); !link) return make_error(link.error());
+  // An output is written to a new file and renamed over the name: a device, FIFO or socket there
+  // (/dev/null as root) would be replaced by a regular file, so it is refused.
+  if (const fs::file_status st = fs::symlink_status(path, ec); fs::exists(st) && !fs::is_regular_file(st))
+    return make_error(path + ": is a device, FIFO or socket; memwall writes its outputs as regular files (name a file)");
   const fs::path p(path);
   const std::string parent = p.has_parent_path() ? p.parent_path().string() : ".";
   if (!fs::is_directory(parent, ec))

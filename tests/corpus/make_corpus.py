@@ -685,6 +685,11 @@ flag_case("simulate_mp_3", "simulate", SMALL + " --mp 3", r"--mp: tensor slicing
 flag_case("simulate_dp_32", "simulate", SMALL + " --dp 32", r"--dp/--mp: 32 x 1 GPUs asked, profile dgx2 has 16")
 flag_case("simulate_tiling_1e6", "simulate", SMALL + " --tiling 1000000", INT("--tiling", 1, 4096, "1000000") + HELP("simulate"))
 flag_case("simulate_trace_folder", "simulate", SMALL + " --trace {tmp}", r".*: is a folder, expected a file name to write$")
+# an output is renamed over its name: a FIFO or device there (/dev/null as root) would be replaced
+NOT_A_FILE = r"is a device, FIFO or socket; memwall writes its outputs as regular files \(name a file\)$"
+flag_case("simulate_trace_fifo", "simulate", SMALL + " --trace {tmp}/fifo.yaml", r"--trace: .*fifo.yaml: " + NOT_A_FILE)
+flag_case("plan_output_fifo", "plan", "--model table1-10B -o {tmp}/fifo.yaml", r"-o: .*fifo.yaml: " + NOT_A_FILE)
+flag_case("analyze_output_fifo", "analyze", "--model fig2a-1T -o {tmp}/fifo.yaml", r".*fifo.yaml: " + NOT_A_FILE)
 flag_case("simulate_no_model", "simulate", "", r"--model: missing")
 flag_case("simulate_bsz_inf", "simulate", SMALL + " --bsz inf", NUM("--bsz", "65536", "inf") + HELP("simulate"))
 

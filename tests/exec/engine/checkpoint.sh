@@ -7,7 +7,7 @@
 #   - (also mp 2 x dp 2 on NVMe, pp 2 in CPU memory and mp 2 x pp 2 on NVMe, both with the tied
 #     embedding's two copies: each rank's files hold its slice, stage and shard)
 #   - a checkpoint is refused by a run with another dp, mp, pp or placement, naming the field, and a
-#     damaged file is refused by its checksum.
+#     damaged file is refused by its checksum, a FIFO in place of a file as not a regular file.
 set -euo pipefail
 mw=$1
 dir=$(mktemp -d)
@@ -78,4 +78,12 @@ f="$dir/ck-device/step-00000010/rank0000.optim32"
 printf '\x01' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 out=$("$mw" run --config "$dir/run.yaml" --strategy data_parallel --resume "$dir/ck-device" 2>&1 >/dev/null) && exit 1
 echo "$out" | grep -q 'rank0000.optim32: checksum differs from the manifest' || { echo "FAIL: $out"; exit 1; }
-echo "refused: another dp, another mp, another pp, another placement, a damaged file (each naming the field or file)"
+# a FIFO planted for a checkpoint file is refused at once, not waited on (it hung before)
+for name in latest step-00000010/manifest.json step-00000010/rank0000.param16; do
+  rm -rf "$dir/ck-fifo" && cp -r "$dir/ck-device" "$dir/ck-fifo" && rm "$dir/ck-fifo/$name" && mkfifo "$dir/ck-fifo/$name"
+  rc=0
+  out=$(timeout 60 "$mw" run --config "$dir/run.yaml" --strategy data_parallel --resume "$dir/ck-fifo" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 2 ] || { echo "FAIL: a FIFO at $name: exit $rc: $out"; exit 1; }
+  echo "$out" | grep -q "ck-fifo/$name: not a regular file" || { echo "FAIL: $out"; exit 1; }
+done
+echo "refused: another dp, another mp, another pp, another placement, a damaged file, a FIFO (each naming the field or file)"
