@@ -52,7 +52,7 @@ std::string outcome(const Evaluated& v, const Evaluated& best, const Refused& re
   if (v.analytic_score() < best.analytic_score() * (1 - 1e-9))  // only outside the searched space
     return "fits and gives " + fmt_tflops(v.time.tflops_per_gpu) + " per GPU > " + fmt_tflops(best.time.tflops_per_gpu);
   return "fits and gives the same " + fmt_tflops(v.time.tflops_per_gpu) +
-         " per GPU (ties go to less traffic, less tiling, less GPU memory)";
+         " per GPU (ties go to less traffic, less tiling, the optimizer after backward, less GPU memory)";
 }
 
 // `base` with one thing changed; with a global batch, dp and the accumulation are split again for

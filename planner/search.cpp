@@ -288,8 +288,8 @@ int compare_by_time(const Evaluated& a, const Evaluated& b) {
   if (std::abs(sa - sb) > 1e-9 * std::max(sa, sb)) return sa < sb ? -1 : 1;
   // Ties (e.g. every transfer hidden behind compute): less traffic per sample (a larger micro-batch
   // moves the parameters and gradients once for more samples), less tiling and slicing (their cost
-  // is not in the analytic time), then (in better()) less GPU memory, fewer and nearer offloads
-  // (seed 001: offload only when GPU memory is short).
+  // is not in the analytic time), the optimizer after backward, then (in better()) less GPU
+  // memory, fewer and nearer offloads (seed 001: offload only when GPU memory is short).
   const double ta = (a.time.param_grad_s + a.time.act_ckpt_s) / global_batch(a.candidate.config),
                tb = (b.time.param_grad_s + b.time.act_ckpt_s) / global_batch(b.candidate.config);
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb ? -1 : 1;
@@ -297,6 +297,10 @@ int compare_by_time(const Evaluated& a, const Evaluated& b) {
   const auto& cb = b.candidate.config;
   if (ca.tiling_factor != cb.tiling_factor) return ca.tiling_factor < cb.tiling_factor ? -1 : 1;  // smaller GEMMs cost
   if (ca.mp != cb.mp) return ca.mp < cb.mp ? -1 : 1;
+  // the optimizer after backward where overlapping it gains nothing (nothing competes with
+  // backward's own transfers)
+  const bool na = ca.optimizer_overlap == OptimizerOverlap::none, nb = cb.optimizer_overlap == OptimizerOverlap::none;
+  if (na != nb) return na ? -1 : 1;
   return 0;
 }
 

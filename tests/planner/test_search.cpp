@@ -93,7 +93,7 @@ TEST(PlacementOrder, OptimizerStatesGoToTheFastestTierWithRoom) {
   s.pinned = "10 GB";
   const Placement& pl = plan_for(s).candidate.placement;
   EXPECT_EQ(pl.optim32.tier, Tier::nvme);
-  EXPECT_EQ(pl.param16.tier, Tier::gpu);
+  EXPECT_NE(pl.param16.tier, Tier::nvme);  // the parameters on a faster tier with room
 }
 
 TEST(PlacementOrder, OnlyOneOfParametersOrCheckpointsLeavesAndItIsTheFasterChoice) {
@@ -149,9 +149,9 @@ TEST(PlacementOrder, ExplanationStatesTheRule) {
   EXPECT_NE(all.find("parameters on NVMe: GPU memory 32.0 GiB <"), std::string::npos) << all;
   EXPECT_NE(all.find("CPU memory 1.50 TB <"), std::string::npos) << all;
   EXPECT_NE(all.find("optimizer states and gradients left the GPU first: yes"), std::string::npos) << all;
-  // checkpoints stay on the GPU; moving them to CPU to keep parameters there does not fit
-  EXPECT_NE(all.find("placement order: only parameters left the GPU, the faster choice: keeping parameters on GPU and "
-                     "moving checkpoints to CPU does not fit"),
+  // parameters and checkpoints both leave: the checkpoints to CPU memory, the parameters to NVMe
+  EXPECT_NE(all.find("placement order: parameters and checkpoints both left the GPU: checkpoints on CPU, parameters on "
+                     "NVMe (the fastest tier with room"),
             std::string::npos)
       << all;
   EXPECT_GT(r.space_size, 100000u);
@@ -523,15 +523,21 @@ TEST(Reproduction, TablesSayWhereTheyDisagree) {
   EXPECT_NE(f7->csv.find("1,8192,16384,16384,no"), std::string::npos) << f7->csv;
 }
 
-// Table 1's 1T model on a DGX-2: the analytic best overflows the detailed schedule (its memory
-// plan), so recommend() rejects it and plans the next. A candidate in both the top list and its
+// An analytic best that overflows the detailed schedule (its memory plan) is rejected and the next
+// planned: Table 1's 10B model in 3D on 8 DGX-2 nodes, interleaved over 2 chunks, checkpoints on
+// the GPU (Table 1's 1T model on one DGX-2 was such a case until the planner stopped crediting the
+// optimizer overlap on an NVMe backward also uses). A candidate in both the top list and its
 // placement's best was checked twice and its rejection printed twice (once without its bullet),
 // and the rejected candidate led the runners-up as if it ran.
 TEST(Recommend, EachRejectedCandidateOnceAndNotARunnerUp) {
-  const ModelSpec m = *load_model("table1-1T");
-  const HardwareProfile p = *load_profile("dgx2");
-  const SearchSpace space = *make_space(m, p, {});
-  const Recommendation rec = recommend(m, p, space, {}, SearchOptions{});
+  const ModelSpec m = *load_model("table1-10B");
+  const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), 8);
+  Fixes fx;
+  fx.strategy = "three_d";
+  fx.virtual_stages = 2;
+  fx.tiers[State::act_ckpt] = Tier::gpu;
+  const SearchSpace space = *make_space(m, p, fx);
+  const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
   ASSERT_TRUE(rec.fits()) << rec.shortfall;
   ASSERT_FALSE(rec.checked.rejected.empty()) << "no analytic choice rejected here any more: pick a case that has one";
   EXPECT_EQ(rec.checked.rejected_keys.size(), rec.checked.rejected.size());
