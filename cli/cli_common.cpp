@@ -325,9 +325,18 @@ void check_output_file(const std::string& flag, const std::string& path) {
   if (Result<bool> r = io::check_output_file(path); !r) throw UsageError(flag + ": " + r.error());
 }
 
+namespace {
+std::vector<std::string> made_folders;  // the main thread's, before any worker starts
+}  // namespace
+
 void make_output_folder(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(std::filesystem::symlink_status(path, ec));
   if (Result<bool> r = io::make_output_folder(path); !r) throw UsageError(flag + ": " + r.error());
+  if (!existed) made_folders.push_back(path);
 }
+
+const std::vector<std::string>& made_output_folders() { return made_folders; }
 
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {

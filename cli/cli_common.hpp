@@ -128,5 +128,8 @@ void write_output(const std::string& path, const std::string& text);
 void check_output_file(const std::string& flag, const std::string& path);
 // Before any work: folder `path` exists or is made (its parent must exist) and takes new files.
 void make_output_folder(const std::string& flag, const std::string& path);
+// The folders make_output_folder made in this process; main removes each one left empty when the
+// command fails (a bad flag found after it: nothing half-made is left behind).
+const std::vector<std::string>& made_output_folders();
 
 }  // namespace memwall::cli

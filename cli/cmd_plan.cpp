@@ -283,7 +283,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
       if (r.closest) j["closest"] = evaluated_json(*r.closest);
       write_output("", j.dump(1) + "\n");
     } else {
-      std::cerr << "memwall plan: " << m.name << " fits nowhere on " << p.name << ": " << rec.shortfall << "\n";
+      std::cerr << one_line("memwall plan: " + m.name + " fits nowhere on " + p.name + ": " + rec.shortfall) << "\n";
     }
     return 1;
   }
@@ -453,7 +453,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
   }
   if (!sched_fits) {
     // the analytic model said yes, the detailed schedule no, at every micro-batch: write nothing
-    std::cerr << "memwall plan: " << rec.shortfall << "\n";
+    std::cerr << one_line("memwall plan: " + rec.shortfall) << "\n";
     if (f.json) write_output("", out);
     return 1;
   }
@@ -542,6 +542,30 @@ Command add_plan(CLI::App& app) {
   sub->add_option("--check", f->check, "Load a plan YAML, cross-check it against --profile and re-check its fit");
   sub->add_flag("--json", f->json, "JSON: strategy, bsz, ci, tiling_factor, tflops_per_gpu, fits, checks, runners_up ...");
   return {sub, [f]() {
+            // --deepspeed and --megatron export a plan: nothing to export from a table, a check or the
+            // largest model
+            for (const auto& [flag, path] : {std::pair{"--deepspeed", f->deepspeed}, std::pair{"--megatron", f->megatron}})
+              if (!path.empty() && (!f->reproduce.empty() || !f->check.empty() || f->max_model_size))
+                throw UsageError(std::string(flag) + ": exports a plan; not used with " +
+                                 (!f->reproduce.empty() ? "--reproduce" : !f->check.empty() ? "--check" : "--max-model-size"));
+            if ((f->target == "megatron" && !f->deepspeed.empty()) || (f->target == "deepspeed" && !f->megatron.empty()))
+              throw UsageError(std::string(f->target == "megatron" ? "--deepspeed" : "--megatron") + ": a plan --for " +
+                               f->target + " is not one " + (f->target == "megatron" ? "DeepSpeed" : "Megatron-LM") +
+                               " runs as planned; drop --for, or the export");
+            // each output its own file: -o, the exports and the notes beside them
+            std::vector<std::pair<std::string, std::string>> outs;  // flag, path
+            if (f->reproduce.empty() && !f->output.empty() && f->output != "-") outs.push_back({"-o", f->output});
+            for (const auto& [flag, path] : {std::pair{"--deepspeed", f->deepspeed}, std::pair{"--megatron", f->megatron}})
+              if (!path.empty() && path != "-") {
+                outs.push_back({flag, path});
+                outs.push_back({flag, path + ".notes.txt"});
+              }
+            for (size_t i = 0; i < outs.size(); ++i)
+              for (size_t j = 0; j < i; ++j)
+                if (std::filesystem::absolute(outs[i].second).lexically_normal() ==
+                    std::filesystem::absolute(outs[j].second).lexically_normal())
+                  throw UsageError(outs[i].first + ": " + outs[i].second + " is also the file " + outs[j].first +
+                                   " writes; give each output its own name");
             // Destinations before any work (a search can take minutes): the folder --reproduce writes
             // into, or the files -o and --deepspeed name.
             if (!f->reproduce.empty() && !f->output.empty()) make_output_folder("-o", f->output);

@@ -2,6 +2,7 @@
 // one line on stderr: bad input (a flag, a file) exits 2, anything else is "internal error" and
 // exits 1. Nothing else lives here.
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <string>
@@ -43,6 +44,9 @@ std::string unexpected(CLI::App& app, const CLI::ExtrasError& e) {
   }
   for (const std::string& x : extras) {
     const std::string word = x.substr(0, x.find('='));
+    if (!sub && word.starts_with("-"))  // "memwall --versio": the flags before a command are --help and --version
+      return word + ": not a flag of memwall" + memwall::did_you_mean(word, {"--help", "--version"}) +
+             " (a command comes first: memwall <command> --help)";
     if (!sub) return "unknown command \"" + word + "\"" + memwall::did_you_mean(word, known) + " (see memwall --help)";
     if (word.starts_with("-"))
       return word + ": not a flag of " + command_name(app) + memwall::did_you_mean(word, known);
@@ -86,10 +90,31 @@ int main(int argc, char** argv) {
       add_completion(app),
   };
 
+  // A failed command leaves no folder it made and left empty (-o DIR of --reproduce, --save, ...).
+  struct MadeFolders {
+    bool keep = false;
+    ~MadeFolders() {
+      if (keep) return;
+      std::error_code ec;
+      for (const std::string& d : made_output_folders()) std::filesystem::remove(d, ec);  // only when empty
+    }
+  } made;
   try {
     app.parse(argc, argv);
+    // A flag given an empty value ("-o ''", "--resume ''") is refused rather than read as not given.
+    if (CLI::App* sub = chosen(app))
+      for (const CLI::Option* o : sub->get_options())
+        if (o->get_type_size_min() > 0)
+          for (const std::string& r : o->results())
+            if (r.empty())
+              throw UsageError((o->get_snames().empty() ? "--" + o->get_lnames().front() : "-" + o->get_snames().front()) +
+                               ": expected a value, got an empty string");
     for (auto& [sub, run] : commands)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) {
+        const int rc = run();
+        made.keep = rc == 0;
+        return rc;
+      }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -103,11 +128,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const std::string name = command_name(app);
     // "memwall simulat": CLI11 says a subcommand is required; the word given is the better clue
-    if (!chosen(app) && !app.remaining().empty() && !app.remaining().front().starts_with("-")) {
+    if (!chosen(app) && !app.remaining().empty()) {
       std::cerr << "memwall: " << one_line(unexpected(app, CLI::ExtrasError(app.remaining()))) << "\n";
       return 2;
     }
-    std::cerr << name << ": " << one_line(e.what()) << " (see " << name << " --help)\n";
+    // a flag given twice: CLI11's "--steps: At Most 1 required but received 2"
+    std::string what = e.what();
+    if (const size_t at = what.find(": At Most 1 required but received "); at != std::string::npos)
+      what = what.substr(0, at) + ": given " + what.substr(at + 34) + " times; give it once";
+    std::cerr << name << ": " << one_line(what) << " (see " << name << " --help)\n";
     return 2;
   } catch (const UsageError& e) {
     std::cerr << command_name(app) << ": " << one_line(e.what()) << "\n";

@@ -293,7 +293,7 @@ void read_model_kind(const YamlReader& r, const YAML::Node& map, const std::stri
 std::string model_yaml(const ModelSpec& m, const std::string& in) {
   std::string o;
   auto line = [&](const std::string& k, const std::string& v) { o += in + k + ": " + v + "\n"; };
-  line("name", m.name);
+  line("name", yaml_scalar(m.name));
   line("layers", std::to_string(m.layers));
   line("hidden", std::to_string(m.hidden));
   line("heads", std::to_string(m.heads));

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -68,6 +69,29 @@ Result<std::string> read_input_file(const std::string& path, std::string_view wh
       return make_error(path + ": larger than any " + w + " file (at most " + format_bytes(double(max_bytes)) + ")");
   }
   return text;
+}
+
+std::string yaml_scalar(std::string_view s) {
+  auto plain = [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("_.-+/()@,=").find(char(c)) != std::string_view::npos;
+  };
+  bool safe = !s.empty() && (std::isalnum(static_cast<unsigned char>(s.front())) || s.front() == '_' || s.front() == '/');
+  for (char ch : s) safe = safe && plain(static_cast<unsigned char>(ch));
+  if (safe) return std::string(s);
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') out += '\\', out += ch;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else out += ch;
+  }
+  return out + "\"";
 }
 
 YamlReader::YamlReader(std::string source, std::string_view text) : source_(std::move(source)) {

@@ -180,14 +180,14 @@ std::string plan_yaml(const Plan& plan) {
   std::ostringstream o;
   o << "# memwall plan: what `memwall simulate --plan` and `memwall run --plan` take.\n"
     << "version: 1\n"
-    << "profile: " << plan.profile << "\n"
+    << "profile: " << yaml_scalar(plan.profile) << "\n"
     << "nodes: " << plan.nodes << "\n"
     << "gpus: " << plan.gpus << "              # dp x mp x pp\n"
     << "objective: " << plan.objective << "\n"
     << "model:\n"
     << model_yaml(m, "  ")
     << "placement:\n"
-    << "  name: " << pl.name << "\n"
+    << "  name: " << yaml_scalar(pl.name) << "\n"
     << "  fetch: " << (pl.fetch == ParamFetch::broadcast ? "broadcast" : "allgather") << "\n";
   for (State s : kAllStates)
     o << "  " << to_string(s) << ": {tier: " << to_string(pl.of(s).tier)

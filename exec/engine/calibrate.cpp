@@ -23,6 +23,7 @@
 #include "exec/io/io_bench.hpp"
 #include "model/operator_graph.hpp"
 #include "model/units.hpp"
+#include "model/yaml_reader.hpp"
 
 namespace memwall::exec {
 namespace {
@@ -661,7 +662,7 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
     << "# Each time is the best of several runs, with " << threads_text(c.threads) << "; while it measured (on average), "
     << adam::describe_load(c.load_during) << ".\n";
   for (const std::string& w : c.warnings) y << "# warning: " << w << "\n";
-  y << "name: " << name << "\n";
+  y << "name: " << yaml_scalar(name) << "\n";
   y << "description: " << c.backend << " backend of this machine, calibrated by memwall calibrate\n";
   y << "nodes: 1\n";
   y << "gpu:\n";

@@ -242,7 +242,7 @@ for tag, path, frag in PATH_CASES:
 for tag, path, frag in YAML_PATHS:
     case("path_placement_" + tag, "simulate --layers 2 --hidden 1K --heads 8 --strategy " + path,
          "^memwall simulate: .*" + frag.replace("%s", "placement"))
-case("path_profile_empty_name", "analyze --model fig2a-1T --profile ''", r"^memwall analyze: expected the path of a profile file, got an empty string")
+case("path_profile_empty_name", "analyze --model fig2a-1T --profile ''", r"^memwall analyze: --profile: expected a value, got an empty string$")
 # a line break in a path is written as \n (one_line), never split over two lines
 case("path_profile_newline", "analyze --model fig2a-1T --profile 'two\\nlines.yaml'", r"^memwall analyze: two\\nlines.yaml: no such profile file")
 
@@ -685,6 +685,26 @@ flag_case("simulate_mp_3", "simulate", SMALL + " --mp 3", r"--mp: tensor slicing
 flag_case("simulate_dp_32", "simulate", SMALL + " --dp 32", r"--dp/--mp: 32 x 1 GPUs asked, profile dgx2 has 16")
 flag_case("simulate_tiling_1e6", "simulate", SMALL + " --tiling 1000000", INT("--tiling", 1, 4096, "1000000") + HELP("simulate"))
 flag_case("simulate_trace_folder", "simulate", SMALL + " --trace {tmp}", r".*: is a folder, expected a file name to write$")
+# an empty value is refused, not read as the flag not given (-o '' printed to stdout)
+flag_case("plan_output_empty", "plan", "--model table1-10B -o ''", r"-o: expected a value, got an empty string$")
+flag_case("run_resume_empty", "run", "--config {src}/tests/exec/engine/fixtures/short.yaml --steps 1 --resume ''",
+          r"--resume: expected a value, got an empty string$")
+# a flag twice, a flag before any command
+flag_case("analyze_layers_twice", "analyze", "--layers 2 --layers 3 --hidden 256 --heads 4",
+          r"--layers: given 2 times; give it once" + HELP("analyze"))
+case("flag_top_level_misspelt", "--versio", r"^memwall: --versio: not a flag of memwall \(did you mean --version\?\)")
+# plan's outputs: each its own file, exports only of a plan, and a folder made for a command that
+# then fails is not left behind
+flag_case("plan_deepspeed_is_output", "plan", "--model table1-10B -o {tmp}/p.yaml --deepspeed {tmp}/p.yaml",
+          r"--deepspeed: .*p.yaml is also the file -o writes; give each output its own name$")
+flag_case("plan_output_is_deepspeed_notes", "plan", "--model table1-10B -o {tmp}/x.notes.txt --deepspeed {tmp}/x",
+          r"--deepspeed: .*x.notes.txt is also the file -o writes; give each output its own name$")
+flag_case("plan_deepspeed_max_model", "plan", "--max-model-size --strategy zero3 --deepspeed {tmp}/ds.json",
+          r"--deepspeed: exports a plan; not used with --max-model-size$")
+flag_case("plan_deepspeed_for_megatron", "plan", "--model table1-10B --deepspeed {tmp}/ds.json --for megatron",
+          r"--deepspeed: a plan --for megatron is not one DeepSpeed runs as planned; drop --for, or the export$")
+flag_case("plan_reproduce_bad_alloc_leaves_no_folder", "plan", "--reproduce fig7 --max-alloc '1 B' -o {tmp}/out",
+          r"--max-alloc: expected at least")
 # an output is renamed over its name: a FIFO or device there (/dev/null as root) would be replaced
 NOT_A_FILE = r"is a device, FIFO or socket; memwall writes its outputs as regular files \(name a file\)$"
 flag_case("simulate_trace_fifo", "simulate", SMALL + " --trace {tmp}/fifo.yaml", r"--trace: .*fifo.yaml: " + NOT_A_FILE)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/analysis.hpp"
+#include "model/yaml_reader.hpp"
 #include "planner/plan_file.hpp"
 #include "planner/search.hpp"
 
@@ -48,6 +49,27 @@ TEST(PlanFile, RoundTrip) {
   // Loaded plans evaluate like the planned candidate.
   EXPECT_TRUE(evaluate(b->model, b->candidate, p).fit.fits());
   EXPECT_EQ(plan_yaml(*b).substr(plan_yaml(*b).find("model:")), plan_yaml(a).substr(plan_yaml(a).find("model:")));
+}
+
+// Names are whatever a model file or a profile path says: a model named "a: b #c" was written
+// unquoted and the plan file it made did not load ("illegal map value"). Written as YAML scalars,
+// each reads back as it was.
+TEST(PlanFile, NamesWithYamlSyntaxRoundTrip) {
+  HardwareProfile p = *load_profile("dgx2");
+  const Plan base = one_tb_plan();
+  for (const std::string name : {"a: b #c", "quote \" and \\ back", "tab\tnew\nline \x01\x7f", "- [x] {y}", "&anchor *alias",
+                                 "true", "", "llama3-8B", "custom(param16=gpu,grad16=cpu/p)"}) {
+    SCOPED_TRACE(one_line(name));
+    Plan a = base;
+    a.model.name = name;
+    a.candidate.placement.name = name.empty() ? "custom" : name;
+    Result<Plan> b = parse_plan(plan_yaml(a), "plan.yaml", &p);
+    ASSERT_TRUE(b.ok()) << b.error();
+    EXPECT_EQ(b->model.name, name);
+    EXPECT_EQ(b->candidate.placement.name, a.candidate.placement.name);
+  }
+  EXPECT_EQ(yaml_scalar("llama3-8B"), "llama3-8B");  // plain where plain is safe
+  EXPECT_EQ(yaml_scalar("a: b"), "\"a: b\"");
 }
 
 // Replaces the first occurrence of `from` in the written 1T plan.
