@@ -194,6 +194,8 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
       return make_error("--fix pp=" + std::to_string(*fx.pp) + ": pipeline stages need parameters and gradients whole "
                         "on every rank (DeepSpeed pipelines run with ZeRO stage 0 or 1), and no fixed placement has them");
     s.pp = {*fx.pp};
+    // the placements that cannot run stages would run the plan unpipelined: --fix pp=2 gave pp 1
+    if (*fx.pp > 1) std::erase_if(s.placements, [](const Placement& q) { return !pipeline_allowed(q); });
   } else if (fx.strategy == "three_d") {  // 3D parallelism: tensor slicing, pipeline and data
     s.pp.clear();
     for (int pp = 1; pp <= m.layers && p.total_gpus() % pp == 0; pp *= 2) s.pp.push_back(pp);
@@ -207,6 +209,7 @@ Result<SearchSpace> make_space(const ModelSpec& m, const HardwareProfile& p, con
                         ": interleaving needs pipeline stages (--fix pp=N, N > 1, or strategy=three_d) with at least one "
                         "of the model's " + std::to_string(m.layers) + " blocks per chunk");
     s.virtual_stages = {*fx.virtual_stages};
+    if (*fx.virtual_stages > 1) std::erase_if(s.placements, [](const Placement& q) { return !pipeline_allowed(q); });
   } else if (std::any_of(s.pp.begin(), s.pp.end(), [](int pp) { return pp > 1; })) {
     s.virtual_stages = {1, 2, 4};
   }
