@@ -89,7 +89,8 @@ nlohmann::ordered_json evaluated_json(const Evaluated& e) {
                               {"samples_per_s", e.time.samples_per_s},
                               {"time_s", {{"compute", e.time.compute_s}, {"param_grad_traffic", e.time.param_grad_s},
                                           {"act_ckpt_traffic", e.time.act_ckpt_s}, {"act_ckpt_loads", e.time.act_ckpt_load_s}, {"optimizer", e.time.optimizer_s},
-                                          {"refresh", e.time.refresh_s}, {"mp_allreduce", e.time.mp_allreduce_s},
+                                          {"refresh", e.time.refresh_s}, {"param_gather", e.time.param_gather_s},
+                                          {"mp_allreduce", e.time.mp_allreduce_s},
                                           {"all_to_all", e.time.all_to_all_s},
                                           {"pipeline_p2p", e.time.p2p_s}, {"pipeline_bubble", e.time.bubble_s},
                                           {"grad_norm", e.time.grad_norm_s},
@@ -369,6 +370,7 @@ if (f.global_batch > 0) space = take(with_global_batch(std::move(space), f.globa
       << " s behind compute; checkpoint loads " << format_sig(t.act_ckpt_load_s) << " s; optimizer "
       << format_sig(t.optimizer_s) << " s";
     if (t.refresh_s > 0) o << ", parameter refresh " << format_sig(t.refresh_s) << " s";
+    if (t.param_gather_s > 0) o << ", parameters all-gathered after the step " << format_sig(t.param_gather_s) << " s";
     const OptimizerOverlap ov = best.candidate.config.optimizer_overlap;
     if (ov != OptimizerOverlap::none)
       o << (ov == OptimizerOverlap::backward ? " beside backward and recompute"

@@ -332,6 +332,11 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path));
   } else {  // Adam on the GPU over the rank's parameters (its shard with ZeRO), through HBM
     tb.optimizer_s = gpu_adam_seconds(p, f.optimizer_params(m, pl, k));
+    // ZeRO-1 and -2 (the states partitioned, the 16-bit parameters whole on every rank): each rank
+    // updated its shard, and the group all-gathers the parameters after the step, with nothing left
+    // to hide it behind (the schedule's post-step all-gather)
+    if (pl.optim32.partitioned && pl.param16.tier == Tier::gpu && !pl.param16.partitioned && k.dp > 1)
+      tb.param_gather_s = transfer_s(0.25 * pg_bytes * share_rest, gg);
   }
   if (k.mp > 1) {  // forward 2, recompute 2, backward 2 all-reduces of (B, T, C) fp16 per layer of the stage
     double bytes = stage_blocks * 6.0 * 2.0 * (mp - 1) / mp * 2.0 * k.bsz * double(k.seq) * double(m.hidden);
@@ -394,7 +399,8 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     tb.all_to_all_s *= ga;
     tb.p2p_s *= ga;
   }
-  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.grad_norm_s + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
+  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.param_gather_s + tb.grad_norm_s + tb.mp_allreduce_s +
+                 tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
   tb.iteration_s = tb.compute_s + tb.exposed_s;
   tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
   tb.samples_per_s = global_batch(k) / tb.iteration_s;
