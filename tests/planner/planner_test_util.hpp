@@ -8,6 +8,8 @@
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
 #include "planner/fit.hpp"
+#include "planner/recommend.hpp"
+#include "planner/search.hpp"
 
 namespace memwall::planner::testing {
 
@@ -63,6 +65,24 @@ inline const LimitCheck& check_of(const FitReport& f, Resource r) {
     if (c.resource == r) return c;
   ADD_FAILURE() << "no check for " << to_string(r);
   return f.checks.front();
+}
+
+// Table 1's 10B model in 3D on 8 DGX-2 nodes, 2 chunks per stage, checkpoints kept on the GPU: its
+// analytic best fits the memory model but not the detailed schedule's arena, so recommend sets it
+// aside and plans the next.
+struct RefusedCase {
+  ModelSpec m;
+  HardwareProfile p;
+  Recommendation rec;
+};
+inline RefusedCase recommend_with_a_refusal() {
+  RefusedCase c{*load_model("table1-10B"), *scale_to_nodes(*load_profile("dgx2"), 8), {}};
+  Fixes fx;
+  fx.strategy = "three_d";
+  fx.virtual_stages = 2;
+  fx.tiers[State::act_ckpt] = Tier::gpu;
+  c.rec = recommend(c.m, c.p, *make_space(c.m, c.p, fx), fx, SearchOptions{});
+  return c;
 }
 
 }  // namespace memwall::planner::testing

@@ -10,6 +10,7 @@
 #include "planner/plan_file.hpp"
 #include "planner/recommend.hpp"
 #include "planner/search.hpp"
+#include "planner_test_util.hpp"
 
 namespace memwall::planner {
 namespace {
@@ -199,14 +200,8 @@ TEST(PipelinePlan, InterleavedStagesDivideTheBubbleAtVTimesTheTraffic) {
 // said "bsz 27 fits and gives the same 44.0 TFLOPS per GPU" two lines below "analytic choice
 // rejected: ... bsz 27 ... overflows". An alternative the detailed check refused is said not to fit.
 TEST(PipelinePlan, AnAlternativeTheScheduleRefusedIsNotSaidToFit) {
-  const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), 8);
-  const ModelSpec m = *load_model("table1-10B");
-  Fixes fx;
-  fx.strategy = "three_d";
-  fx.virtual_stages = 2;
-  fx.tiers[State::act_ckpt] = Tier::gpu;
-  const SearchSpace space = *make_space(m, p, fx);
-  const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
+  const testing::RefusedCase rc = testing::recommend_with_a_refusal();
+  const Recommendation& rec = rc.rec;
   ASSERT_TRUE(rec.fits()) << rec.shortfall;
   ASSERT_FALSE(rec.checked.rejected_keys.empty()) << "the case needs an analytic choice the schedule refuses";
   int said = 0;

@@ -530,14 +530,8 @@ TEST(Reproduction, TablesSayWhereTheyDisagree) {
 // placement's best was checked twice and its rejection printed twice (once without its bullet),
 // and the rejected candidate led the runners-up as if it ran.
 TEST(Recommend, EachRejectedCandidateOnceAndNotARunnerUp) {
-  const ModelSpec m = *load_model("table1-10B");
-  const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), 8);
-  Fixes fx;
-  fx.strategy = "three_d";
-  fx.virtual_stages = 2;
-  fx.tiers[State::act_ckpt] = Tier::gpu;
-  const SearchSpace space = *make_space(m, p, fx);
-  const Recommendation rec = recommend(m, p, space, fx, SearchOptions{});
+  const testing::RefusedCase rc = testing::recommend_with_a_refusal();
+  const Recommendation& rec = rc.rec;
   ASSERT_TRUE(rec.fits()) << rec.shortfall;
   ASSERT_FALSE(rec.checked.rejected.empty()) << "no analytic choice rejected here any more: pick a case that has one";
   EXPECT_EQ(rec.checked.rejected_keys.size(), rec.checked.rejected.size());
