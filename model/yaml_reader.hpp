@@ -37,9 +37,9 @@ inline constexpr std::size_t kMaxInputFileBytes = 1 << 20;
 Result<std::string> read_input_file(const std::string& path, std::string_view what,
                                     std::size_t max_bytes = kMaxInputFileBytes);
 
-// `s` as a YAML scalar that reads back as `s`: plain when only letters, digits and _.-+/()@,= make it
-// up (a letter, digit, _ or / first), else double-quoted with \\, \" and control characters escaped (a model named "a: b #c" broke
-// the plan file it was written to).
+// `s` as a YAML scalar that reads back as `s`: plain when only letters, digits and _.-+/()@,=
+// make it up (a letter, digit, _ or / first), else double-quoted with \\, \" and control characters
+// escaped (a model named "a: b #c" broke the plan file it was written to).
 std::string yaml_scalar(std::string_view s);
 
 class YamlReader {

@@ -107,7 +107,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 
   // ---- one GPU ----
   const TierMemory& g = fs.of(Tier::gpu).of(Tier::gpu);
-  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), g.moment + stage_words(Tier::gpu)};
+  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g),
+                 g.moment + stage_words(Tier::gpu)};
   // what the software stack keeps beside memwall's bytes (gpu.reserve): counted as needed, so the
   // sentence compares with the whole GPU the profile names
   if (const double reserve = gpu_reserve_bytes(k, p); reserve > 0) {

@@ -97,7 +97,7 @@ struct TimeBreakdown {
   double act_ckpt_load_s = 0;  // of act_ckpt_s, the loads back to the GPU: exposed (each waits for its recompute)
   double optimizer_s = 0;    // exposed
   double refresh_s = 0;      // updated fp16 parameters back to GPU-resident copies (ZeRO-Offload), behind the optimizer
-  double param_gather_s = 0; // ZeRO-1/2 on the GPU: the updated shards all-gathered into whole parameters after the step, exposed
+  double param_gather_s = 0; // ZeRO-1/2 on the GPU: the updated shards all-gathered after the step, exposed
   double mp_allreduce_s = 0; // exposed
   double all_to_all_s = 0;   // expert parallelism: the tokens' all-to-alls, exposed
   double p2p_s = 0;          // pipeline stages: activations and their gradients between stages, exposed

@@ -23,6 +23,12 @@ std::string link_refusal(const std::string& path) {
   return path + ": is a symbolic link; memwall does not write through links (remove it, or choose another folder)";
 }
 
+// An output is written to a new file and renamed over its name: a device, FIFO or socket there
+// (/dev/null as root) would be replaced by a regular file, so it is refused.
+std::string not_a_file_refusal(const std::string& path) {
+  return path + ": is a device, FIFO or socket; memwall writes its outputs as regular files (name a file)";
+}
+
 // What is at `name` in folder `dir_fd`, without following a link: 0 when nothing is there.
 Result<mode_t> kind_at(int dir_fd, const std::string& path, const std::string& name) {
   struct stat st {};
@@ -173,7 +179,7 @@ Result<bool> Folder::replace(const std::string& from, const std::string& to) con
   if (*kind == S_IFLNK) return make_error(link_refusal(join(path_, to)));
   if (*kind == S_IFDIR) return make_error(join(path_, to) + ": is a folder, expected a file name to write");
   if (*kind != 0 && *kind != S_IFREG)
-    return make_error(join(path_, to) + ": is a device, FIFO or socket; memwall writes its outputs as regular files (name a file)");
+    return make_error(not_a_file_refusal(join(path_, to)));
   if (::renameat(fd_, from.c_str(), fd_, to.c_str()) != 0)
     return make_error("rename " + join(path_, from) + " -> " + join(path_, to) + ": " + std::strerror(errno));
   ::fsync(fd_);
@@ -216,10 +222,8 @@ Result<OutputPlace> output_place(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(fs::symlink_status(path, ec))) return make_error(path + ": is a folder, expected a file name to write");
   if (Result<bool> link = refuse_link(path); !link) return make_error(link.error());
-  // An output is written to a new file and renamed over the name: a device, FIFO or socket there
-  // (/dev/null as root) would be replaced by a regular file, so it is refused.
   if (const fs::file_status st = fs::symlink_status(path, ec); fs::exists(st) && !fs::is_regular_file(st))
-    return make_error(path + ": is a device, FIFO or socket; memwall writes its outputs as regular files (name a file)");
+    return make_error(not_a_file_refusal(path));
   const fs::path p(path);
   const std::string parent = p.has_parent_path() ? p.parent_path().string() : ".";
   if (!fs::is_directory(parent, ec))
