@@ -90,7 +90,9 @@ Command add_calibrate(CLI::App& app) {
             if (!fs::is_directory(f->nvme_dir, ec))
               throw UsageError("--nvme-dir: " + f->nvme_dir + ": not a folder");
             o.nvme_dir = f->nvme_dir;
-            o.precision = take(adam::parse_dtype(f->precision));
+            Result<adam::DType> precision = adam::parse_dtype(f->precision);
+            if (!precision) throw UsageError("--precision: " + precision.error());
+            o.precision = *precision;
             for (int h : f->hiddens)
               if (h < 1 || h > 65536) throw UsageError("--hidden: expected sizes from 1 to 65536, got " + std::to_string(h));
             o.hiddens = f->hiddens;

@@ -158,6 +158,25 @@ Command add_run(CLI::App& app) {
             const Schedule& s = engine->schedule();
             std::ostringstream quiet;
             std::ostream& out = !lead ? quiet : f->json ? std::cerr : std::cout;
+            const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
+            exec::TrainOptions to;
+            to.last_step = rc.steps;
+            to.data_rng = exec::data_seed(rc);
+            to.save_dir = f->save;
+            to.save_every = f->save_every.value_or(0);
+            // A checkpoint that does not load is refused before the header: nothing on stdout then.
+            if (!f->resume.empty()) {
+              Result<exec::RunPosition> at = engine->resume(f->resume);
+              if (!at) {
+                if (world.size() > 1) return fail(at.error(), 2);
+                throw UsageError(at.error());
+              }
+              to.data_rng = at->data_rng;
+              to.first_step = at->iteration + 1;
+              if (to.first_step > rc.steps)
+                throw UsageError("--steps " + std::to_string(rc.steps) + ": the checkpoint in " + f->resume +
+                                 " is at step " + std::to_string(at->iteration) + " already (ask for more steps)");
+            }
             const bool show = !f->json;
             if (show) {
               const std::string kind = exec::gpt_model_spec(rc.model).kind_words();
@@ -181,25 +200,7 @@ Command add_run(CLI::App& app) {
                   << "\n\n   step      loss   tokens/s   step ms  hidden" << (o.config.grad_clip > 0 ? "  grad norm" : "")
                   << "\n";
             }
-            const int every = rc.steps > 50 ? std::max(1, rc.steps / 25) : 1;
-            exec::TrainOptions to;
-            to.last_step = rc.steps;
-            to.data_rng = exec::data_seed(rc);
-            to.save_dir = f->save;
-            to.save_every = f->save_every.value_or(0);
-            if (!f->resume.empty()) {
-              Result<exec::RunPosition> at = engine->resume(f->resume);
-              if (!at) {
-                if (world.size() > 1) return fail(at.error(), 2);
-                throw UsageError(at.error());
-              }
-              to.data_rng = at->data_rng;
-              to.first_step = at->iteration + 1;
-              if (to.first_step > rc.steps)
-                throw UsageError("--steps " + std::to_string(rc.steps) + ": the checkpoint in " + f->resume +
-                                 " is at step " + std::to_string(at->iteration) + " already (ask for more steps)");
-              out << "resumed from " << f->resume << " at step " << at->iteration << "\n";
-            }
+            if (!f->resume.empty()) out << "resumed from " << f->resume << " at step " << to.first_step - 1 << "\n";
             nlohmann::ordered_json steps_json = nlohmann::ordered_json::array();
             const int per_iter = engine->tokens_per_iteration();
             auto on_step = [&](int i, const exec::IterationReport& r) -> Result<bool> {

@@ -96,7 +96,14 @@ std::string yaml_scalar(std::string_view s) {
 
 YamlReader::YamlReader(std::string source, std::string_view text) : source_(std::move(source)) {
   try {
-    root_ = YAML::Load(std::string(text));
+    // Every document, so that a second one (a file of profiles joined with `---`) is refused rather
+    // than silently dropped: YAML::Load reads the first and ignores the rest.
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    for (size_t i = 1; i < docs.size(); ++i)
+      if (!docs[i].IsNull())  // an empty one (a trailing `---`) holds nothing to drop
+        throw InputError(source_ + ":" + std::to_string(docs[i].Mark().line + 1) +
+                         ": a second document after the first (after `---`, or text after JSON's closing brace); expected one document per file");
+    if (!docs.empty()) root_ = docs.front();
   } catch (const YAML::ParserException& e) {
     throw InputError(source_ + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
   } catch (const YAML::Exception& e) {

@@ -206,6 +206,9 @@ structural = [
         "a%d: &a%d [%s]\n" % (k, k, ", ".join(["*a%d" % (k - 1)] * 10)) for k in range(1, 7)),
      r":[0-9]+: [a-z0-9.\[\]]*: more than 100000 YAML nodes \(aliases\?\)"),
     ("profile_nul.yaml", PROFILE.replace("name: corpus", "name: cor\x00pus"), r""),
+    # two profiles joined into one file: the second was dropped without a word (YAML::Load reads one)
+    ("profile_two_documents.yaml", PROFILE + "---\n" + PROFILE.replace("name: corpus", "name: second"),
+     r":%d: a second document after the first \(after `---`, or text after JSON's closing brace\); expected one document per file" % (len(PROFILE.splitlines()) + 2)),
 ]
 for fname, text, frag in structural:
     profile_case(fname, text, frag)
@@ -352,6 +355,8 @@ for fname, old, new, frag in [
     ("hf_no_layers.json", '"num_hidden_layers": 32,', '', r":1: num_hidden_layers: missing field"),
     ("hf_truncated.json", HF, HF[:200], r":[0-9]+: malformed JSON"),
     ("hf_list.json", HF, "[1, 2]", r":1: expected a YAML mapping"),
+    # text after the closing brace was read as a second YAML document and dropped
+    ("hf_trailing_text.json", HF, HF.rstrip("\n") + " garbage\n", r":%d: a second document after the first" % (HF.rstrip("\n").count("\n") + 1)),
 ]:
     hf_case(fname, HF.replace(old, new) if old != HF else new, frag)
 
@@ -687,6 +692,9 @@ flag_case("simulate_tiling_1e6", "simulate", SMALL + " --tiling 1000000", INT("-
 flag_case("simulate_trace_folder", "simulate", SMALL + " --trace {tmp}", r".*: is a folder, expected a file name to write$")
 # an empty value is refused, not read as the flag not given (-o '' printed to stdout)
 flag_case("plan_output_empty", "plan", "--model table1-10B -o ''", r"-o: expected a value, got an empty string$")
+# a checkpoint that does not load is refused before the run's header (which went to stdout first)
+flag_case("run_resume_no_checkpoint", "run", "--config {src}/tests/exec/engine/fixtures/short.yaml --steps 1 --resume {tmp}",
+          r"--resume [^ ]+: no checkpoint \([^ ]+/latest: No such file or directory\)$")
 flag_case("run_resume_empty", "run", "--config {src}/tests/exec/engine/fixtures/short.yaml --steps 1 --resume ''",
           r"--resume: expected a value, got an empty string$")
 # a flag twice, a flag before any command
@@ -824,7 +832,7 @@ flag_case("calibrate_hidden_zero", "calibrate", "--nvme-dir {tmp} --hidden 0", r
 flag_case("calibrate_hidden_not_heads", "calibrate", "--nvme-dir {tmp} --hidden 100", r"--hidden: 100 is not a multiple of the head size 64$")
 flag_case("calibrate_kernel_hidden", "calibrate", "--nvme-dir {tmp} --kernel-hidden 0", INT("--kernel-hidden", 1, 65536, "0") + HELP("calibrate"))
 flag_case("calibrate_bsz", "calibrate", "--nvme-dir {tmp} --bsz 0", INT("--bsz", 1, 4096, "0") + HELP("calibrate"))
-flag_case("calibrate_precision", "calibrate", "--nvme-dir {tmp} --precision fp8", r".*fp8")
+flag_case("calibrate_precision", "calibrate", "--nvme-dir {tmp} --precision fp8", r"--precision: expected fp32, fp16 or bf16, got \"fp8\"$")
 flag_case("calibrate_device_memory", "calibrate", "--nvme-dir {tmp} --device-memory 1e30GiB", r"--device-memory: ")
 flag_case("calibrate_nvme_size", "calibrate", "--nvme-dir {tmp} --nvme-size 1KiB", r"--nvme-size: ")
 VSHORT = "--config {src}/tests/exec/engine/fixtures/short.yaml"
