@@ -79,6 +79,11 @@ struct GpuReserve {
   bool given = false;             // the profile has gpu.reserve (else every part is 0)
 };
 
+// Latency of one link a transfer crosses (an NVLink, a PCIe hop, a NIC); links of the simulated
+// platform carry none themselves: an idle route moves B bytes in B/W, and collectives add their
+// steps' latencies (HardwareProfile::collective_step_latency_s).
+constexpr double kLinkLatency_s = 1e-6;
+
 struct HardwareProfile {
   std::string name;         // "dgx2"
   std::string description;  // one line for humans
@@ -149,6 +154,14 @@ struct HardwareProfile {
   double cpu_Bps_per_gpu(int active) const;
   double nvme_read_Bps_per_gpu(int active) const;
   double nvme_write_Bps_per_gpu(int active) const;
+
+  // The latency one step of a collective waits for: every link it crosses adds kLinkLatency_s
+  // (NVLink up and down inside a node: 2; another node's GPU through both NIC paths and NICs: 4,
+  // or 6 with the NICs behind the CPU). The simulator's collectives (sim/replay.cpp, path_rates)
+  // and the planner's (planner/fit.cpp) take it from here.
+  double collective_step_latency_s(bool across_nodes) const {
+    return (across_nodes ? (nic_attach == NicAttach::cpu ? 6 : 4) : 2) * kLinkLatency_s;
+  }
 };
 
 // Parses and validates a profile from YAML text; `source` names the file in error messages.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -229,12 +230,18 @@ std::uint64_t spread_offsets(Schedule& s, const std::vector<int>& ids, std::uint
 // alive beside each, which grows with the square of the layers (an activation overlaps every
 // checkpoint alive) and took 490 s for an 8000-layer schedule. Arena against the live peak: equal
 // at 4000 layers of hidden 1K; 6.6 % above it for table1-1T (greedy: equal), 19 % for table1-10B's
-// gpu tier. Returns the arena's size.
-std::uint64_t fit_in_time_order(Schedule& s, const std::vector<int>& ids) {
+// gpu tier. With a reuse `distance`, bytes given back are free again `distance` steps later only.
+// Returns the arena's size.
+std::uint64_t fit_in_time_order(Schedule& s, const std::vector<int>& ids, int distance) {
   auto [top, made, given] = by_step(s, ids);
   std::map<std::uint64_t, std::uint64_t> free;  // free ranges below the top: offset -> length
+  std::deque<std::pair<size_t, int>> resting;    // (step, buffer) given back, free `distance` steps later
   std::uint64_t extent = top;
   for (size_t i = 0; i < s.steps.size(); ++i) {
+    for (; !resting.empty() && resting.front().first + size_t(distance) <= i; resting.pop_front()) {
+      const Buffer& b = s.buffers[size_t(resting.front().second)];
+      give_back_range(free, b.offset, b.arena_bytes);
+    }
     for (int id : made[i]) {
       Buffer& b = s.buffers[size_t(id)];
       auto fit = std::find_if(free.begin(), free.end(), [&](const auto& r) { return r.second >= b.arena_bytes; });
@@ -253,10 +260,7 @@ std::uint64_t fit_in_time_order(Schedule& s, const std::vector<int>& ids) {
       }
       extent = std::max(extent, top);
     }
-    for (int id : given[i]) {
-      const Buffer& b = s.buffers[size_t(id)];
-      give_back_range(free, b.offset, b.arena_bytes);
-    }
+    for (int id : given[i]) resting.push_back({i, id});
   }
   return extent;
 }
@@ -356,14 +360,24 @@ std::array<double, kTiers> lifetimes_and_peaks(Schedule& s, const std::function<
 }
 
 // One tier's offsets. Past kGreedyBuffers buffers, first fit in time order (the greedy packings
-// below cost the square of the layers). Otherwise packed; with room to spare (up to twice the live peak), buffers in time
+// below cost the square of the layers), with a reuse distance of 8 or 2 steps where that fits in
+// the room. Otherwise packed; with room to spare (up to twice the live peak), buffers in time
 // order on the bytes given back longest ago, failing that the longer of two reuse distances that
 // fits, failing that packed. A buffer reusing bytes given back long before seldom waits for them.
 std::uint64_t place_tier(Schedule& s, Tier t, const std::vector<int>& ids, double live_peak, double room) {
-  if (ids.size() > kGreedyBuffers) return fit_in_time_order(s, ids);
-  const std::uint64_t packed = pack_offsets(s, ids, 0);
   const std::uint64_t a = tier_align(s, t);
   const std::uint64_t limit = std::uint64_t(std::min(2.0 * live_peak, room)) / a * a;
+  if (ids.size() > kGreedyBuffers) {
+    // First fit too keeps reuse a few steps apart where there is room: a buffer on the bytes the
+    // one before it just gave back waits for that one's last user, so that a tiled backward's next
+    // tile waited for the previous tile's reduce-scatter (table1-10B zero3 bsz 2 tiling 32: 3.64 s
+    // replayed, 2.99 s with the distance, where its computes take 2.90 s)
+    if (double(limit) > live_peak)  // no arena is smaller than the live peak: else no room to try
+      for (int distance : {8, 2})
+        if (const std::uint64_t got = fit_in_time_order(s, ids, distance); got <= limit) return got;
+    return fit_in_time_order(s, ids, 0);
+  }
+  const std::uint64_t packed = pack_offsets(s, ids, 0);
   if (limit <= packed || ids.empty()) return packed;
   std::uint64_t got = spread_offsets(s, ids, limit);
   for (int distance : {8, 2}) {

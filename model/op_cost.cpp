@@ -47,15 +47,22 @@ PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const Tra
     const std::pair<double, double> steps[] = {{op.fwd_flops, fwd_bytes}, {op.recompute_flops, fwd_bytes},
                                                {op.bwd_flops, 2 * fwd_bytes}};
     double t = 0;
+    std::vector<PassItem>* lists[] = {&pc.forward, &pc.recompute, &pc.backward};
     for (size_t i = 0; i < 3; ++i) {
       if (i == 1 && op.block < 0) continue;  // only the blocks are recomputed
       s.flops = steps[i].first * share;
       s.bytes = steps[i].second;
-      t += op_step_seconds(p, m, s, peak);
+      const double step_s = op_step_seconds(p, m, s, peak);
+      t += step_s;
+      if (op.block >= 0)
+        for (int tile = 0; tile < s.tiles; ++tile)
+          lists[i]->push_back({step_s / s.tiles, op.param_elems * share / s.tiles});
     }
     (op.block >= 0 ? pc.block_s : pc.outer_s) += t;
-    if (op.role == OpRole::embed) pc.embed_s += t;
+    if (op.role == OpRole::embed) pc.embed_s += t, pc.embed_param_elems = op.param_elems * share;
   }
+  std::reverse(pc.backward.begin(), pc.backward.end());
+  for (const PassItem& it : pc.forward) pc.param_groups += it.param_elems > 0;
   return pc;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
 #include "model/hardware_profile.hpp"
 #include "model/model_spec.hpp"
@@ -51,10 +52,20 @@ inline double gpu_adam_seconds(const HardwareProfile& p, double params) {
 // backward as the schedule emits them (mp_flops_share, tiles), at op_step_seconds: one
 // transformer block, and the operators outside the blocks (embedding, final norm, LM head). The
 // planner's compute time.
+// One compute item of a block in the order a pass runs it (forward and recompute in graph order,
+// backward reversed; a tiled operator's tiles one after another, as Shape::items_of lists them):
+// its seconds and the parameters (one tensor slice, one tile) it fetches, 0 for an operator without.
+struct PassItem {
+  double seconds = 0;
+  double param_elems = 0;
+};
 struct PassCompute {
   double block_s = 0;
   double outer_s = 0;
   double embed_s = 0;  // of outer_s, the embedding's (a pipeline's first stage; the rest on its last)
+  double embed_param_elems = 0;  // the embedding's, one tensor slice: the first fetch of a forward
+  std::vector<PassItem> forward, recompute, backward;  // one block's items, pass by pass
+  int param_groups = 0;  // of a pass's items, those with parameters (each tile its own)
 };
 PassCompute pass_compute(const HardwareProfile& p, const ModelSpec& m, const TrainingConfig& c, double peak);
 // The same over `block`, block_graph(m, c): one block and the operators around it (its FLOPs and

@@ -20,6 +20,79 @@ double transfer_s(double bytes, double bw) {
   return bw > 0 ? bytes / bw : INFINITY;
 }
 
+// Seconds per parameter element of each hop of a fetch (0: the hop is not taken), and of a
+// backward group's gradient on the links the next group's fetch also takes.
+struct FetchCost {
+  double hop[3] = {0, 0, 0};  // nc (NVMe -> CPU), cg (CPU -> GPU), gg (all-gather), as run_items numbers them
+  double grad_cg = 0, grad_gg = 0;  // the gradient's offload to CPU, its reduce-scatter
+  double gg_latency = 0;  // one all-gather's or reduce-scatter's steps' latencies, whatever its bytes
+};
+
+// What the parameter fetches of a compute list leave exposed behind its computes, per prefetch
+// window (run_items in model/schedule_fetch.cpp, Sec. 6.2: before the i-th group's first compute,
+// nc, cg and gg are issued for groups i + d, i + d - 1 and i + d - 2), over one pass that repeats
+// one block's `items` (a segment's recompute and backward are each taken as repeating their block:
+// the windows of the groups where one meets the other are left out, a LayerNorm's or a
+// projection's). In backward each group's gradient leaves after it. A group's first hop starts once the compute two
+// items before the group it was issued at is done, and the group's hops must all have arrived by
+// its own first compute: what does not fit in the computes between is exposed. An all-gather
+// shares its link with the next group's when that one starts before it is done, and in backward
+// with the previous group's gradient leaving. Each group's exposure counts once: a group whose
+// fetch was late made the computes after it wait too. The whole-iteration bound (traffic against compute) misses this at
+// small micro-batches: fc1's all-gather has only the residual add and LayerNorm before it to hide
+// behind (table1-10B zero3 bsz 2 on one DGX-2 replays at 3.56 s where the bound said 2.90).
+double window_exposed_s(const std::vector<PassItem>& items, bool backward, const FetchCost& fc, int depth) {
+  const long n = long(items.size());
+  std::vector<double> before(size_t(n) + 1, 0);  // compute seconds before item k of the period
+  std::vector<long> first;                       // the items that start a group
+  for (long k = 0; k < n; ++k) {
+    before[size_t(k) + 1] = before[size_t(k)] + items[size_t(k)].seconds;
+    if (items[size_t(k)].param_elems > 0) first.push_back(k);
+  }
+  const long groups = long(first.size());
+  if (groups == 0) return 0;
+  auto floor_div = [](long a, long b) { return a >= 0 ? a / b : -((b - 1 - a) / b); };
+  // compute seconds before item x of the repeated list (x may fall in an earlier period)
+  auto at = [&](long x) { const long q = floor_div(x, n); return double(q) * before[size_t(n)] + before[size_t(x - q * n)]; };
+  auto start = [&](long j) { const long q = floor_div(j, groups); return first[size_t(j - q * groups)] + q * n; };
+  const long ahead[3] = {depth, std::max(depth - 1, 0), std::max(depth - 2, 0)};
+  double exposed = 0;
+  for (long j = 0; j < groups; ++j) {
+    const long k = first[size_t(j)];
+    const double elems = items[size_t(k)].param_elems;
+    double chain = 0;
+    int first_hop = -1;
+    for (int h = 0; h < 3; ++h)
+      if (fc.hop[h] > 0) {
+        chain += fc.hop[h] * elems;
+        if (first_hop < 0) first_hop = h;
+      }
+    if (first_hop < 0) return 0;
+    if (fc.hop[2] > 0) chain += fc.gg_latency;
+    if (first_hop == 2) {
+      // The next group's all-gather starts once the compute two items before its own issue point
+      // is done, often before this one has arrived: the two share the link until one is done
+      // (fc1's and fc2's, both issued around ln2: each takes twice its time alone).
+      const double alone = chain;
+      const long next = start(j + 1 - ahead[2]) - 1, mine = start(j - ahead[2]) - 1;
+      const double lead = at(next) - at(mine);  // how long this one runs alone
+      const long nk = start(j + 1);
+      const double next_s = fc.hop[2] * items[size_t(nk - floor_div(nk, n) * n)].param_elems + fc.gg_latency;
+      chain += std::max(0.0, std::min(alone - lead, next_s));
+    }
+    // the previous group's gradient, leaving in this window on the same links
+    if (backward) {
+      const long prev = start(j - 1);
+      const double g = items[size_t(prev - floor_div(prev, n) * n)].param_elems;
+      if (fc.hop[2] > 0 && fc.grad_gg > 0) chain += fc.grad_gg * g + fc.gg_latency;
+      if (fc.hop[1] > 0) chain += fc.grad_cg * g;
+    }
+    const double window = at(start(j)) - at(start(j - ahead[first_hop]) - 1);
+    exposed += std::max(0.0, chain - window);
+  }
+  return exposed;
+}
+
 }  // namespace
 
 const char* to_string(Resource r) {
@@ -173,6 +246,15 @@ struct TimeFacts::Passes {
     std::map<std::tuple<ParamFetch, bool, int>, double> kept;
   };
   std::map<std::tuple<int, int, int, int, bool>, Units> units;
+  using WindowKey = std::tuple<Key, std::array<double, 6>, int>;
+  struct WindowHash {
+    size_t operator()(const WindowKey& k) const {
+      size_t h = Hash{}(std::get<0>(k)) ^ size_t(std::get<2>(k));
+      for (double x : std::get<1>(k)) h = h * 1000003 ^ std::hash<double>{}(x);
+      return h;
+    }
+  };
+  std::unordered_map<WindowKey, double, WindowHash> windows;
 };
 
 double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const {
@@ -189,7 +271,7 @@ double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, cons
   return kept->second;
 }
 
-PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
+const PassCompute& TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {
   const Passes::Shape shape{c.bsz, c.seq, c.what_if.attention_density};
   const Passes::Key key = std::tuple_cat(shape, std::tuple{c.mp, c.tiling_factor, c.embedding_replicated});
   std::lock_guard lock(passes_->mu);
@@ -200,6 +282,27 @@ PassCompute TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const 
     it->second = pass_compute(p, m, c, peak, g->second);
   }
   return it->second;
+}
+
+double TimeFacts::block_windows_s(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c,
+                                  const std::array<double, 6>& cost) const {
+  const Passes::Key key = std::tuple_cat(std::tuple{c.bsz, c.seq, c.what_if.attention_density},
+                                         std::tuple{c.mp, c.tiling_factor, c.embedding_replicated});
+  const std::tuple whole{key, cost, c.prefetch_depth};
+  {
+    std::lock_guard lock(passes_->mu);
+    if (auto it = passes_->windows.find(whole); it != passes_->windows.end()) return it->second;
+  }
+  const PassCompute& pc = pass(m, p, c);
+  FetchCost fc;
+  for (int h = 0; h < 3; ++h) fc.hop[h] = cost[size_t(h)];
+  fc.grad_cg = cost[3], fc.grad_gg = cost[4], fc.gg_latency = cost[5];
+  const double s = window_exposed_s(pc.forward, false, fc, c.prefetch_depth) +
+                   window_exposed_s(pc.recompute, false, fc, c.prefetch_depth) +
+                   window_exposed_s(pc.backward, true, fc, c.prefetch_depth);
+  std::lock_guard lock(passes_->mu);
+  passes_->windows.emplace(whole, s);
+  return s;
 }
 
 TimeFacts TimeFacts::of(const ModelSpec& m, const HardwareProfile& p) {
@@ -249,7 +352,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // stages hold whole blocks (stage_chunks: 50 blocks over 4 stages are 12 or 13, over 4 x 2 chunks
   // 12 to 14), the embedding on the first and the final norm and LM head on the last; the slowest
   // stage sets the pace of every micro-step.
-  const PassCompute pc = f.pass(m, p, k);
+  const PassCompute& pc = f.pass(m, p, k);  // held by the cache: its nodes never move
   const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;  // chunks per stage (interleaved 1F1B)
   int stage_blocks = m.layers;  // the blocks of the slowest stage
   tb.compute_s = m.layers * pc.block_s + pc.outer_s;
@@ -269,9 +372,20 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   const P host_path = bcast ? P::cpu_broadcast : P::cpu;
   const double gg = bws.of(AitState::param_grad, P::gpu);
   const double share_rest = (dp - 1) / dp;
+  // every all-gather and reduce-scatter over the data-parallel ranks waits for its ring's dp - 1
+  // steps' latencies besides its bytes (the simulator's collectives): one per parameter group and
+  // pass, so a tiled operator's (one per tile) pays it tiles times
+  const bool dp_across = long(k.dp) * k.mp > p.gpus_per_node;
+  const double gg_latency = k.dp > 1 ? (dp - 1) * p.collective_step_latency_s(dp_across) : 0;
+  const double groups = double(pc.param_groups) * stage_blocks;  // parameter groups of one pass over the stage's blocks
   double t_param = 0, t_grad = 0;
   switch (pl.param16.tier) {
-    case Tier::gpu: t_param = pl.param16.partitioned && k.dp > 1 ? transfer_s(0.75 * pg_bytes * share_rest, gg) : 0; break;
+    case Tier::gpu:
+      if (pl.param16.partitioned && k.dp > 1) {
+        tb.collective_latency_s = 3 * groups * gg_latency;
+        t_param = transfer_s(0.75 * pg_bytes * share_rest, gg) + tb.collective_latency_s;
+      }
+      break;
     case Tier::cpu: t_param = transfer_s(0.75 * pg_bytes, bws.of(AitState::param_grad, host_path)); break;
     case Tier::nvme: t_param = transfer_s(0.75 * pg_bytes, bws.of(AitState::param_grad, P::nvme)); break;
   }
@@ -282,7 +396,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
         // Whole gradients (all-reduce) accumulate locally and cross once per optimizer step: a
         // share of each micro-step's; partitioned ones are reduce-scattered in every micro-step.
         const double bytes = (pl.grad16.partitioned ? 1.0 : 2.0 / ga) * 0.25 * pg_bytes * share_rest;
-        t_grad = transfer_s(k.what_if.onebit_adam ? onebit_bytes(bytes, 2.0, 0) : bytes, gg);
+        const double latency = pl.grad16.partitioned ? groups * gg_latency : 0;
+        tb.collective_latency_s += latency;
+        t_grad = transfer_s(k.what_if.onebit_adam ? onebit_bytes(bytes, 2.0, 0) : bytes, gg) + latency;
       }
       // The optimizer runs elsewhere: each rank's gradient share still crosses PCIe to it.
       if (pl.optim32.tier != Tier::gpu)
@@ -314,7 +430,30 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // fetched on demand, or after a synchronize that waits for every transfer before it (sync_fetches):
   // nothing hides behind the computes
   const bool hidden = k.prefetch_depth > 0 && !k.sync_fetches;
-  const double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial;
+  double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial;
+  // ... and no less than what the prefetch windows leave exposed, group by group: the slowest
+  // stage's blocks forward, its segments' recompute and backward, and the first stage's embedding,
+  // fetched before anything computes (l2l's micro-batch loop keeps a layer's parameters for every
+  // micro-batch: its windows are not these)
+  if (hidden && !pl.layer_major && !(pl.param16.tier == Tier::gpu && !pl.param16.partitioned)) {
+    const double pb = MemorySizes{}.param_bytes;
+    const bool gathered = k.dp > 1 && (pl.param16.partitioned || bcast);
+    const double slice = pl.param16.partitioned && !bcast ? pb / dp : pb;  // bytes per element each rank reads
+    FetchCost fc;
+    if (pl.param16.tier == Tier::nvme) fc.hop[0] = transfer_s(slice, bws.of(AitState::param_grad, P::nvme));
+    if (pl.param16.tier != Tier::gpu) fc.hop[1] = transfer_s(slice, bws.of(AitState::param_grad, host_path));
+    if (gathered) fc.hop[2] = transfer_s(bcast ? pb : pb * share_rest, gg);
+    fc.gg_latency = gg_latency;
+    if (pl.grad16.partitioned && k.dp > 1 && !bcast) fc.grad_gg = transfer_s(pb * share_rest, gg);
+    if (pl.grad16.tier != Tier::gpu)
+      fc.grad_cg = transfer_s(pl.grad16.partitioned ? pb / dp : pb, bws.of(AitState::param_grad, host_path));
+    const double windows_per_block =
+        f.block_windows_s(m, p, k, {fc.hop[0], fc.hop[1], fc.hop[2], fc.grad_cg, fc.grad_gg, fc.gg_latency});
+    double windows = stage_blocks * windows_per_block;
+    if (pp == 1)  // the embedding's fetch opens the forward, with nothing before it to hide behind
+      windows += (fc.hop[0] + fc.hop[1] + fc.hop[2]) * pc.embed_param_elems;
+    exposed_fb = std::max(exposed_fb, windows + serial);
+  }
 
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once. On NVMe the
   // bytes are the schedule's optimizer phase (MemorySizes): the states read and written without
@@ -394,6 +533,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
       optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
     tb.compute_s *= ga;
     tb.param_grad_s *= ga;
+    tb.collective_latency_s *= ga;
     tb.act_ckpt_s *= ga;
     tb.act_ckpt_load_s *= ga;
     tb.mp_allreduce_s *= ga;

@@ -93,6 +93,8 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
 struct TimeBreakdown {
   double compute_s = 0;
   double param_grad_s = 0;   // traffic time, before overlap
+  double collective_latency_s = 0;  // of param_grad_s, the data-parallel all-gathers' and reduce-scatters'
+                                    // ring step latencies (each parameter group's, whatever its bytes)
   double act_ckpt_s = 0;     // traffic time, before overlap
   double act_ckpt_load_s = 0;  // of act_ckpt_s, the loads back to the GPU: exposed (each waits for its recompute)
   double optimizer_s = 0;    // exposed
@@ -104,7 +106,7 @@ struct TimeBreakdown {
   double bubble_s = 0;       // pipeline stages: 1F1B's idle pp - 1 micro-steps ((pp-1)/(m+pp-1) of the passes)
   double grad_norm_s = 0;    // gradient clipping: one pass over this rank's gradient partition before any
                              // update (HBM or CPU memory; on NVMe summed as they were written), exposed
-double exposed_s = 0;      // everything added to compute
+  double exposed_s = 0;      // everything added to compute
   double iteration_s = 0;
   double tflops_per_gpu = 0;  // Eq. 7-8 FLOPs per GPU / iteration time
   double samples_per_s = 0;   // bsz x dp / iteration time
@@ -119,11 +121,17 @@ double exposed_s = 0;      // everything added to compute
 struct TimeFacts {
   double params = 0, active_params = 0, routed = 1, peak = 0, block_weights = 0;
   static TimeFacts of(const ModelSpec& m, const HardwareProfile& p);
-  PassCompute pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const;
+  const PassCompute& pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const;
   // The parameters the optimizer updates on one rank of the fullest pipeline stage: the units the
   // schedule gives it (param_units: tensor-sliced, its stage's blocks), the share that optim32's
   // placement keeps (kept_param_elems: all, or a 1/dp shard). Units made once per slicing.
   double optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const;
+  // What one block's prefetch windows leave exposed in its forward, recompute and backward, for
+  // the fetch's seconds per parameter element of each hop (nc, cg, gg), the gradient's (offload,
+  // reduce-scatter) and a collective's ring latency: made once per micro-batch, slicing, tiling,
+  // costs and prefetch depth (the search asks for hundreds of thousands, of a few thousand kinds).
+  double block_windows_s(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c,
+                         const std::array<double, 6>& cost) const;
 
  private:
   struct Passes;

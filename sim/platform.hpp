@@ -22,11 +22,10 @@ namespace memwall::sim {
 
 namespace sg4 = simgrid::s4u;
 
-// Latency per link a collective's step crosses (NVLink up and down: 2; another node's GPU through
-// both NIC paths and NICs: 4, or 6 with the NICs behind the CPU). Links themselves carry none (see
-// build_platform): an idle route moves B bytes in exactly B/W, and collectives add their steps'
-// latencies as delays of their own.
-constexpr double kLinkLatency_s = 1e-6;
+// Latency per link a collective's step crosses: model/hardware_profile.hpp's. Links themselves
+// carry none (see build_platform): an idle route moves B bytes in exactly B/W, and collectives add
+// their steps' latencies as delays of their own.
+using memwall::kLinkLatency_s;
 
 struct PlatformShape {
   int nodes = 1;          // nodes built

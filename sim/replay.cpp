@@ -652,11 +652,11 @@ PathRates path_rates(const HardwareProfile& profile, int busy_per_node) {
   const bool nic_on_root = profile.nic_attach == NicAttach::cpu;
   PathRates r;
   r.intra_Bps = profile.gpu_gpu_Bps > 0 ? profile.gpu_gpu_Bps : profile.pcie_single_gpu_Bps;
-  r.intra_latency_s = 2 * kLinkLatency_s;  // nvlink up, nvlink down
+  r.intra_latency_s = profile.collective_step_latency_s(false);
   const double nic_Bps = profile.inter_node_Bps > 0 ? profile.inter_node_Bps : profile.pcie_single_gpu_Bps;
   r.inter_Bps = std::min(profile.pcie_single_gpu_Bps, nic_Bps / busy_per_node);
   if (nic_on_root) r.inter_Bps = std::min(r.inter_Bps, profile.pcie_aggregate_Bps / busy_per_node);
-  r.inter_latency_s = (nic_on_root ? 6 : 4) * kLinkLatency_s;  // the NIC path both ends, both NICs
+  r.inter_latency_s = profile.collective_step_latency_s(true);
   return r;
 }
 
