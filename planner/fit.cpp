@@ -31,16 +31,17 @@ struct FetchCost {
 // What the parameter fetches of a compute list leave exposed behind its computes, per prefetch
 // window (run_items in model/schedule_fetch.cpp, Sec. 6.2: before the i-th group's first compute,
 // nc, cg and gg are issued for groups i + d, i + d - 1 and i + d - 2), over one pass that repeats
-// one block's `items` (a segment's recompute and backward are each taken as repeating their block:
-// the windows of the groups where one meets the other are left out, a LayerNorm's or a
-// projection's). In backward each group's gradient leaves after it. A group's first hop starts once the compute two
-// items before the group it was issued at is done, and the group's hops must all have arrived by
-// its own first compute: what does not fit in the computes between is exposed. An all-gather
-// shares its link with the next group's when that one starts before it is done, and in backward
-// with the previous group's gradient leaving. Each group's exposure counts once: a group whose
-// fetch was late made the computes after it wait too. The whole-iteration bound (traffic against compute) misses this at
-// small micro-batches: fc1's all-gather has only the residual add and LayerNorm before it to hide
-// behind (table1-10B zero3 bsz 2 on one DGX-2 replays at 3.56 s where the bound said 2.90).
+// one block's `items` (a segment's recompute and backward are each taken as repeating their
+// block: the windows of the groups where one meets the other are left out, a LayerNorm's or a
+// projection's). In backward each group's gradient leaves after it. A group's first hop starts
+// once the compute two items before the group it was issued at is done, and the group's hops must
+// all have arrived by its own first compute: what does not fit in the computes between is
+// exposed. An all-gather shares its link with the next group's when that one starts before it is
+// done, and in backward with the previous group's gradient leaving. Each group's exposure counts
+// once: a group whose fetch was late made the computes after it wait too. The whole-iteration
+// bound (traffic against compute) misses this at small micro-batches: fc1's all-gather has only
+// the residual add and LayerNorm before it to hide behind (table1-10B zero3 bsz 2 on one DGX-2
+// replays at 3.56 s where the bound said 2.90).
 double window_exposed_s(const std::vector<PassItem>& items, bool backward, const FetchCost& fc, int depth) {
   const long n = long(items.size());
   std::vector<double> before(size_t(n) + 1, 0);  // compute seconds before item k of the period
@@ -53,7 +54,10 @@ double window_exposed_s(const std::vector<PassItem>& items, bool backward, const
   if (groups == 0) return 0;
   auto floor_div = [](long a, long b) { return a >= 0 ? a / b : -((b - 1 - a) / b); };
   // compute seconds before item x of the repeated list (x may fall in an earlier period)
-  auto at = [&](long x) { const long q = floor_div(x, n); return double(q) * before[size_t(n)] + before[size_t(x - q * n)]; };
+  auto at = [&](long x) {
+    const long q = floor_div(x, n);
+    return double(q) * before[size_t(n)] + before[size_t(x - q * n)];
+  };
   auto start = [&](long j) { const long q = floor_div(j, groups); return first[size_t(j - q * groups)] + q * n; };
   const long ahead[3] = {depth, std::max(depth - 1, 0), std::max(depth - 2, 0)};
   double exposed = 0;

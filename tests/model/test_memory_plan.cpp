@@ -134,7 +134,8 @@ TEST(MemoryPlan, ALargeScheduleKeepsReuseApartWhereThereIsRoom) {
   ASSERT_GT(gpu.size(), 20000u) << "the case must be past the greedy packers";
   std::stable_sort(gpu.begin(), gpu.end(), [](const Buffer* a, const Buffer* b) { return a->made_at < b->made_at; });
   std::vector<const Buffer*> by_free = gpu;
-  std::stable_sort(by_free.begin(), by_free.end(), [](const Buffer* a, const Buffer* b) { return a->freed_at < b->freed_at; });
+  std::stable_sort(by_free.begin(), by_free.end(),
+                   [](const Buffer* a, const Buffer* b) { return a->freed_at < b->freed_at; });
   size_t next_freed = 0, close = 0;
   std::vector<const Buffer*> recent;  // given back in the last 8 steps
   for (const Buffer* b : gpu) {
