@@ -197,11 +197,10 @@ double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl
   return mine;
 }
 
-namespace {
 // kept_param_elems without naming the units unless the broadcast variant needs them: the sum of
 // param_units' elements in closed form (a block: its norms whole, its linear layers sliced by mp).
-double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const Placement& pl,
-                  const StatePlacement& sp, int rank) {
+double kept_state_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const Placement& pl,
+                        const StatePlacement& sp, int rank) {
   const int dp = std::max(1, c.dp), pp = std::max(1, c.pp);
   if (sp.partitioned && dp > 1 && pl.fetch == ParamFetch::broadcast) {
     double total = 0, at = 0, mine = 0;
@@ -232,15 +231,14 @@ double kept_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const 
   if (!sp.partitioned || dp <= 1) return n + e;
   return n / dp + e / std::max(1, dp / ep);
 }
-}  // namespace
 
 std::array<std::array<double, 4>, kTiers> persistent_state_bytes(const ModelSpec& m, const Placement& pl,
                                                                 const TrainingConfig& c, int rank,
                                                                 const MemorySizes& z, int stage) {
   std::array<std::array<double, 4>, kTiers> out{};
-  out[int(pl.param16.tier)][int(State::param16)] += z.param_bytes * kept_elems(m, c, stage, pl, pl.param16, rank);
-  out[int(pl.grad16.tier)][int(State::grad16)] += z.param_bytes * kept_elems(m, c, stage, pl, pl.grad16, rank);
-  const double optim = kept_elems(m, c, stage, pl, pl.optim32, rank);
+  out[int(pl.param16.tier)][int(State::param16)] += z.param_bytes * kept_state_elems(m, c, stage, pl, pl.param16, rank);
+  out[int(pl.grad16.tier)][int(State::grad16)] += z.param_bytes * kept_state_elems(m, c, stage, pl, pl.grad16, rank);
+  const double optim = kept_state_elems(m, c, stage, pl, pl.optim32, rank);
   out[int(pl.optim32.tier)][int(State::optim32)] += z.optim_bytes * optim;
   if (c.what_if.onebit_adam)  // fp32 error feedback beside the optimizer states of this rank's shard
     out[int(pl.optim32.tier)][int(State::optim32)] += kOnebitErrorBytes * optim;
@@ -704,7 +702,7 @@ double sum_parts(const std::vector<MemoryPart>& v) {
 void optimizer_parts(const Derived& d, std::vector<MemoryPart>& optim, std::vector<MemoryPart>& passes,
                      std::vector<MemoryPart>& chunk_parts) {
   if (d.pl.optim32.tier == Tier::gpu) return;
-  const double n = kept_elems(d.m, d.c, d.stage, d.pl, d.pl.optim32, d.rank);
+  const double n = kept_state_elems(d.m, d.c, d.stage, d.pl, d.pl.optim32, d.rank);
   const double target = optimizer_chunk_target(d.pl, d.c, d.p, n, d.z);
   const auto [chunk, chunks] = largest_optimizer_chunk(d.m, d.pl, d.c, target, n, d.rank, d.stage);
   const double per_param = optimizer_chunk_bytes_per_param(d.pl, d.z);

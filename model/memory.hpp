@@ -93,6 +93,10 @@ std::vector<int> broadcast_owners(const std::vector<ParamUnit>& units, int dp);
 // shard (1 / (dp / ep) of an expert's unit), or (broadcast fetch) the units the rank owns.
 double kept_param_elems(const std::vector<ParamUnit>& units, const Placement& pl, const StatePlacement& sp, int dp,
                         int rank, int ep = 1);
+// The same for rank `rank` of stage `stage` (c.dp ranks, c.ep), in closed form without naming the
+// units (the broadcast variant visits them): what the memory model and the planner's search use.
+double kept_state_elems(const ModelSpec& m, const TrainingConfig& c, int stage, const Placement& pl,
+                        const StatePlacement& sp, int rank = 0);
 
 // Expert parallelism (TrainingConfig::ep) against the model and placement: a mixture of experts
 // whose routed experts ep divides; not with the broadcast fetch (ZeRO-Offload), nor with whole

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
 
 #include "model/suggest.hpp"
 
@@ -94,22 +97,82 @@ std::string yaml_scalar(std::string_view s) {
   return out + "\"";
 }
 
+namespace {
+
+// What the document after the first holds: whether it is more than an empty one (a trailing `---`)
+// and where it starts. Never YAML::LoadAll: yaml-cpp 0.7 loops forever there on input its parser
+// cannot advance past (`a: 1\n---\n,`), pushing null documents until memory runs out (yaml-cpp
+// pull request 1319); this reads one document only.
+class DocumentProbe final : public YAML::EventHandler {
+ public:
+  bool holds_something = false;
+  YAML::Mark mark = YAML::Mark::null_mark();
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { at(m, false); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { at(m, true); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { at(m, true); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    at(m, true);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    at(m, true);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void at(const YAML::Mark& m, bool content) {
+    if (mark.is_null()) mark = m;
+    holds_something = holds_something || content;
+  }
+};
+
+class NoEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// The line (1-based) where something follows the first document, or 0 when nothing does but an
+// empty document. At most three documents are read, whatever the input.
+int line_after_first_document(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  NoEvents skip;
+  if (!parser.HandleNextDocument(skip) || !parser) return 0;
+  DocumentProbe second;
+  if (!parser.HandleNextDocument(second)) return 0;
+  if (!second.holds_something && !parser) return 0;  // a trailing `---` and nothing after it
+  // Content, or a null document the parser stopped in without consuming what follows it.
+  return second.mark.is_null() ? 1 : second.mark.line + 1;
+}
+
+}  // namespace
+
 YamlReader::YamlReader(std::string source, std::string_view text) : source_(std::move(source)) {
   try {
-    // Every document, so that a second one (a file of profiles joined with `---`) is refused rather
-    // than silently dropped: YAML::Load reads the first and ignores the rest.
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    for (size_t i = 1; i < docs.size(); ++i)
-      if (!docs[i].IsNull())  // an empty one (a trailing `---`) holds nothing to drop
-        throw InputError(source_ + ":" + std::to_string(docs[i].Mark().line + 1) +
-                         ": a second document after the first (after `---`, or text after JSON's closing brace); expected one document per file");
-    if (!docs.empty()) root_ = docs.front();
+    const std::string all(text);
+    root_ = YAML::Load(all);
+    if (!root_.IsMap()) throw InputError(source_ + ":1: expected a YAML mapping at the top level");
+    // A second document (a file of profiles joined with `---`) is refused rather than silently
+    // dropped: YAML::Load reads the first and ignores the rest.
+    if (const int line = line_after_first_document(all); line > 0)
+      throw InputError(source_ + ":" + std::to_string(line) +
+                       ": a second document after the first (after `---`, or text after JSON's closing brace); expected one document per file");
   } catch (const YAML::ParserException& e) {
     throw InputError(source_ + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
   } catch (const YAML::Exception& e) {
     throw InputError(source_ + ": malformed YAML: " + e.msg);
   }
-  if (!root_.IsMap()) throw InputError(source_ + ":1: expected a YAML mapping at the top level");
   long nodes = 0;
   check_tree(root_, "", 0, nodes);
 }

@@ -243,13 +243,6 @@ struct TimeFacts::Passes {
   std::mutex mu;
   std::map<Shape, OperatorGraph> graphs;
   std::unordered_map<Key, PassCompute, Hash> made;
-  // each pipeline stage's parameter units per (mp, pp, virtual stages, ep, embedding replicated),
-  // and the most a rank keeps of them per (fetch, partitioned, dp)
-  struct Units {
-    std::vector<std::vector<ParamUnit>> stages;
-    std::map<std::tuple<ParamFetch, bool, int>, double> kept;
-  };
-  std::map<std::tuple<int, int, int, int, bool>, Units> units;
   using WindowKey = std::tuple<Key, std::array<double, 6>, int>;
   struct WindowHash {
     size_t operator()(const WindowKey& k) const {
@@ -262,17 +255,9 @@ struct TimeFacts::Passes {
 };
 
 double TimeFacts::optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const {
-  const int pp = std::max(1, c.pp);
-  const std::tuple key{c.mp, pp, c.virtual_stages, c.ep, c.embedding_replicated};
-  std::lock_guard lock(passes_->mu);
-  auto [it, fresh] = passes_->units.try_emplace(key);
-  if (fresh)
-    for (int s = 0; s < pp; ++s) it->second.stages.push_back(param_units(m, c, s));
-  auto [kept, first] = it->second.kept.try_emplace({pl.fetch, pl.optim32.partitioned, c.dp});
-  if (first)
-    for (const std::vector<ParamUnit>& stage : it->second.stages)
-      kept->second = std::max(kept->second, kept_param_elems(stage, pl, pl.optim32, c.dp, 0, c.ep));
-  return kept->second;
+  double most = 0;
+  for (int s = 0; s < std::max(1, c.pp); ++s) most = std::max(most, kept_state_elems(m, c, s, pl, pl.optim32));
+  return most;
 }
 
 const PassCompute& TimeFacts::pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const {

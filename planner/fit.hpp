@@ -124,7 +124,7 @@ struct TimeFacts {
   const PassCompute& pass(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& c) const;
   // The parameters the optimizer updates on one rank of the fullest pipeline stage: the units the
   // schedule gives it (param_units: tensor-sliced, its stage's blocks), the share that optim32's
-  // placement keeps (kept_param_elems: all, or a 1/dp shard). Units made once per slicing.
+  // placement keeps (kept_state_elems: all, or a 1/dp shard, in closed form).
   double optimizer_params(const ModelSpec& m, const Placement& pl, const TrainingConfig& c) const;
   // What one block's prefetch windows leave exposed in its forward, recompute and backward, for
   // the fetch's seconds per parameter element of each hop (nc, cg, gg), the gradient's (offload,

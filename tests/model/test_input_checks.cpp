@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -87,6 +88,21 @@ TEST(YamlReader, ControlCharactersInInputAreEscapedInMessages) {
   EXPECT_EQ(q.error().find('\x1b'), std::string::npos) << q.error();
   EXPECT_HAS(q.error(), "3\\n\\x1b[31mGiB");
   EXPECT_EQ(one_line("a\r\nb\x7f \n"), "a\\r\\nb\\x7f");
+}
+
+// Found by libFuzzer (CI at stop 51, every YAML target timed out): YAML::LoadAll, used to refuse a
+// second document, loops forever in yaml-cpp 0.7 when its parser cannot advance past a token,
+// appending null documents until memory runs out. The reader reads at most three documents.
+TEST(YamlReader, TextTheParserCannotReadAfterTheFirstDocumentIsRefusedNotLoopedOn) {
+  const std::string profile(kProfile);
+  const std::string after = ":" + std::to_string(std::count(profile.begin(), profile.end(), '\n') + 2) +
+                            ": a second document after the first";
+  EXPECT_HAS(profile_error(profile + "---\n,\n"), after);
+  EXPECT_HAS(profile_error(profile + "---\n]\n"), "t.yaml:");
+  EXPECT_HAS(profile_error(profile + "---\nname: u\n"), after);
+  EXPECT_HAS(profile_error(profile + "...\n,\n"), after);
+  EXPECT_TRUE(parse_profile(profile + "---\n", "t.yaml").ok()) << "a trailing `---` holds nothing to drop";
+  EXPECT_HAS(profile_error(",\n"), "t.yaml:1: expected a YAML mapping at the top level");
 }
 
 TEST(YamlReader, KeysMustBePlainStrings) {
