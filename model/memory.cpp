@@ -552,13 +552,15 @@ void evaluate_pass(const Derived& d, const std::vector<Group>& list, const char*
   // the second micro-batch on the whole loop is fetched, and its prefetch reaches past its end;
   // its gradients collect over the micro-batches, all at once
   std::vector<size_t> loop_start(list.size(), 0);
-  std::map<int, double> loop_grads;
-  std::map<int, int> loop_groups;
+  int loops = 0;  // by loop number + 1 (loop_of; -1 outside any)
+  for (const Group& g : list) loops = std::max(loops, g.loop + 2);
+  std::vector<double> loop_grads(size_t(loops), 0.0);
+  std::vector<int> loop_groups(size_t(loops), 0);
   for (size_t r = 0; r < list.size(); ++r) {
     loop_start[r] = r > 0 && list[r - 1].loop == list[r].loop ? loop_start[r - 1] : r;
-    loop_groups[list[r].loop] += list[r].count;
+    loop_groups[size_t(list[r].loop + 1)] += list[r].count;
     const bool collects = d.tied_pending && (list[r].lm_head || list[r].embed_backward);
-    if (list[r].backward && d.grad_buffer && !collects) loop_grads[list[r].loop] += list[r].count * list[r].bytes;
+    if (list[r].backward && d.grad_buffer && !collects) loop_grads[size_t(list[r].loop + 1)] += list[r].count * list[r].bytes;
   }
   for (size_t r = 0; r < list.size(); ++r) {
     const Group& g = list[r];
@@ -566,7 +568,7 @@ void evaluate_pass(const Derived& d, const std::vector<Group>& list, const char*
     if (!g.evaluate) continue;
     // the LM head's and the embedding's backward add to the tied embedding's pending buffer
     const bool collects = d.tied_pending && (g.lm_head || g.embed_backward);
-    const double grad = d.mb > 1 ? loop_grads[g.loop] : g.backward && d.grad_buffer && !collects ? g.bytes : 0;
+    const double grad = d.mb > 1 ? loop_grads[size_t(g.loop + 1)] : g.backward && d.grad_buffer && !collects ? g.bytes : 0;
     const double tied = pending ? d.embed : 0;
     const int ckpts = g.ckpts + (d.ckpt_gpu ? std::max(0, d.other_ckpts - fewer) : 0);
     // inside a run the window changes only where it reaches past the run's end
@@ -574,7 +576,7 @@ void evaluate_pass(const Derived& d, const std::vector<Group>& list, const char*
       int groups = 0;
       double window = 0;
       if (d.mb > 1) {
-        window = window_from(loop_start[r], 0, groups, loop_groups[g.loop] + d.lookahead);
+        window = window_from(loop_start[r], 0, groups, loop_groups[size_t(g.loop + 1)] + d.lookahead);
       } else {
         window = window_from(r, j, groups, d.lookahead + 1);
       }

@@ -318,6 +318,26 @@ TierBandwidths TierBandwidths::of(const std::vector<StateTierEfficiency>& eff) {
   return b;
 }
 
+MicroStep micro_step_compute(const ModelSpec& m, const TrainingConfig& k, const PassCompute& pc) {
+  const int pp = std::max(1, k.pp), v = pp > 1 ? std::max(1, k.virtual_stages) : 1;
+  MicroStep out{m.layers * pc.block_s + pc.outer_s, m.layers};
+  if (pp == 1) return out;
+  out.compute_s = 0;
+  for (int s = 0; s < pp; ++s) {
+    const int blocks = stage_block_count(m.layers, pp, v, s);
+    const double t = blocks * pc.block_s + (s == 0 ? pc.embed_s : 0) + (s == pp - 1 ? pc.outer_s - pc.embed_s : 0);
+    if (t > out.compute_s) out.compute_s = t, out.stage_blocks = blocks;
+  }
+  return out;
+}
+
+double compute_floor_per_sample(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& k,
+                                const TimeFacts& f) {
+  double compute_s = micro_step_compute(m, k, f.pass(m, p, k)).compute_s;
+  if (const int ga = std::max(1, k.grad_accum); ga > 1) compute_s *= ga;  // as estimate_time scales it
+  return compute_s / global_batch(k);
+}
+
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
                             const std::vector<StateTierEfficiency>& eff) {
   return estimate_time(m, c, p, TimeFacts::of(m, p),
@@ -343,16 +363,9 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // stage sets the pace of every micro-step.
   const PassCompute& pc = f.pass(m, p, k);  // held by the cache: its nodes never move
   const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;  // chunks per stage (interleaved 1F1B)
-  int stage_blocks = m.layers;  // the blocks of the slowest stage
-  tb.compute_s = m.layers * pc.block_s + pc.outer_s;
-  if (pp > 1) {
-    tb.compute_s = 0;
-    for (int s = 0; s < int(pp); ++s) {
-      const int blocks = stage_block_count(m.layers, int(pp), v, s);
-      const double t = blocks * pc.block_s + (s == 0 ? pc.embed_s : 0) + (s == int(pp) - 1 ? pc.outer_s - pc.embed_s : 0);
-      if (t > tb.compute_s) tb.compute_s = t, stage_blocks = blocks;
-    }
-  }
+  const MicroStep step = micro_step_compute(m, k, pc);
+  const int stage_blocks = step.stage_blocks;
+  tb.compute_s = step.compute_s;
   // Eq. 9: parameters cross three times (forward, recompute, backward), gradients once; a mixture
   // of experts moves every expert's for the routed share's FLOPs
   const double routed = f.routed;

@@ -146,6 +146,18 @@ struct TierBandwidths {
   double of(AitState s, Path path) const { return bps[size_t(s)][size_t(path)]; }
 };
 
+// One micro-step's compute on the slowest pipeline stage (all of it without stages) and that
+// stage's blocks: what estimate_time counts as compute before gradient accumulation.
+struct MicroStep {
+  double compute_s = 0;
+  int stage_blocks = 0;
+};
+MicroStep micro_step_compute(const ModelSpec& m, const TrainingConfig& k, const PassCompute& pc);
+// estimate_time's compute per sample of the global batch: no candidate with this configuration
+// (any placement, overlap or checkpoint tier) takes less time per sample, since everything
+// estimate_time adds to the compute is a time no shorter than zero. The search's bound.
+double compute_floor_per_sample(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& k,
+                                const TimeFacts& f);
 // `eff` is tier_efficiencies(p, m, c.config, dp) (cached by the search; recomputed when empty).
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
                             const std::vector<StateTierEfficiency>& eff = {});

@@ -1,8 +1,10 @@
 #include "planner/search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "model/schedule.hpp"
@@ -484,81 +486,123 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     k.ep = ep;
     return ep == 1 || check_expert_parallel(m, pl, k).ok();
   };
+  // A configuration (mp, pp, v, ep, ci, tiling) by micro-batch: config_for's training config (none
+  // where the micro-batch does not divide the global batch), the bandwidths it sees, and its compute
+  // per sample (compute_floor_per_sample), which no placement or overlap does better than: a
+  // candidate whose floor already ranks behind both incumbents is pruned without its time (most of
+  // the space on large machines: tiled or sliced GEMMs, small micro-batches).
+  struct Row {
+    std::vector<std::optional<TrainingConfig>> config;
+    std::vector<const TierBandwidths*> eff;
+    std::vector<double> floor;
+    double least = std::numeric_limits<double>::infinity();  // the row's lowest floor
+  };
+  std::map<std::array<int, 6>, Row> rows;
+  auto row_of = [&](const std::array<int, 6>& key) -> const Row& {
+    auto [it, fresh] = rows.try_emplace(key);
+    if (!fresh) return it->second;
+    const auto [mp, pp, v, ep, ci, t] = key;
+    Row& row = it->second;
+    for (double b : space.bsz) {
+      std::optional<TrainingConfig> k =
+          config_for(m, p, b, ci, t, mp, pp, v, ep, space.prefetch_depth, space.what_if, space.global_batch);
+      if (k) {
+        k->grad_clip = space.grad_clip;
+        k->embedding_replicated = space.executor && mp > 1;
+      }
+      row.eff.push_back(k ? &efficiencies(*k) : nullptr);
+      row.floor.push_back(k ? compute_floor_per_sample(m, p, *k, facts) : 0.0);
+      if (k) row.least = std::min(row.least, row.floor.back());
+      row.config.push_back(std::move(k));
+    }
+    return row;
+  };
+  // Every candidate at least `floor` per sample ranks behind both the placement's best and the last
+  // of a full top list (compare_by_time: slower by more than its resolution), fit or not.
+  auto behind_both = [&](size_t pi, double floor) {
+    const double at_least = floor * (1 - kTimeResolution);
+    return prune && best[pi] && r.top.size() >= top_n && at_least > best[pi]->score() && at_least > r.top.back().score();
+  };
   for (size_t pi = 0; pi < space.placements.size(); ++pi) {
     const Placement& pl = space.placements[pi];
     const std::vector<int>& tilings = pl.param16.partitioned ? space.tiling : untiled;
     const std::vector<int>& stages = pipeline_allowed(pl) ? space.pp : untiled;
+    std::vector<const Row*> order;  // the placement's configurations, in the space's order
     for (int mp : space.mp)
       for (int pp : stages)
-      for (int v : pipeline_allowed(pl) ? space.virtual_stages : untiled)
-      for (int ep : space.ep)
-      if (mp > 1 || !pl.act_ckpt.partitioned)  // partitioned checkpoints: across the mp ranks
-if (ep_allowed(pl, ep))
-      for (int ci : space.ci) {
-        // the efficiencies of this (mp, pp, ci) by micro-batch, looked up once for every tiling and overlap
-        std::vector<const TierBandwidths*> eff_by_bsz(space.bsz.size(), nullptr);
-        for (int t : tilings)
-          for (OptimizerOverlap ov : space.overlaps) {
-            if (!check_optimizer_overlap(pl, ov, space.grad_clip)) continue;
-            // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
-            // Not with a global batch: dp then changes with bsz, and with it each rank's share.
-            std::vector<Evaluated> row;
-            for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
-              std::optional<TrainingConfig> k =
-                  config_for(m, p, space.bsz[bi], ci, t, mp, pp, v, ep, space.prefetch_depth, space.what_if, space.global_batch);
-              if (!k) continue;  // bsz does not divide the global batch
-              k->grad_clip = space.grad_clip;
-              k->embedding_replicated = space.executor && mp > 1;
-              if (!eff_by_bsz[bi]) eff_by_bsz[bi] = &efficiencies(*k);
-              Evaluated e{Candidate{pl, *k}, {}, {}, std::nullopt};
-              e.candidate.config.optimizer_overlap = ov;
-              e.time = estimate_time(m, e.candidate, p, facts, *eff_by_bsz[bi]);
-              // Branch and bound: a candidate the time alone ranks behind both its placement's best
-              // so far and the last of a full top list cannot enter either, fit or not; its memory
-              // fit (most of a candidate's cost) is not checked. Larger micro-batches are still
-              // tried: the fit's monotonicity prunes nothing here, the time's comparison does.
-              if (prune && best[pi] && compare_by_time(*best[pi], e) < 0 && r.top.size() >= top_n &&
-                  compare_by_time(r.top.back(), e) < 0) {
-                ++r.pruned;
-                continue;
-              }
-              e.fit = check_fit(m, e.candidate, p, o.fit);
-              ++r.evaluated;
-              if (!e.fit.fits()) {
-                if (!r.closest || closer(e.fit, r.closest->fit)) r.closest = e;
-                if (space.global_batch) continue;
-                break;
-              }
-              row.push_back(std::move(e));
-            }
-            // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
-            // rows whose best (the largest micro-batch: the least time per sample) would be kept.
-            if (o.accept && space.global_batch) {  // not monotone in bsz (dp changes with it): each one
-              std::erase_if(row, [&](const Evaluated& e) { return !o.accept(e.candidate).empty(); });
-            } else if (o.accept && !row.empty()) {
-              const Evaluated& last = row.back();
-              const bool kept = r.top.size() < top_n || cmp(last, r.top.back()) || !best[pi] ||
-                                better(last, *best[pi], o.objective);
-              if (!kept) row.clear();
-            }
-            if (o.accept && !space.global_batch && !row.empty()) {
-              size_t lo = 0, hi = row.size();  // accepted: [0, lo); rejected: [hi, size)
-              while (lo < hi) {
-                const size_t mid = (lo + hi) / 2;
-                if (o.accept(row[mid].candidate).empty()) lo = mid + 1;
-                else hi = mid;
-              }
-              row.resize(lo);
-            }
-            for (Evaluated& e : row) {
-              if (r.top.size() < top_n || cmp(e, r.top.back())) {
-                r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
-                if (r.top.size() > top_n) r.top.pop_back();
-              }
-              if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
-            }
-          }
+        for (int v : pipeline_allowed(pl) ? space.virtual_stages : untiled)
+          for (int ep : space.ep)
+            if ((mp > 1 || !pl.act_ckpt.partitioned) && ep_allowed(pl, ep))  // partitioned checkpoints: across mp
+              for (int ci : space.ci)
+                for (int t : tilings) order.push_back(&row_of({mp, pp, v, ep, ci, t}));
+    for (const Row* rp : order) {
+      const Row& cfg = *rp;
+      if (behind_both(pi, cfg.least)) {  // the whole row, every overlap
+        for (OptimizerOverlap ov : space.overlaps)
+          if (check_optimizer_overlap(pl, ov, space.grad_clip))
+            for (const auto& k : cfg.config) r.pruned += k.has_value();
+        continue;
       }
+      for (OptimizerOverlap ov : space.overlaps) {
+        if (!check_optimizer_overlap(pl, ov, space.grad_clip)) continue;
+        // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
+        // Not with a global batch: dp then changes with bsz, and with it each rank's share.
+        std::vector<Evaluated> row;
+        for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
+          if (!cfg.config[bi]) continue;  // bsz does not divide the global batch
+          if (behind_both(pi, cfg.floor[bi])) {  // as the check below would find, without the time
+            ++r.pruned;
+            continue;
+          }
+          Evaluated e{Candidate{pl, *cfg.config[bi]}, {}, {}, std::nullopt};
+          e.candidate.config.optimizer_overlap = ov;
+          e.time = estimate_time(m, e.candidate, p, facts, *cfg.eff[bi]);
+          // Branch and bound: a candidate the time alone ranks behind both its placement's best
+          // so far and the last of a full top list cannot enter either, fit or not; its memory
+          // fit (most of a candidate's cost) is not checked. Larger micro-batches are still
+          // tried: the fit's monotonicity prunes nothing here, the time's comparison does.
+          if (prune && best[pi] && compare_by_time(*best[pi], e) < 0 && r.top.size() >= top_n &&
+              compare_by_time(r.top.back(), e) < 0) {
+            ++r.pruned;
+            continue;
+          }
+          e.fit = check_fit(m, e.candidate, p, o.fit);
+          ++r.evaluated;
+          if (!e.fit.fits()) {
+            if (!r.closest || closer(e.fit, r.closest->fit)) r.closest = e;
+            if (space.global_batch) continue;
+            break;
+          }
+          row.push_back(std::move(e));
+        }
+        // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
+        // rows whose best (the largest micro-batch: the least time per sample) would be kept.
+        if (o.accept && space.global_batch) {  // not monotone in bsz (dp changes with it): each one
+          std::erase_if(row, [&](const Evaluated& e) { return !o.accept(e.candidate).empty(); });
+        } else if (o.accept && !row.empty()) {
+          const Evaluated& last = row.back();
+          const bool kept = r.top.size() < top_n || cmp(last, r.top.back()) || !best[pi] ||
+                            better(last, *best[pi], o.objective);
+          if (!kept) row.clear();
+        }
+        if (o.accept && !space.global_batch && !row.empty()) {
+          size_t lo = 0, hi = row.size();  // accepted: [0, lo); rejected: [hi, size)
+          while (lo < hi) {
+            const size_t mid = (lo + hi) / 2;
+            if (o.accept(row[mid].candidate).empty()) lo = mid + 1;
+            else hi = mid;
+          }
+          row.resize(lo);
+        }
+        for (Evaluated& e : row) {
+          if (r.top.size() < top_n || cmp(e, r.top.back())) {
+            r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
+            if (r.top.size() > top_n) r.top.pop_back();
+          }
+          if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
+        }
+      }
+    }
   }
   for (auto& b : best)
     if (b) r.ranked.push_back(std::move(*b));
