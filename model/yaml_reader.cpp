@@ -99,10 +99,10 @@ std::string yaml_scalar(std::string_view s) {
 
 namespace {
 
-// What the document after the first holds: whether it is more than an empty one (a trailing `---`)
-// and where it starts. Never YAML::LoadAll: yaml-cpp 0.7 loops forever there on input its parser
+// What a document holds: whether it is more than an empty one (a trailing `---`) and where it
+// starts. Never YAML::LoadAll: yaml-cpp 0.7 loops forever there on input its parser
 // cannot advance past (`a: 1\n---\n,`), pushing null documents until memory runs out (yaml-cpp
-// pull request 1319); this reads one document only.
+// pull request 1319); line_after_first_document reads two at most.
 class DocumentProbe final : public YAML::EventHandler {
  public:
   bool holds_something = false;
@@ -129,26 +129,13 @@ class DocumentProbe final : public YAML::EventHandler {
   }
 };
 
-class NoEvents final : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 // The line (1-based) where something follows the first document, or 0 when nothing does but an
-// empty document. At most three documents are read, whatever the input.
+// empty document. Two documents are read at most, whatever the input.
 int line_after_first_document(const std::string& text) {
   std::istringstream in(text);
   YAML::Parser parser(in);
-  NoEvents skip;
-  if (!parser.HandleNextDocument(skip) || !parser) return 0;
+  DocumentProbe first;  // YAML::Load has read it already
+  if (!parser.HandleNextDocument(first) || !parser) return 0;
   DocumentProbe second;
   if (!parser.HandleNextDocument(second)) return 0;
   if (!second.holds_something && !parser) return 0;  // a trailing `---` and nothing after it

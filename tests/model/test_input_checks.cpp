@@ -92,7 +92,7 @@ TEST(YamlReader, ControlCharactersInInputAreEscapedInMessages) {
 
 // Found by libFuzzer (CI at stop 51, every YAML target timed out): YAML::LoadAll, used to refuse a
 // second document, loops forever in yaml-cpp 0.7 when its parser cannot advance past a token,
-// appending null documents until memory runs out. The reader reads at most three documents.
+// appending null documents until memory runs out. The reader reads two documents at most.
 TEST(YamlReader, TextTheParserCannotReadAfterTheFirstDocumentIsRefusedNotLoopedOn) {
   const std::string profile(kProfile);
   const std::string after = ":" + std::to_string(std::count(profile.begin(), profile.end(), '\n') + 2) +
