@@ -827,12 +827,15 @@ FullestStages fullest_stages(const ModelSpec& m, const Placement& pl, const Trai
     for (const StageBlocks& b : stage_chunks(m.layers, pp, c.virtual_stages, s)) sizes.push_back(b.last - b.first);
     const bool fresh = layouts.insert(std::move(sizes)).second;
     if (!fresh && s != pp - 1) continue;
-    const MemoryModel mm = memory_model(m, pl, c, p, rank, z, s);
+    MemoryModel mm = memory_model(m, pl, c, p, rank, z, s);
+    bool fullest = false;
     for (int t = 0; t < kTiers; ++t)
-      if (s == 0 || mm.tiers[size_t(t)].peak_bytes > out.model[size_t(t)].tiers[size_t(t)].peak_bytes) {
+      if (s == 0 || mm.tiers[size_t(t)].peak_bytes > out.of(Tier(t)).tiers[size_t(t)].peak_bytes) {
         out.stage[size_t(t)] = s;
-        out.model[size_t(t)] = mm;
+        out.which[size_t(t)] = out.models.size();
+        fullest = true;
       }
+    if (fullest) out.models.push_back(std::move(mm));
   }
   return out;
 }

@@ -167,8 +167,9 @@ MemoryModel memory_model(const ModelSpec& m, const Placement& pl, const Training
 // holds the same parameters with fewer micro-batches in flight.
 struct FullestStages {
   std::array<int, kTiers> stage{};
-  std::array<MemoryModel, kTiers> model;
-  const MemoryModel& of(Tier t) const { return model[size_t(t)]; }
+  std::vector<MemoryModel> models;     // the stages' models that are fullest on some tier (one without stages)
+  std::array<size_t, kTiers> which{};  // of models, by tier
+  const MemoryModel& of(Tier t) const { return models[which[size_t(t)]]; }
 };
 FullestStages fullest_stages(const ModelSpec& m, const Placement& pl, const TrainingConfig& c, const HardwareProfile& p,
                              int rank = 0, const MemorySizes& z = {});

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -153,8 +154,10 @@ double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s) 
   return std::ceil(c.placement.of(s).partitioned ? whole / k.dp : whole);
 }
 
-int nodes_used(const Candidate& c, const HardwareProfile& p) {
-  const long gpus = long(c.config.dp) * c.config.mp * std::max(1, c.config.pp);
+int nodes_used(const Candidate& c, const HardwareProfile& p) { return nodes_used(c.config, p); }
+
+int nodes_used(const TrainingConfig& k, const HardwareProfile& p) {
+  const long gpus = long(k.dp) * k.mp * std::max(1, k.pp);
   return std::max(1, int((gpus + p.gpus_per_node - 1) / p.gpus_per_node));
 }
 
@@ -170,7 +173,7 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   // one between): the memory model (model/memory.hpp), whose peaks are the schedule's.
   const FullestStages fs = fullest_stages(m, pl, k, p);
   auto stage_words = [&](Tier t) -> std::string {
-    if (pp == 1) return "";
+    if (pp == 1 || !o.words) return "";
     const int s = fs.stage[size_t(t)];
     return s == 0        ? " (first pipeline stage)"
            : s == pp - 1 ? " (last pipeline stage)"
@@ -178,19 +181,20 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   };
   auto parts_of = [&](const TierMemory& tm, double scale = 1) {
     std::vector<Part> out;
-    for (const MemoryPart& part : tm.parts) out.push_back({part.what, part.bytes * scale});
+    if (o.words)
+      for (const MemoryPart& part : tm.parts) out.push_back({part.what, part.bytes * scale});
     return out;
   };
+  auto moment_of = [&](const TierMemory& tm, Tier t) { return o.words ? tm.moment + stage_words(t) : std::string(); };
 
   // ---- one GPU ----
   const TierMemory& g = fs.of(Tier::gpu).of(Tier::gpu);
-  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g),
-                 g.moment + stage_words(Tier::gpu)};
+  LimitCheck gpu{Resource::gpu_memory, "per GPU", g.peak_bytes, p.gpu_memory_bytes, parts_of(g), moment_of(g, Tier::gpu)};
   // what the software stack keeps beside memwall's bytes (gpu.reserve): counted as needed, so the
   // sentence compares with the whole GPU the profile names
   if (const double reserve = gpu_reserve_bytes(k, p); reserve > 0) {
     gpu.needed_bytes += reserve;
-    gpu.parts.push_back({"framework reserve (gpu.reserve: " + describe_gpu_reserve(k, p) + ")", reserve});
+    if (o.words) gpu.parts.push_back({"framework reserve (gpu.reserve: " + describe_gpu_reserve(k, p) + ")", reserve});
   }
   r.checks.push_back(std::move(gpu));
 
@@ -215,11 +219,13 @@ FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfil
   const MemoryModel& cm = fs.of(Tier::cpu);
   const TierMemory& h = cm.of(Tier::cpu);
   r.checks.push_back({Resource::cpu_memory, "per node", h.peak_bytes * ranks, p.cpu_memory_bytes, parts_of(h, ranks),
-                      h.moment + stage_words(Tier::cpu)});
+                      moment_of(h, Tier::cpu)});
   // what the executor pins: every CPU buffer of the schedule (its admission check asks the same)
-  LimitCheck pinned{Resource::pinned, "per node", cm.cpu_buffer_bytes * ranks, p.pinned_budget_bytes, {}, h.moment};
-  for (size_t i = h.parts.size() - h.buffer_parts; i < h.parts.size(); ++i)
-    pinned.parts.push_back({h.parts[i].what, h.parts[i].bytes * ranks});
+  LimitCheck pinned{Resource::pinned, "per node", cm.cpu_buffer_bytes * ranks, p.pinned_budget_bytes, {},
+                    o.words ? h.moment : std::string()};
+  if (o.words)
+    for (size_t i = h.parts.size() - h.buffer_parts; i < h.parts.size(); ++i)
+      pinned.parts.push_back({h.parts[i].what, h.parts[i].bytes * ranks});
   r.checks.push_back(std::move(pinned));
   const TierMemory& n = fs.of(Tier::nvme).of(Tier::nvme);
   r.checks.push_back({Resource::nvme, "per node", n.peak_bytes * ranks, p.nvme_capacity_bytes, parts_of(n, ranks), ""});
@@ -333,7 +339,11 @@ MicroStep micro_step_compute(const ModelSpec& m, const TrainingConfig& k, const 
 
 double compute_floor_per_sample(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& k,
                                 const TimeFacts& f) {
-  double compute_s = micro_step_compute(m, k, f.pass(m, p, k)).compute_s;
+  return compute_floor_per_sample(m, k, f.pass(m, p, k));
+}
+
+double compute_floor_per_sample(const ModelSpec& m, const TrainingConfig& k, const PassCompute& pc) {
+  double compute_s = micro_step_compute(m, k, pc).compute_s;
   if (const int ga = std::max(1, k.grad_accum); ga > 1) compute_s *= ga;  // as estimate_time scales it
   return compute_s / global_batch(k);
 }
@@ -346,8 +356,14 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
 
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const TimeFacts& f,
                             const TierBandwidths& bws) {
-  const TrainingConfig& k = c.config;
-  const Placement& pl = c.placement;
+  TimeBreakdown tb;
+  estimate_times(m, c.placement, c.config, p, f, bws, std::span(&c.config.optimizer_overlap, 1), std::span(&tb, 1));
+  return tb;
+}
+
+bool estimate_times(const ModelSpec& m, const Placement& pl, const TrainingConfig& k, const HardwareProfile& p,
+                    const TimeFacts& f, const TierBandwidths& bws, std::span<const OptimizerOverlap> overlaps,
+                    std::span<TimeBreakdown> out, double bound, const PassCompute* pass) {
   using P = TierBandwidths::Path;
   auto tier_path = [](Tier t) { return t == Tier::gpu ? P::gpu : t == Tier::cpu ? P::cpu : P::nvme; };
   const double dp = k.dp, mp = k.mp, ga = std::max(1, k.grad_accum), pp = std::max(1, k.pp);
@@ -361,7 +377,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // stages hold whole blocks (stage_chunks: 50 blocks over 4 stages are 12 or 13, over 4 x 2 chunks
   // 12 to 14), the embedding on the first and the final norm and LM head on the last; the slowest
   // stage sets the pace of every micro-step.
-  const PassCompute& pc = f.pass(m, p, k);  // held by the cache: its nodes never move
+  const PassCompute& pc = pass ? *pass : f.pass(m, p, k);  // held by the cache: its nodes never move
   const int v = pp > 1 ? std::max(1, k.virtual_stages) : 1;  // chunks per stage (interleaved 1F1B)
   const MicroStep step = micro_step_compute(m, k, pc);
   const int stage_blocks = step.stage_blocks;
@@ -433,30 +449,6 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
   // nothing hides behind the computes
   const bool hidden = k.prefetch_depth > 0 && !k.sync_fetches;
   double exposed_fb = (hidden ? std::max(0.0, overlapped - tb.compute_s) : overlapped) + serial;
-  // ... and no less than what the prefetch windows leave exposed, group by group: the slowest
-  // stage's blocks forward, its segments' recompute and backward, and the first stage's embedding,
-  // fetched before anything computes (l2l's micro-batch loop keeps a layer's parameters for every
-  // micro-batch: its windows are not these)
-  if (hidden && !pl.layer_major && !(pl.param16.tier == Tier::gpu && !pl.param16.partitioned)) {
-    const double pb = MemorySizes{}.param_bytes;
-    const bool gathered = k.dp > 1 && (pl.param16.partitioned || bcast);
-    const double slice = pl.param16.partitioned && !bcast ? pb / dp : pb;  // bytes per element each rank reads
-    FetchCost fc;
-    if (pl.param16.tier == Tier::nvme) fc.hop[0] = transfer_s(slice, bws.of(AitState::param_grad, P::nvme));
-    if (pl.param16.tier != Tier::gpu) fc.hop[1] = transfer_s(slice, bws.of(AitState::param_grad, host_path));
-    if (gathered) fc.hop[2] = transfer_s(bcast ? pb : pb * share_rest, gg);
-    fc.gg_latency = gg_latency;
-    if (pl.grad16.partitioned && k.dp > 1 && !bcast) fc.grad_gg = transfer_s(pb * share_rest, gg);
-    if (pl.grad16.tier != Tier::gpu)
-      fc.grad_cg = transfer_s(pl.grad16.partitioned ? pb / dp : pb, bws.of(AitState::param_grad, host_path));
-    const double windows_per_block =
-        f.block_windows_s(m, p, k, {fc.hop[0], fc.hop[1], fc.hop[2], fc.grad_cg, fc.grad_gg, fc.gg_latency});
-    double windows = stage_blocks * windows_per_block;
-    if (pp == 1)  // the embedding's fetch opens the forward, with nothing before it to hide behind
-      windows += (fc.hop[0] + fc.hop[1] + fc.hop[2]) * pc.embed_param_elems;
-    exposed_fb = std::max(exposed_fb, windows + serial);
-  }
-
   // Eq. 10 against the aggregate bandwidth: every rank updates its partition at once. On NVMe the
   // bytes are the schedule's optimizer phase (MemorySizes): the states read and written without
   // their fp32 gradient, the 16-bit gradient read where it was offloaded to NVMe and the updated
@@ -468,7 +460,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
     const double swapped = pl.optim32.tier == Tier::nvme ? nvme_bytes / (2 * z.optim_bytes) : 1.0;
     const double opt_bytes = swapped * flops_model / (ait_optimizer_eq10(k.bsz, k.seq) * routed);
     const double traffic = transfer_s(opt_bytes, bws.of(AitState::optimizer, tier_path(pl.optim32.tier)));
-    const double adam = f.params / (nodes_used(c, p) * p.cpu_adam_params_per_s);
+    const double adam = f.params / (nodes_used(k, p) * p.cpu_adam_params_per_s);
     tb.optimizer_s = std::max(traffic, adam);
     if (pl.param16.tier == Tier::gpu)  // updated fp16 parameters return to the GPU copies
       tb.refresh_s = transfer_s(0.25 * pg_bytes, bws.of(AitState::param_grad, host_path));
@@ -507,47 +499,85 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const Hardwa
                                                     : p.cpu_memory_Bps / p.ranks_per_node(long(dp * mp * pp));
     if (pl.grad16.tier != Tier::nvme && rate > 0) tb.grad_norm_s = mine / rate;
   }
-  // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
-  double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
-  switch (k.optimizer_overlap) {
-    case OptimizerOverlap::none: break;
-    case OptimizerOverlap::backward:  // beside backward and recompute: 3/4 of Eq. 7's computation
-      // unless its chunks go through an NVMe that backward's own parameter reads or gradient writes
-      // use: the device is shared, and the bulk chunk reads and writes slow the reads the next
-      // computes wait for. The replay (fair sharing on the drive) finds no gain there: table1-10B
-      // zero_inf_nvme bsz 8 on one DGX-2 takes 25.9 s overlapped against 23.4 s after backward
-      // (Overlap.NoGainOnAnNvmeBackwardAlsoUses); so nothing is counted as hidden.
-      if (!(pl.optim32.tier == Tier::nvme && (pl.param16.tier == Tier::nvme || pl.grad16.tier == Tier::nvme)))
-        optimizer_exposed = std::max(0.0, optimizer_exposed - 0.75 * tb.compute_s);
-      break;
-    case OptimizerOverlap::dpu:  // beside the whole forward and backward; the refresh follows them
-      optimizer_exposed = std::max(0.0, tb.optimizer_s - tb.compute_s) + tb.refresh_s;
-      break;
+  // Everything above is the same whatever the optimizer's overlap and the prefetch windows: each
+  // overlap asked takes it from here, with the forward and backward's exposed time.
+  const TimeBreakdown shared = tb;
+  auto finish = [&](double exposed_fb, OptimizerOverlap overlap) {
+    TimeBreakdown tb = shared;
+    // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
+    double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
+    switch (overlap) {
+      case OptimizerOverlap::none: break;
+      case OptimizerOverlap::backward:  // beside backward and recompute: 3/4 of Eq. 7's computation
+        // unless its chunks go through an NVMe that backward's own parameter reads or gradient writes
+        // use: the device is shared, and the bulk chunk reads and writes slow the reads the next
+        // computes wait for. The replay (fair sharing on the drive) finds no gain there: table1-10B
+        // zero_inf_nvme bsz 8 on one DGX-2 takes 25.9 s overlapped against 23.4 s after backward
+        // (Overlap.NoGainOnAnNvmeBackwardAlsoUses); so nothing is counted as hidden.
+        if (!(pl.optim32.tier == Tier::nvme && (pl.param16.tier == Tier::nvme || pl.grad16.tier == Tier::nvme)))
+          optimizer_exposed = std::max(0.0, optimizer_exposed - 0.75 * tb.compute_s);
+        break;
+      case OptimizerOverlap::dpu:  // beside the whole forward and backward; the refresh follows them
+        optimizer_exposed = std::max(0.0, tb.optimizer_s - tb.compute_s) + tb.refresh_s;
+        break;
+    }
+    // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
+    // overlap hides it behind the last micro-step's backward only (the gradients are final there),
+    // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides,
+    // interleaved over v chunks (pp - 1) / v: pipeline_bubble's (pp-1) / (v m + pp - 1) of the step.
+    const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s;
+    tb.bubble_s = (pp - 1) * micro_step_s / v;
+    if (ga > 1) {
+      if (overlap == OptimizerOverlap::dpu)
+        optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
+      tb.compute_s *= ga;
+      tb.param_grad_s *= ga;
+      tb.collective_latency_s *= ga;
+      tb.act_ckpt_s *= ga;
+      tb.act_ckpt_load_s *= ga;
+      tb.mp_allreduce_s *= ga;
+      tb.all_to_all_s *= ga;
+      tb.p2p_s *= ga;
+    }
+    tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.param_gather_s + tb.grad_norm_s + tb.mp_allreduce_s +
+                   tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
+    tb.iteration_s = tb.compute_s + tb.exposed_s;
+    tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
+    tb.samples_per_s = global_batch(k) / tb.iteration_s;
+    return tb;
+  };
+  // The windows only add to exposed_fb: where every overlap's time without them already exceeds
+  // `bound` per sample, they are not made.
+  if (std::isfinite(bound)) {
+    bool beyond = true;
+    for (OptimizerOverlap ov : overlaps) beyond = beyond && finish(exposed_fb, ov).iteration_s / global_batch(k) > bound;
+    if (beyond) return false;
   }
-  // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
-  // overlap hides it behind the last micro-step's backward only (the gradients are final there),
-  // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides,
-  // interleaved over v chunks (pp - 1) / v: pipeline_bubble's (pp-1) / (v m + pp - 1) of the step.
-  const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s;
-  tb.bubble_s = (pp - 1) * micro_step_s / v;
-  if (ga > 1) {
-    if (k.optimizer_overlap == OptimizerOverlap::dpu)
-      optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
-    tb.compute_s *= ga;
-    tb.param_grad_s *= ga;
-    tb.collective_latency_s *= ga;
-    tb.act_ckpt_s *= ga;
-    tb.act_ckpt_load_s *= ga;
-    tb.mp_allreduce_s *= ga;
-    tb.all_to_all_s *= ga;
-    tb.p2p_s *= ga;
+  // ... and no less than what the prefetch windows leave exposed, group by group: the slowest
+  // stage's blocks forward, its segments' recompute and backward, and the first stage's embedding,
+  // fetched before anything computes (l2l's micro-batch loop keeps a layer's parameters for every
+  // micro-batch: its windows are not these)
+  if (hidden && !pl.layer_major && !(pl.param16.tier == Tier::gpu && !pl.param16.partitioned)) {
+    const double pb = MemorySizes{}.param_bytes;
+    const bool gathered = k.dp > 1 && (pl.param16.partitioned || bcast);
+    const double slice = pl.param16.partitioned && !bcast ? pb / dp : pb;  // bytes per element each rank reads
+    FetchCost fc;
+    if (pl.param16.tier == Tier::nvme) fc.hop[0] = transfer_s(slice, bws.of(AitState::param_grad, P::nvme));
+    if (pl.param16.tier != Tier::gpu) fc.hop[1] = transfer_s(slice, bws.of(AitState::param_grad, host_path));
+    if (gathered) fc.hop[2] = transfer_s(bcast ? pb : pb * share_rest, gg);
+    fc.gg_latency = gg_latency;
+    if (pl.grad16.partitioned && k.dp > 1 && !bcast) fc.grad_gg = transfer_s(pb * share_rest, gg);
+    if (pl.grad16.tier != Tier::gpu)
+      fc.grad_cg = transfer_s(pl.grad16.partitioned ? pb / dp : pb, bws.of(AitState::param_grad, host_path));
+    const double windows_per_block =
+        f.block_windows_s(m, p, k, {fc.hop[0], fc.hop[1], fc.hop[2], fc.grad_cg, fc.grad_gg, fc.gg_latency});
+    double windows = stage_blocks * windows_per_block;
+    if (pp == 1)  // the embedding's fetch opens the forward, with nothing before it to hide behind
+      windows += (fc.hop[0] + fc.hop[1] + fc.hop[2]) * pc.embed_param_elems;
+    exposed_fb = std::max(exposed_fb, windows + serial);
   }
-  tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.param_gather_s + tb.grad_norm_s + tb.mp_allreduce_s +
-                 tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
-  tb.iteration_s = tb.compute_s + tb.exposed_s;
-  tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
-  tb.samples_per_s = global_batch(k) / tb.iteration_s;
-  return tb;
+  for (size_t oi = 0; oi < overlaps.size(); ++oi) out[oi] = finish(exposed_fb, overlaps[oi]);
+  return true;
 }
 
 }  // namespace memwall::planner

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,9 @@ struct LimitCheck {
 
 struct FitOptions {
   double max_alloc_bytes = 0;  // largest contiguous GPU allocation (Sec. 8.5's 2 GB chunks); 0 = no limit
+  // false: each check's numbers only (needed and capacity bytes), without its parts and moment: the
+  // search's thousands of fits, whose kept candidates get their words afterwards
+  bool words = true;
 };
 
 struct FitReport {
@@ -158,14 +163,25 @@ MicroStep micro_step_compute(const ModelSpec& m, const TrainingConfig& k, const 
 // estimate_time adds to the compute is a time no shorter than zero. The search's bound.
 double compute_floor_per_sample(const ModelSpec& m, const HardwareProfile& p, const TrainingConfig& k,
                                 const TimeFacts& f);
+// The same with the config's pass (f.pass(m, p, k)) at hand.
+double compute_floor_per_sample(const ModelSpec& m, const TrainingConfig& k, const PassCompute& pc);
 // `eff` is tier_efficiencies(p, m, c.config, dp) (cached by the search; recomputed when empty).
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p,
                             const std::vector<StateTierEfficiency>& eff = {});
 // The same with the facts and bandwidths made beforehand (the search's inner loop).
 TimeBreakdown estimate_time(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const TimeFacts& f,
                             const TierBandwidths& bw);
+// The same for placement `pl` and config `k` under each overlap of `overlaps` (k.optimizer_overlap
+// is not read) into `out` (as many): everything but the optimizer's overlap is the same for all of
+// them and made once. The search's bound: false, `out` untouched, when every overlap's time per
+// sample of the global batch exceeds `bound` before the prefetch windows are made (they only add
+// to it). `pass`: f.pass(m, p, k), where the caller holds it.
+bool estimate_times(const ModelSpec& m, const Placement& pl, const TrainingConfig& k, const HardwareProfile& p,
+                    const TimeFacts& f, const TierBandwidths& bw, std::span<const OptimizerOverlap> overlaps,
+                    std::span<TimeBreakdown> out, double bound = INFINITY, const PassCompute* pass = nullptr);
 
-// Nodes the candidate's dp x mp GPUs span.
+// Nodes the candidate's dp x mp x pp GPUs span.
 int nodes_used(const Candidate& c, const HardwareProfile& p);
+int nodes_used(const TrainingConfig& k, const HardwareProfile& p);
 
 }  // namespace memwall::planner

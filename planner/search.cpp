@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <span>
 
 #include "model/schedule.hpp"
 #include "model/units.hpp"
@@ -465,11 +466,12 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult r;
   r.space_size = space.size();
-  // tier_efficiencies depends on (bsz, ci, mp, pp) only: computed once per combination, and what
-  // estimate_time reads of the model and profile once for the search.
-  std::map<std::tuple<double, int, int, int>, TierBandwidths> eff_cache;
+  // tier_efficiencies' bandwidths (all estimate_time reads of them) depend on dp and mp only
+  // (Search.TierBandwidthsDependOnDpAndMpOnly): made once per pair, and what estimate_time reads of
+  // the model and profile once for the search.
+  std::map<std::pair<int, int>, TierBandwidths> eff_cache;
   auto efficiencies = [&](const TrainingConfig& k) -> const TierBandwidths& {
-    auto key = std::make_tuple(k.bsz, k.ci, k.mp, k.pp);
+    auto key = std::make_pair(k.dp, k.mp);
     auto it = eff_cache.find(key);
     if (it == eff_cache.end()) it = eff_cache.emplace(key, TierBandwidths::of(tier_efficiencies(p, m, k, k.dp))).first;
     return it->second;
@@ -495,6 +497,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     std::vector<std::optional<TrainingConfig>> config;
     std::vector<const TierBandwidths*> eff;
     std::vector<double> floor;
+    std::vector<const PassCompute*> pass;  // facts.pass of each config
     double least = std::numeric_limits<double>::infinity();  // the row's lowest floor
   };
   std::map<std::array<int, 6>, Row> rows;
@@ -511,7 +514,8 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
         k->embedding_replicated = space.executor && mp > 1;
       }
       row.eff.push_back(k ? &efficiencies(*k) : nullptr);
-      row.floor.push_back(k ? compute_floor_per_sample(m, p, *k, facts) : 0.0);
+      row.pass.push_back(k ? &facts.pass(m, p, *k) : nullptr);
+      row.floor.push_back(k ? compute_floor_per_sample(m, *k, *row.pass.back()) : 0.0);
       if (k) row.least = std::min(row.least, row.floor.back());
       row.config.push_back(std::move(k));
     }
@@ -519,10 +523,18 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
   };
   // Every candidate at least `floor` per sample ranks behind both the placement's best and the last
   // of a full top list (compare_by_time: slower by more than its resolution), fit or not.
-  auto behind_both = [&](size_t pi, double floor) {
-    const double at_least = floor * (1 - kTimeResolution);
-    return prune && best[pi] && r.top.size() >= top_n && at_least > best[pi]->score() && at_least > r.top.back().score();
+  // The time per sample beyond which a candidate of placement `pi` ranks behind both (infinite
+  // while either is missing).
+  auto behind_both_above = [&](size_t pi) {
+    if (!prune || !best[pi] || r.top.size() < top_n) return std::numeric_limits<double>::infinity();
+    return std::max(best[pi]->score(), r.top.back().score()) / (1 - kTimeResolution);
   };
+  auto behind_both = [&](size_t pi, double floor) { return floor > behind_both_above(pi); };
+  FitOptions numbers_only = o.fit;  // the words of the candidates kept are made at the end
+  numbers_only.words = false;
+  std::vector<TimeBreakdown> times;
+  enum class Made : char { no, yes, behind };  // behind: every overlap's time ranks behind both incumbents
+  std::vector<Made> made;
   for (size_t pi = 0; pi < space.placements.size(); ++pi) {
     const Placement& pl = space.placements[pi];
     const std::vector<int>& tilings = pl.param16.partitioned ? space.tiling : untiled;
@@ -535,16 +547,20 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             if ((mp > 1 || !pl.act_ckpt.partitioned) && ep_allowed(pl, ep))  // partitioned checkpoints: across mp
               for (int ci : space.ci)
                 for (int t : tilings) order.push_back(&row_of({mp, pp, v, ep, ci, t}));
+    std::vector<OptimizerOverlap> overlaps;  // those the placement allows
+    for (OptimizerOverlap ov : space.overlaps)
+      if (check_optimizer_overlap(pl, ov, space.grad_clip)) overlaps.push_back(ov);
     for (const Row* rp : order) {
       const Row& cfg = *rp;
       if (behind_both(pi, cfg.least)) {  // the whole row, every overlap
-        for (OptimizerOverlap ov : space.overlaps)
-          if (check_optimizer_overlap(pl, ov, space.grad_clip))
-            for (const auto& k : cfg.config) r.pruned += k.has_value();
+        for (const auto& k : cfg.config) r.pruned += overlaps.size() * k.has_value();
         continue;
       }
-      for (OptimizerOverlap ov : space.overlaps) {
-        if (!check_optimizer_overlap(pl, ov, space.grad_clip)) continue;
+      // a micro-batch's times under every overlap, made together the first time one is asked
+      times.assign(space.bsz.size() * overlaps.size(), {});
+      made.assign(space.bsz.size(), Made::no);
+      for (size_t oi = 0; oi < overlaps.size(); ++oi) {
+        const OptimizerOverlap ov = overlaps[oi];
         // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
         // Not with a global batch: dp then changes with bsz, and with it each rank's share.
         std::vector<Evaluated> row;
@@ -554,9 +570,20 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             ++r.pruned;
             continue;
           }
-          Evaluated e{Candidate{pl, *cfg.config[bi]}, {}, {}, std::nullopt};
+          const std::span<TimeBreakdown> each(times.data() + bi * overlaps.size(), overlaps.size());
+          if (made[bi] == Made::no) {
+            made[bi] = estimate_times(m, pl, *cfg.config[bi], p, facts, *cfg.eff[bi], overlaps, each,
+                                      behind_both_above(pi), cfg.pass[bi])
+                           ? Made::yes
+                           : Made::behind;
+          }
+          // behind both incumbents (then, and they only get better), by more than the time's resolution
+          if (made[bi] == Made::behind || each[oi].iteration_s / global_batch(*cfg.config[bi]) > behind_both_above(pi)) {
+            ++r.pruned;
+            continue;
+          }
+          Evaluated e{Candidate{pl, *cfg.config[bi]}, {}, each[oi], std::nullopt};
           e.candidate.config.optimizer_overlap = ov;
-          e.time = estimate_time(m, e.candidate, p, facts, *cfg.eff[bi]);
           // Branch and bound: a candidate the time alone ranks behind both its placement's best
           // so far and the last of a full top list cannot enter either, fit or not; its memory
           // fit (most of a candidate's cost) is not checked. Larger micro-batches are still
@@ -566,7 +593,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
             ++r.pruned;
             continue;
           }
-          e.fit = check_fit(m, e.candidate, p, o.fit);
+          e.fit = check_fit(m, e.candidate, p, numbers_only);
           ++r.evaluated;
           if (!e.fit.fits()) {
             if (!r.closest || closer(e.fit, r.closest->fit)) r.closest = e;
@@ -625,6 +652,11 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     refine_list(r.ranked);
   }
   if (r.ranked.size() > size_t(std::max(1, o.keep))) r.ranked.resize(size_t(std::max(1, o.keep)));
+  if (o.fit.words) {
+    for (auto* list : {&r.top, &r.ranked})
+      for (Evaluated& e : *list) e.fit = check_fit(m, e.candidate, p, o.fit);
+    if (r.closest) r.closest->fit = check_fit(m, r.closest->candidate, p, o.fit);
+  }
   r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -264,5 +264,102 @@ TEST(Time, PrefetchDepthZeroExposesEveryTransfer) {
   EXPECT_NEAR(estimate_time(m, c, p).iteration_s, serial.iteration_s, 1e-12);
 }
 
+// The search's estimate_times: one call for every overlap the placement allows equals estimate_time
+// with each; with a bound, it gives up (false, nothing written) only when every overlap's time per
+// sample is beyond it, so what it returns is never a pruned candidate's time: checked against the
+// times themselves on either side of the bound, across placements with and without windows.
+TEST(Time, EveryOverlapAtOnceIsEachOverlapAloneAndTheBoundOnlySkips) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-10B");
+  const TimeFacts facts = TimeFacts::of(m, p);
+  const std::vector<OptimizerOverlap> overlaps = {OptimizerOverlap::none, OptimizerOverlap::backward,
+                                                  OptimizerOverlap::dpu};
+  int gave_up = 0, kept = 0;
+  for (const char* placement : {"zero_offload", "zero_inf_cpu", "zero_inf_nvme", "zero3"})
+    for (double bsz : {1.0, 4.0, 16.0}) {
+      Candidate c = make_candidate(placement, bsz, 1, 1, 16);
+      c.config.seq = m.seq;
+      c.config.dp = 16;
+      const TierBandwidths bw = TierBandwidths::of(tier_efficiencies(p, m, c.config, c.config.dp));
+      std::vector<TimeBreakdown> all(overlaps.size());
+      ASSERT_TRUE(estimate_times(m, c.placement, c.config, p, facts, bw, overlaps, all));
+      double fastest = INFINITY;
+      for (size_t i = 0; i < overlaps.size(); ++i) {
+        Candidate one = c;
+        one.config.optimizer_overlap = overlaps[i];
+        const TimeBreakdown alone = estimate_time(m, one, p);
+        EXPECT_DOUBLE_EQ(all[i].iteration_s, alone.iteration_s) << placement << " bsz " << bsz << " " << i;
+        EXPECT_DOUBLE_EQ(all[i].exposed_s, alone.exposed_s) << placement << " bsz " << bsz << " " << i;
+        fastest = std::min(fastest, alone.iteration_s / global_batch(c.config));
+      }
+      for (double bound : {fastest * 0.5, fastest * 0.999, fastest * 1.001, fastest * 2}) {
+        std::vector<TimeBreakdown> some(overlaps.size());
+        if (estimate_times(m, c.placement, c.config, p, facts, bw, overlaps, some, bound)) {
+          ++kept;
+          for (size_t i = 0; i < overlaps.size(); ++i) EXPECT_DOUBLE_EQ(some[i].iteration_s, all[i].iteration_s);
+        } else {
+          ++gave_up;
+          EXPECT_GT(fastest, bound) << placement << " bsz " << bsz << ": gave up below the bound";
+          for (const TimeBreakdown& t : some) EXPECT_EQ(t.iteration_s, 0) << "written although it gave up";
+        }
+      }
+    }
+  EXPECT_GT(gave_up, 0);
+  EXPECT_GT(kept, 0);
+}
+
+// The search makes tier_efficiencies' bandwidths once per (dp, mp): they must not move with the
+// micro-batch, the checkpoint interval or pipeline stages (their efficiencies do; estimate_time
+// does not read those).
+TEST(Time, TierBandwidthsDependOnDpAndMpOnly) {
+  for (const char* profile : {"dgx2", "dgx-a100", "dgx-h100", "local-cpu"}) {
+    HardwareProfile p = *load_profile(profile);
+    if (Result<HardwareProfile> many = scale_to_nodes(p, 4)) p = *many;  // across nodes where the profile scales
+    ModelSpec m = *load_model("table1-10B");
+    for (int mp : {1, 2})
+      for (int dp : {1, 2, p.total_gpus() / mp}) {
+        TrainingConfig base;
+        base.seq = m.seq;
+        base.mp = mp;
+        base.dp = dp;
+        const TierBandwidths ref = TierBandwidths::of(tier_efficiencies(p, m, base, dp));
+        for (double bsz : {1.0, 7.0, 32.0})
+          for (int ci : {1, 5})
+            for (int pp : {1, 2}) {
+              TrainingConfig k = base;
+              k.bsz = bsz;
+              k.ci = ci;
+              k.pp = pp;
+              EXPECT_EQ(TierBandwidths::of(tier_efficiencies(p, m, k, dp)).bps, ref.bps)
+                  << profile << " mp " << mp << " dp " << dp << " bsz " << bsz << " ci " << ci << " pp " << pp;
+            }
+      }
+  }
+}
+
+// FitOptions::words = false: the search's fits carry the same numbers as the worded ones, without
+// their parts and moments.
+TEST(Fit, NumbersOnlyAreTheWordedFitsNumbers) {
+  HardwareProfile p = *load_profile("dgx2");
+  ModelSpec m = *load_model("table1-10B");
+  for (const char* placement : {"data_parallel", "zero_offload", "zero_inf_nvme"}) {
+    Candidate c = make_candidate(placement, 8, 2, 1, 16);
+    c.config.seq = m.seq;
+    c.config.dp = 16;
+    FitOptions quiet;
+    quiet.words = false;
+    const FitReport a = check_fit(m, c, p), b = check_fit(m, c, p, quiet);
+    ASSERT_EQ(a.checks.size(), b.checks.size());
+    for (size_t i = 0; i < a.checks.size(); ++i) {
+      EXPECT_EQ(a.checks[i].needed_bytes, b.checks[i].needed_bytes) << placement << " " << i;
+      EXPECT_EQ(a.checks[i].capacity_bytes, b.checks[i].capacity_bytes) << placement << " " << i;
+      EXPECT_TRUE(b.checks[i].parts.empty());
+      EXPECT_TRUE(b.checks[i].moment.empty());
+    }
+    EXPECT_FALSE(a.checks.front().parts.empty());
+    EXPECT_EQ(a.fits(), b.fits());
+  }
+}
+
 }  // namespace
 }  // namespace memwall::planner

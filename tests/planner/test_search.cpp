@@ -312,6 +312,18 @@ TEST(Search, BranchAndBoundKeepsTheRankingOfTheFullSearch) {
     };
     same(a.ranked, b.ranked);
     same(a.top, b.top);
+    // the search fits without words (FitOptions::words), and words the ones it keeps afterwards
+    for (const auto* list : {&b.ranked, &b.top})
+      for (const Evaluated& e : *list) {
+        const FitReport worded = check_fit(m, e.candidate, p);
+        ASSERT_EQ(e.fit.checks.size(), worded.checks.size());
+        for (size_t i = 0; i < worded.checks.size(); ++i) {
+          EXPECT_EQ(e.fit.checks[i].needed_bytes, worded.checks[i].needed_bytes);
+          EXPECT_EQ(e.fit.checks[i].parts.size(), worded.checks[i].parts.size());
+          EXPECT_EQ(e.fit.checks[i].moment, worded.checks[i].moment);
+        }
+        EXPECT_FALSE(e.fit.checks.front().parts.empty());
+      }
   }
 }
 
