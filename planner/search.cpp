@@ -530,6 +530,18 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
     return std::max(best[pi]->score(), r.top.back().score()) / (1 - kTimeResolution);
   };
   auto behind_both = [&](size_t pi, double floor) { return floor > behind_both_above(pi); };
+  auto behind = [&](size_t pi, const Evaluated& e) {
+    return prune && best[pi] && r.top.size() >= top_n && compare_by_time(*best[pi], e) < 0 &&
+           compare_by_time(r.top.back(), e) < 0;
+  };
+  // A fitting candidate enters the top list and its placement's best where it ranks before them.
+  auto keep = [&](size_t pi, Evaluated e) {
+    if (r.top.size() < top_n || cmp(e, r.top.back())) {
+      r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
+      if (r.top.size() > top_n) r.top.pop_back();
+    }
+    if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
+  };
   FitOptions numbers_only = o.fit;  // the words of the candidates kept are made at the end
   numbers_only.words = false;
   std::vector<TimeBreakdown> times;
@@ -561,12 +573,28 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
       made.assign(space.bsz.size(), Made::no);
       for (size_t oi = 0; oi < overlaps.size(); ++oi) {
         const OptimizerOverlap ov = overlaps[oi];
-        // every limit grows with bsz: the first that misses ends the row, larger ones cannot fit.
-        // Not with a global batch: dp then changes with bsz, and with it each rank's share.
+        // The row's candidates, by bsz, that the time alone does not rank behind both incumbents
+        // and that fit. Every limit grows with bsz: the first that misses ends the row, larger ones
+        // cannot fit (not with a global batch: dp then changes with bsz, and with it each rank's
+        // share). With the branch and bound, the fit is checked galloping (the 1st, 3rd, 7th, ...
+        // candidate) up to the first that misses, then bisecting between: the largest that fits is
+        // found in a few fits, and the ones below it are kept from the largest down (the least time
+        // per sample first, usually), each raising the incumbents, so that the smaller ones they
+        // then rank behind need no fit.
+        auto fit = [&](Evaluated& e) {
+          e.fit = check_fit(m, e.candidate, p, numbers_only);
+          ++r.evaluated;
+          const bool fits = e.fit.fits();
+          if (!fits && (!r.closest || closer(e.fit, r.closest->fit))) r.closest = e;
+          return fits;
+        };
+        const bool gallop = prune && !space.global_batch && !o.accept;
         std::vector<Evaluated> row;
+        std::vector<bool> fitted;
+        size_t lo = 0, hi = std::numeric_limits<size_t>::max(), probe = 0, step = 1;  // fit: [0, lo); not: [hi, ...)
         for (size_t bi = 0; bi < space.bsz.size(); ++bi) {
           if (!cfg.config[bi]) continue;  // bsz does not divide the global batch
-          if (behind_both(pi, cfg.floor[bi])) {  // as the check below would find, without the time
+          if (behind_both(pi, cfg.floor[bi])) {  // as the checks below would find, without the time
             ++r.pruned;
             continue;
           }
@@ -586,21 +614,50 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
           e.candidate.config.optimizer_overlap = ov;
           // Branch and bound: a candidate the time alone ranks behind both its placement's best
           // so far and the last of a full top list cannot enter either, fit or not; its memory
-          // fit (most of a candidate's cost) is not checked. Larger micro-batches are still
-          // tried: the fit's monotonicity prunes nothing here, the time's comparison does.
-          if (prune && best[pi] && compare_by_time(*best[pi], e) < 0 && r.top.size() >= top_n &&
-              compare_by_time(r.top.back(), e) < 0) {
+          // fit (most of a candidate's cost) is not checked.
+          if (behind(pi, e)) {
             ++r.pruned;
             continue;
           }
-          e.fit = check_fit(m, e.candidate, p, numbers_only);
-          ++r.evaluated;
-          if (!e.fit.fits()) {
-            if (!r.closest || closer(e.fit, r.closest->fit)) r.closest = e;
-            if (space.global_batch) continue;
-            break;
+          if (space.global_batch) {
+            if (fit(e)) row.push_back(std::move(e));
+            continue;
           }
           row.push_back(std::move(e));
+          fitted.push_back(false);
+          if (row.size() - 1 == probe) {
+            fitted.back() = true;
+            if (!fit(row.back())) {
+              hi = row.size() - 1;
+              break;
+            }
+            lo = row.size();
+            if (gallop) step *= 2;
+            probe = lo + step - 1;
+          }
+        }
+        if (!space.global_batch) {
+          hi = std::min(hi, row.size());
+          while (lo < hi) {
+            const size_t mid = (lo + hi) / 2;
+            fitted[mid] = true;
+            if (fit(row[mid])) lo = mid + 1;
+            else hi = mid;
+          }
+          row.resize(lo);
+        }
+        if (gallop) {
+          for (size_t i = row.size(); i-- > 0;) {
+            if (!fitted[i]) {
+              if (behind(pi, row[i])) {
+                ++r.pruned;
+                continue;
+              }
+              fit(row[i]);  // below one that fits: it fits
+            }
+            keep(pi, std::move(row[i]));
+          }
+          continue;
         }
         // the detailed check is monotone in bsz too: bisect for the largest it accepts. Only for
         // rows whose best (the largest micro-batch: the least time per sample) would be kept.
@@ -621,13 +678,7 @@ SearchResult search(const ModelSpec& m, const HardwareProfile& p, const SearchSp
           }
           row.resize(lo);
         }
-        for (Evaluated& e : row) {
-          if (r.top.size() < top_n || cmp(e, r.top.back())) {
-            r.top.insert(std::upper_bound(r.top.begin(), r.top.end(), e, cmp), e);
-            if (r.top.size() > top_n) r.top.pop_back();
-          }
-          if (!best[pi] || better(e, *best[pi], o.objective)) best[pi] = std::move(e);
-        }
+        for (Evaluated& e : row) keep(pi, std::move(e));
       }
     }
   }
