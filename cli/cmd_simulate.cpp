@@ -1,5 +1,6 @@
 // `memwall simulate`: one training iteration replayed on a SimGrid platform built from the
 // profile. Parses flags and prints; sim/ does the work.
+#include <chrono>
 #include <memory>
 #include <sstream>
 
@@ -42,7 +43,8 @@ Command add_simulate(CLI::App& app) {
   sub->add_flag("--no-overlap", f->no_overlap, "Run every step of a rank after the previous one (no prefetch overlap)");
   sub->add_flag("--full", f->full,
                 "Replay every GPU, not one GPU (one per pipeline stage) with its share of the node (the symmetric\n"
-                "shortcut's ground truth; slow; at most 256 GPUs)");
+                "shortcut's ground truth; slow: a replay past 2 s says how far it got on stderr every 5 s;\n"
+                "at most 256 GPUs)");
   sub->add_option("--trace", f->trace, "Write a Chrome trace (open in Perfetto) to this file");
   f->tokens.add(*sub);
   sub->add_flag("--json", f->json,
@@ -85,6 +87,28 @@ Command add_simulate(CLI::App& app) {
             o.trace = !f->trace.empty();
             o.full = f->full;
             o.sizes = take(exec::schedule_sizes(p, m, pl, c));  // the executor's buffers where `memwall run` runs p
+            // A long replay (--full on many nodes, a huge model) says how far it got, on stderr
+            // (stdout stays the report): after 2 s, then every 5 s.
+            const auto began = std::chrono::steady_clock::now();
+            if (f->full && p.total_gpus() > p.gpus_per_node)
+              std::cerr << "memwall simulate: building the replay of every GPU (--full; slow on many nodes)" << std::endl;
+            double said_s = -3, first_s = -1, first_done = 0;  // the first report: the replay's own pace from there
+            o.progress = [began, said_s, first_s, first_done](std::size_t done, std::size_t total,
+                                                              double simulated_s) mutable {
+              const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+              if (first_s < 0) first_s = wall, first_done = double(done);
+              if (wall < 2 || wall - said_s < 5) return;
+              said_s = wall;
+              std::cerr << "memwall simulate: replaying, " << format_sig(100.0 * double(done) / double(total), 2)
+                        << " % of " << format_count(double(total)) << " activities done, "
+                        << format_sig(simulated_s, 3) << " s of the iteration simulated (" << format_sig(wall, 2)
+                        << " s";
+              if (double(done) > first_done && wall > first_s)
+                std::cerr << ", about "
+                          << format_sig((wall - first_s) / (double(done) - first_done) * double(total - done), 2)
+                          << " s left";
+              std::cerr << ")" << std::endl;
+            };
             sim::SimReport r = take(sim::simulate(m, pl, c, p, o));
             nlohmann::ordered_json j = {{"model", m.name}, {"profile", p.name}, {"nodes", p.nodes}, {"fits", !r.overflow}};
             j.update(sim::to_json(r));

@@ -85,7 +85,9 @@ const char* to_string(AitState s) {
 std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, const ModelSpec& m,
                                                    const TrainingConfig& c, int dp) {
   const double peak = p.peak_flops_per_s(m.hidden);
-  const int nodes_used = std::max(1, (dp * c.mp + p.gpus_per_node - 1) / p.gpus_per_node);
+  // one pipeline stage's GPUs (its dp x mp; the stages go across nodes, each with its own share)
+  const long gpus = long(dp) * c.mp;
+  const int nodes_used = p.nodes_for(gpus);
   // A GPU receives a whole parameter over NVSwitch inside a node; across nodes a hierarchical
   // all-gather brings each parameter into the node once through the node's NICs. With tensor
   // slicing every slice's group gathers its own slice at once through the same NICs: the node takes
@@ -106,7 +108,7 @@ std::vector<StateTierEfficiency> tier_efficiencies(const HardwareProfile& p, con
   }
   // the GPUs of a node that move data at once: all of them, or fewer when the analysis uses fewer
   // (`analyze --gpus 1` gets one GPU's PCIe link, not a sixteenth of the node)
-  const int active = std::min(p.gpus_per_node, (dp * c.mp + nodes_used - 1) / nodes_used);
+  const int active = int(std::min<long>(p.gpus_per_node, (gpus + nodes_used - 1) / nodes_used));
   const double cpu_gpu = p.cpu_Bps_per_gpu(active);
   const double nvme_gpu = std::min(p.nvme_read_Bps_per_gpu(active), p.nvme_write_Bps_per_gpu(active));
   const std::string share = active == p.gpus_per_node
@@ -172,7 +174,7 @@ Analysis analyze(const ModelSpec& m, const TrainingConfig& c, const HardwareProf
   a.ait_act_ckpt = ait_act_ckpt(m, c.ci);
   a.efficiencies = tier_efficiencies(p, m, c, dp);
 
-  const int nodes_used = std::max(1, (a.gpus + p.gpus_per_node - 1) / p.gpus_per_node);
+  const int nodes_used = p.nodes_for(a.gpus);
   const double gpu_all = a.gpus * p.gpu_memory_bytes;
   const double cpu_all = nodes_used * p.cpu_memory_bytes;
   const double nvme_all = nodes_used * p.nvme_capacity_bytes;

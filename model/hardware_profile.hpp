@@ -141,6 +141,8 @@ struct HardwareProfile {
   // GPUs of one node that a job of `gpus` ranks occupies: they share the node's CPU memory, pinned
   // budget, NVMe, DRAM and PCIe root (a 1-GPU job on a 16-GPU node has all of them to itself).
   int ranks_per_node(long gpus) const { return int(std::max(1L, std::min<long>(gpus_per_node, gpus))); }
+  // Nodes a job of `gpus` ranks spans (dp x mp x pp of them, whole nodes first), at least 1.
+  int nodes_for(long gpus) const { return int(std::max(1L, (gpus + gpus_per_node - 1) / gpus_per_node)); }
 
   // Achievable peak for a model of this hidden size (the paper: 62-78 TFLOPS for 8K-64K on V100).
   double peak_flops_per_s(long hidden) const;

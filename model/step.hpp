@@ -58,6 +58,7 @@ enum class CollectiveKind : std::uint8_t {
 // parameters are partitioned and its gradients reduced. tied: the first and the last pipeline
 // stage's ranks of one dp rank and slice, which hold the tied embedding's two copies (pp > 1).
 enum class CommGroup : std::uint8_t { dp, mp, pp, ep, edp, tied };
+inline constexpr int kCommGroups = 6;
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::none;
   CommGroup group = CommGroup::dp;

@@ -154,11 +154,8 @@ double largest_partition_elems(const ModelSpec& m, const Candidate& c, State s) 
   return std::ceil(c.placement.of(s).partitioned ? whole / k.dp : whole);
 }
 
-int nodes_used(const Candidate& c, const HardwareProfile& p) { return nodes_used(c.config, p); }
-
 int nodes_used(const TrainingConfig& k, const HardwareProfile& p) {
-  const long gpus = long(k.dp) * k.mp * std::max(1, k.pp);
-  return std::max(1, int((gpus + p.gpus_per_node - 1) / p.gpus_per_node));
+  return p.nodes_for(long(k.dp) * k.mp * std::max(1, k.pp));
 }
 
 FitReport check_fit(const ModelSpec& m, const Candidate& c, const HardwareProfile& p, const FitOptions& o) {
@@ -503,9 +500,9 @@ bool estimate_times(const ModelSpec& m, const Placement& pl, const TrainingConfi
   // overlap asked takes it from here, with the forward and backward's exposed time.
   const TimeBreakdown shared = tb;
   auto finish = [&](double exposed_fb, OptimizerOverlap overlap) {
-    TimeBreakdown tb = shared;
+    TimeBreakdown t = shared;  // this overlap's
     // The refresh streams chunk by chunk behind CPU Adam (ZeRO-Offload): the longer of the two counts.
-    double optimizer_exposed = std::max(tb.optimizer_s, tb.refresh_s);
+    double optimizer_exposed = std::max(t.optimizer_s, t.refresh_s);
     switch (overlap) {
       case OptimizerOverlap::none: break;
       case OptimizerOverlap::backward:  // beside backward and recompute: 3/4 of Eq. 7's computation
@@ -515,36 +512,36 @@ bool estimate_times(const ModelSpec& m, const Placement& pl, const TrainingConfi
         // zero_inf_nvme bsz 8 on one DGX-2 takes 25.9 s overlapped against 23.4 s after backward
         // (Overlap.NoGainOnAnNvmeBackwardAlsoUses); so nothing is counted as hidden.
         if (!(pl.optim32.tier == Tier::nvme && (pl.param16.tier == Tier::nvme || pl.grad16.tier == Tier::nvme)))
-          optimizer_exposed = std::max(0.0, optimizer_exposed - 0.75 * tb.compute_s);
+          optimizer_exposed = std::max(0.0, optimizer_exposed - 0.75 * t.compute_s);
         break;
       case OptimizerOverlap::dpu:  // beside the whole forward and backward; the refresh follows them
-        optimizer_exposed = std::max(0.0, tb.optimizer_s - tb.compute_s) + tb.refresh_s;
+        optimizer_exposed = std::max(0.0, t.optimizer_s - t.compute_s) + t.refresh_s;
         break;
     }
     // Gradient accumulation: forward and backward `ga` times, the optimizer once; the backward
     // overlap hides it behind the last micro-step's backward only (the gradients are final there),
     // dpu behind all of them. Pipeline stages (1F1B) idle for pp - 1 micro-steps' time besides,
     // interleaved over v chunks (pp - 1) / v: pipeline_bubble's (pp-1) / (v m + pp - 1) of the step.
-    const double micro_step_s = tb.compute_s + exposed_fb + tb.mp_allreduce_s + tb.all_to_all_s + tb.p2p_s;
-    tb.bubble_s = (pp - 1) * micro_step_s / v;
+    const double micro_step_s = t.compute_s + exposed_fb + t.mp_allreduce_s + t.all_to_all_s + t.p2p_s;
+    t.bubble_s = (pp - 1) * micro_step_s / v;
     if (ga > 1) {
       if (overlap == OptimizerOverlap::dpu)
-        optimizer_exposed = std::max(0.0, tb.optimizer_s - ga * tb.compute_s) + tb.refresh_s;
-      tb.compute_s *= ga;
-      tb.param_grad_s *= ga;
-      tb.collective_latency_s *= ga;
-      tb.act_ckpt_s *= ga;
-      tb.act_ckpt_load_s *= ga;
-      tb.mp_allreduce_s *= ga;
-      tb.all_to_all_s *= ga;
-      tb.p2p_s *= ga;
+        optimizer_exposed = std::max(0.0, t.optimizer_s - ga * t.compute_s) + t.refresh_s;
+      t.compute_s *= ga;
+      t.param_grad_s *= ga;
+      t.collective_latency_s *= ga;
+      t.act_ckpt_s *= ga;
+      t.act_ckpt_load_s *= ga;
+      t.mp_allreduce_s *= ga;
+      t.all_to_all_s *= ga;
+      t.p2p_s *= ga;
     }
-    tb.exposed_s = ga * exposed_fb + optimizer_exposed + tb.param_gather_s + tb.grad_norm_s + tb.mp_allreduce_s +
-                   tb.all_to_all_s + tb.p2p_s + tb.bubble_s;
-    tb.iteration_s = tb.compute_s + tb.exposed_s;
-    tb.tflops_per_gpu = ga * flops_gpu / tb.iteration_s / 1e12;
-    tb.samples_per_s = global_batch(k) / tb.iteration_s;
-    return tb;
+    t.exposed_s = ga * exposed_fb + optimizer_exposed + t.param_gather_s + t.grad_norm_s + t.mp_allreduce_s +
+                   t.all_to_all_s + t.p2p_s + t.bubble_s;
+    t.iteration_s = t.compute_s + t.exposed_s;
+    t.tflops_per_gpu = ga * flops_gpu / t.iteration_s / 1e12;
+    t.samples_per_s = global_batch(k) / t.iteration_s;
+    return t;
   };
   // The windows only add to exposed_fb: where every overlap's time without them already exceeds
   // `bound` per sample, they are not made.

@@ -180,8 +180,7 @@ bool estimate_times(const ModelSpec& m, const Placement& pl, const TrainingConfi
                     const TimeFacts& f, const TierBandwidths& bw, std::span<const OptimizerOverlap> overlaps,
                     std::span<TimeBreakdown> out, double bound = INFINITY, const PassCompute* pass = nullptr);
 
-// Nodes the candidate's dp x mp x pp GPUs span.
-int nodes_used(const Candidate& c, const HardwareProfile& p);
+// Nodes the configuration's dp x mp x pp GPUs span.
 int nodes_used(const TrainingConfig& k, const HardwareProfile& p);
 
 }  // namespace memwall::planner

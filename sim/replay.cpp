@@ -1,6 +1,7 @@
 #include "sim/replay.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -44,8 +45,13 @@ class Dag {
     nodes_[size_t(to)].pending++;
   }
   // Runs everything; false when some activity never became ready (a cycle across ranks).
-  bool run(sg4::Engine& engine) {
-    sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
+  // `progress` (may be empty) hears how far it got, every `interval_s` of wall time at most.
+  bool run(sg4::Engine& engine, const std::function<void(std::size_t, std::size_t, double)>& progress = {},
+           double interval_s = 1.0) {
+    const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(interval_s));
+    auto next = std::chrono::steady_clock::now() + every;
+    sg4::Activity::on_completion_cb([this, progress, next, every](const sg4::Activity& a) mutable {
       auto it = live_.find(&a);
       if (it == live_.end()) return;
       Node& n = nodes_[size_t(it->second)];
@@ -55,6 +61,10 @@ class Dag {
       held_.erase(it->second);
       live_.erase(it);
       ++done_;
+      if (progress && done_ % 256 == 0 && std::chrono::steady_clock::now() >= next) {
+        progress(done_, nodes_.size(), n.end_s);
+        next = std::chrono::steady_clock::now() + every;
+      }
       for (int s : n.succ)
         if (--nodes_[size_t(s)].pending == 0) launch(s);
     });
@@ -249,8 +259,11 @@ class Replayer {
     // receives: posted as soon as their own dependencies allow (Megatron-LM's batched isend and
     // irecv), they hold up only the steps that use their data or buffers. Chained to the rank's
     // other steps, a send waits for a receive its peer posts only after its own blocked steps, and
-    // 1F1B deadlocks, plain and interleaved.
+    // 1F1B deadlocks, plain and interleaved. A group's collectives also wait for the rank's previous
+    // one of that group (SimOptions::one_stream: one NCCL stream per communicator).
     int serial = -1;
+    std::array<int, kCommGroups> last_collective;  // per group: the rank's latest collective step
+    last_collective.fill(-1);
     for (const Step& st : s.steps) {
       StepActs& a = acts[size_t(st.id)];
       a.resource = step_resource(st);
@@ -269,6 +282,11 @@ class Replayer {
         else for (int x : d.forward) wait_for(x);
       };
       for (int d : st.deps) add_waits(acts[size_t(d)]);
+      if (o_.one_stream && is_collective(st) && !is_p2p(st) && st.collective.members > 1) {
+        int& last = last_collective[size_t(st.collective.group)];  // its communicator's stream
+        if (last >= 0) add_waits(acts[size_t(last)]);
+        last = st.id;
+      }
       if (!o_.overlap && !is_p2p(st)) {
         if (serial >= 0) add_waits(acts[size_t(serial)]);
         serial = st.id;
@@ -316,7 +334,7 @@ class Replayer {
     return true;
   }
 
-  bool run(sg4::Engine& engine) { return dag_.run(engine); }
+  bool run(sg4::Engine& engine) { return dag_.run(engine, o_.progress, o_.progress_interval_s); }
 
   // After a run that left steps waiting: each replayed GPU's first step that never finished, and
   // whether it started (a cycle across ranks leaves each waiting for another's).

@@ -24,6 +24,8 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +43,18 @@ struct SimOptions {
   bool overlap = true;  // false: every step of a rank waits for the one before it
   bool trace = false;   // collect Chrome trace events
   bool full = false;    // replay every GPU even when the ranks are symmetric (the ground truth; slower)
+  // A group's collectives on a rank run one at a time, in the order the rank issues them: one NCCL
+  // stream per communicator, as memwall's executor runs them (exec/engine/collectives_nccl.cpp) and
+  // as PyTorch's ProcessGroupNCCL does (one stream per device and process group, which DeepSpeed's
+  // all-gathers and reduce-scatters share). false: every collective whose dependencies allow runs at
+  // once, the concurrent ones sharing the links (a what-if). Pipeline sends and receives are posted
+  // as their own dependencies allow either way.
+  bool one_stream = true;
+  // Called every progress_interval_s of wall time at most (checked every 256 activities) while
+  // SimGrid runs (long replays, --full on many nodes): activities done, activities in all, and the
+  // simulated time reached. On the thread that called simulate (simulate_isolated: in its child).
+  std::function<void(std::size_t done, std::size_t total, double simulated_s)> progress;
+  double progress_interval_s = 1.0;
   // The bytes the schedule counts (model/schedule.hpp): the paper's by default; an executor's
   // (exec::executor_sizes) to replay exactly the schedule `memwall run` executes.
   std::optional<MemorySizes> sizes;

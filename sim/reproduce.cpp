@@ -116,7 +116,7 @@ std::string limited_by(const SimReport& r) {
 // or the training configuration; the row's procedure (placement, checkpoints, tiling) runs again.
 enum class Effect : std::uint8_t {
   batch_over_gpus, reserve, rate_by_shape, hbm, sync_grad_copies, on_demand, sync_fetches, measured_network,
-  states_only
+  states_only, one_stream
 };
 
 const EffectInfo& info(Effect e) { return reproduction_effects()[size_t(e)]; }
@@ -156,9 +156,11 @@ std::vector<Effect> present(const HardwareProfile& p, std::initializer_list<Effe
 }
 
 // The simulation's options with `off`'s effect off: states_only off swaps the optimizer state's fp32
-// gradient slot to NVMe and back as well (Eq. 10's 2 x 16 B per parameter).
+// gradient slot to NVMe and back as well (Eq. 10's 2 x 16 B per parameter); one_stream off runs a
+// group's collectives at once where their dependencies allow.
 SimOptions options(Off off) {
   SimOptions o;
+  o.one_stream = !off(Effect::one_stream);
   if (off(Effect::states_only)) {
     MemorySizes z;
     z.optim_grad_bytes = 0;
@@ -337,7 +339,8 @@ Result<Rows> fig5a(const HardwareProfile& node, const Progress& progress) {
     rows.back().note = note;
     if (Result<bool> m = measure(progress, rows.back(),
                                  with_states(present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape,
-                                                            Effect::hbm, Effect::measured_network}, s.gpus),
+                                                            Effect::hbm, Effect::measured_network, Effect::one_stream},
+                                                    s.gpus),
                                              r->placement),
                                  value_of(zero_inf, tflops));
         !m)
@@ -389,7 +392,8 @@ Result<Rows> fig5b(const HardwareProfile& node, const Progress& progress) {
                        gpus == 64 ? "44 TFLOPS/GPU; superlinear scaling to 512" : "superlinear scaling"));
     if (Result<bool> m = measure(progress, rows.back(),
                                  with_states(present(node, {Effect::batch_over_gpus, Effect::reserve, Effect::rate_by_shape,
-                                                            Effect::hbm, Effect::measured_network}, gpus),
+                                                            Effect::hbm, Effect::measured_network, Effect::one_stream},
+                                                    gpus),
                                              r->placement),
                                  value_of(zero_inf, tflops));
         !m)
@@ -715,6 +719,12 @@ const std::vector<EffectInfo>& reproduction_effects() {
        "PartitionedOptimizerSwapper.swap_out_optimizer_state writes the fp32 parameter, exp_avg and exp_avg_sq "
        "only; memwall's executor swaps 12 B too); off: all 16 B read and written, as Eq. 10's 2 x 16 B per "
        "parameter counts them"},
+      {"one_stream", "a group's collectives one at a time",
+       "each communicator's collectives run one at a time in the order its rank issues them: one NCCL stream "
+       "per communicator, as PyTorch's ProcessGroupNCCL gives DeepSpeed's all-gathers and reduce-scatters "
+       "(torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, one stream per device and process group) and as "
+       "memwall's executor runs them; off: every collective its dependencies allow runs at once, the "
+       "concurrent ones sharing the links"},
   };
   return effects;
 }

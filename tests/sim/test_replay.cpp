@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -613,9 +614,87 @@ TEST(Replay, SyncFetchesWaitForAllOfTheRanksEarlierDeviceWork) {
       EXPECT_LT(both, 1e-6 * fetching) << "a fetch overlapped a compute";
       EXPECT_LT(late, 1e-9) << "a fetch started before an earlier gradient reduce-scatter or copy ended";
     } else {
-      EXPECT_GT(both, 0.5 * fetching) << "prefetched: most of the fetching hides behind the computes";
+      // prefetched, much of the fetching hides behind the computes (in backward the all-gathers queue
+      // behind the gradients' reduce-scatters on the data-parallel group's one stream: 45 %)
+      EXPECT_GT(both, 0.3 * fetching) << "prefetched: much of the fetching hides behind the computes";
       EXPECT_GT(late, 0) << "without the synchronize a fetch need not wait for the gradients";
     }
+  }
+}
+
+// One NCCL stream per communicator (SimOptions::one_stream): a rank's collectives of one group run
+// one at a time, in the order the rank issues them, as memwall's executor and PyTorch's
+// ProcessGroupNCCL run them. ZeRO-3 on two DGX-2s: in backward the gradients' reduce-scatters and
+// the next parameters' prefetched all-gathers both go over the data-parallel group. With one stream
+// no two of rank 0's overlap and each starts after every one issued before it has ended; without it
+// some run at once (else this test would prove nothing).
+TEST(Replay, ACommunicatorsCollectivesRunOneAtATimeInIssueOrder) {
+  ModelSpec m = model();
+  const HardwareProfile p = *scale_to_nodes(*load_profile("dgx2"), 2);
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.dp = 32;
+  const Placement pl = *preset("zero3");
+  Result<Schedule> s = build_schedule(m, pl, c, p);
+  ASSERT_TRUE(s) << s.error();
+  for (bool one : {true, false}) {
+    SimOptions o;
+    o.trace = true;
+    o.one_stream = one;
+    Result<SimReport> r = simulate_isolated(m, pl, c, p, o);
+    ASSERT_TRUE(r) << r.error();
+    std::map<int, std::pair<double, double>> at;  // rank 0's collective steps: the first start, the last end
+    for (const TraceEvent& e : r->trace) {
+      const Step& st = s->steps.at(size_t(e.step));
+      if (e.rank != 0 || !is_collective(st) || st.collective.group != CommGroup::dp) continue;
+      auto [it, fresh] = at.try_emplace(e.step, e.start_s, e.end_s);
+      if (!fresh) it->second = {std::min(it->second.first, e.start_s), std::max(it->second.second, e.end_s)};
+    }
+    ASSERT_GT(at.size(), 20u);
+    Intervals all;
+    double early = 0, last_end = 0;  // how long collectives started before an earlier-issued one ended
+    for (const auto& [id, t] : at) {  // in step order: the order the rank issues them
+      all.push_back(t);
+      early += std::max(0.0, last_end - t.first);
+      last_end = std::max(last_end, t.second);
+    }
+    double busy = 0;
+    for (auto [a, b] : all) busy += b - a;
+    if (one) {
+      EXPECT_LT(overlap_within_s(all), 1e-9 * busy) << "two collectives of the data-parallel group ran at once";
+      EXPECT_LT(early, 1e-9 * busy) << "a collective started before one issued earlier had ended";
+    } else {
+      EXPECT_GT(overlap_within_s(all), 1e-3 * busy) << "without one stream some collectives must run at once";
+    }
+  }
+}
+
+// A long replay says how far it got (SimOptions::progress; `memwall simulate` prints it): the
+// activities done only grow, never beyond all of them, and the simulated time only moves forward
+// and stays within the iteration. Interval 0: every 256 activities, whatever the machine's speed.
+TEST(Replay, ProgressOnlyMovesForward) {
+  const ModelSpec m = *load_model("table1-10B");  // thousands of activities
+  TrainingConfig c;
+  c.seq = m.seq;
+  c.bsz = 2;
+  c.dp = 16;
+  std::vector<std::array<double, 3>> heard;  // done, total, simulated seconds
+  SimOptions o;
+  o.progress_interval_s = 0;
+  o.progress = [&](std::size_t done, std::size_t total, double simulated_s) {
+    heard.push_back({double(done), double(total), simulated_s});
+  };
+  Result<SimReport> r = simulate(m, *preset("zero_inf_cpu"), c, *load_profile("dgx2"), o);
+  ASSERT_TRUE(r) << r.error();
+  ASSERT_GT(heard.size(), 3u);
+  for (size_t i = 0; i < heard.size(); ++i) {
+    EXPECT_EQ(heard[i][1], heard[0][1]);
+    EXPECT_LE(heard[i][0], heard[i][1]);
+    EXPECT_LE(heard[i][2], r->iteration_s * (1 + 1e-9));
+    if (i == 0) continue;
+    EXPECT_GT(heard[i][0], heard[i - 1][0]);
+    EXPECT_GE(heard[i][2], heard[i - 1][2]);
   }
 }
 
