@@ -90,11 +90,14 @@ Command add_simulate(CLI::App& app) {
             // A long replay (--full on many nodes, a huge model) says how far it got, on stderr
             // (stdout stays the report): after 2 s, then every 5 s.
             const auto began = std::chrono::steady_clock::now();
-            if (f->full && p.total_gpus() > p.gpus_per_node)
-              std::cerr << "memwall simulate: building the replay of every GPU (--full; slow on many nodes)" << std::endl;
+            const bool many = f->full && p.total_gpus() > p.gpus_per_node;
             double said_s = -3, first_s = -1, first_done = 0;  // the first report: the replay's own pace from there
-            o.progress = [began, said_s, first_s, first_done](std::size_t done, std::size_t total,
-                                                              double simulated_s) mutable {
+            o.progress = [began, many, said_s, first_s, first_done](std::size_t done, std::size_t total,
+                                                                    double simulated_s) mutable {
+              if (total == 0) {  // every check passed; the replay is being built
+                if (many) std::cerr << "memwall simulate: building the replay of every GPU (--full; slow on many nodes)" << std::endl;
+                return;
+              }
               const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
               if (first_s < 0) first_s = wall, first_done = double(done);
               if (wall < 2 || wall - said_s < 5) return;

@@ -736,6 +736,7 @@ ReplayShape replay_shape(const Schedule& s0, const Layout& lay, const HardwarePr
 // Builds the platform, adds every replayed GPU with its schedule, runs SimGrid and fills `rep`.
 Result<bool> replay(const std::vector<const Schedule*>& schedules, const HardwareProfile& profile,
                     const SimOptions& options, const Layout& lay, const ReplayShape& shape, SimReport& rep) {
+  if (options.progress) options.progress(0, 0, 0);  // checked; now building (long with --full on many nodes)
   QuietEngineArgs args;
   sg4::Engine engine(&args.argc, args.argv);
   configure_engine(engine);

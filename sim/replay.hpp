@@ -52,7 +52,8 @@ struct SimOptions {
   bool one_stream = true;
   // Called every progress_interval_s of wall time at most (checked every 256 activities) while
   // SimGrid runs (long replays, --full on many nodes): activities done, activities in all, and the
-  // simulated time reached. On the thread that called simulate (simulate_isolated: in its child).
+  // simulated time reached. Once with (0, 0, 0) first, when the job has passed every check and the
+  // replay is being built. On the thread that called simulate (simulate_isolated: in its child).
   std::function<void(std::size_t done, std::size_t total, double simulated_s)> progress;
   double progress_interval_s = 1.0;
   // The bytes the schedule counts (model/schedule.hpp): the paper's by default; an executor's
