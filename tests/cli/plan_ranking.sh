@@ -35,8 +35,10 @@ print("chosen by simulation: %.4f s simulated, %.4f s analytic" % (j["simulated_
 PY
 "$mw" plan --check "$dir/p.yaml" >/dev/null
 # the text says so too
-"$mw" plan "${model[@]}" --simulate-top 3 | grep -q "\[simulated: memwall simulate, one iteration\]: the ranking that chose it"
-"$mw" plan "${model[@]}" --simulate-top 3 | grep -q "ranking simulated chose the plan"
+# (the output captured whole: a grep -q that stops reading early would SIGPIPE memwall under pipefail)
+text=$("$mw" plan "${model[@]}" --simulate-top 3)
+grep -q "\[simulated: memwall simulate, one iteration\]: the ranking that chose it" <<<"$text"
+grep -q "ranking simulated chose the plan" <<<"$text"
 # a candidate --simulate-top could not simulate is named with the reason, in the text and the JSON
 # (the broadcast fetch's replay is too slow for a planning loop); the chosen one says why it was not
 # simulated rather than claiming a simulation failed

@@ -65,25 +65,25 @@ check cpu_pp2 "${mpi[@]}" -np 2 -- --strategy zero_inf_cpu --pp 2 --grad-accum 2
 check nvme_mp2_pp2 "${mpi[@]}" -np 4 -- --strategy zero_inf_nvme --mp 2 --pp 2 --grad-accum 2
 # refusals: another dp, another placement, a damaged file
 out=$("$mw" run --config "$dir/run.yaml" --strategy zero_inf_cpu --resume "$dir/ck-cpu_dp2" 2>&1 >/dev/null) && exit 1
-echo "$out" | grep -q 'manifest.json: run.dp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
+grep -q 'manifest.json: run.dp: the checkpoint has 2, this run 1' <<<"$out" || { echo "FAIL: $out"; exit 1; }
 out=$("$mw" run --config "$dir/run.yaml" --strategy zero3 --resume "$dir/ck-device" 2>&1 >/dev/null) && exit 1
-echo "$out" | grep -q 'manifest.json: run.placement: the checkpoint has' || { echo "FAIL: $out"; exit 1; }
+grep -q 'manifest.json: run.placement: the checkpoint has' <<<"$out" || { echo "FAIL: $out"; exit 1; }
 out=$(timeout 120 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --nvme-dir "$dir/swap-nvme" \
   --resume "$dir/ck-nvme_mp2_dp2" 2>&1 >/dev/null) && exit 1
-echo "$out" | grep -q 'manifest.json: run.mp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
+grep -q 'manifest.json: run.mp: the checkpoint has 2, this run 1' <<<"$out" || { echo "FAIL: $out"; exit 1; }
 out=$(timeout 120 "${mpi[@]}" -np 2 "$mw" run --config "$dir/run.yaml" --strategy zero_inf_nvme --mp 2 --nvme-dir "$dir/swap-nvme" \
   --resume "$dir/ck-nvme_mp2_pp2" 2>&1 >/dev/null) && exit 1
-echo "$out" | grep -q 'manifest.json: run.pp: the checkpoint has 2, this run 1' || { echo "FAIL: $out"; exit 1; }
+grep -q 'manifest.json: run.pp: the checkpoint has 2, this run 1' <<<"$out" || { echo "FAIL: $out"; exit 1; }
 f="$dir/ck-device/step-00000010/rank0000.optim32"
 printf '\x01' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 out=$("$mw" run --config "$dir/run.yaml" --strategy data_parallel --resume "$dir/ck-device" 2>&1 >/dev/null) && exit 1
-echo "$out" | grep -q 'rank0000.optim32: checksum differs from the manifest' || { echo "FAIL: $out"; exit 1; }
+grep -q 'rank0000.optim32: checksum differs from the manifest' <<<"$out" || { echo "FAIL: $out"; exit 1; }
 # a FIFO planted for a checkpoint file is refused at once, not waited on (it hung before)
 for name in latest step-00000010/manifest.json step-00000010/rank0000.param16; do
   rm -rf "$dir/ck-fifo" && cp -r "$dir/ck-device" "$dir/ck-fifo" && rm "$dir/ck-fifo/$name" && mkfifo "$dir/ck-fifo/$name"
   rc=0
   out=$(timeout 60 "$mw" run --config "$dir/run.yaml" --strategy data_parallel --resume "$dir/ck-fifo" 2>&1 >/dev/null) || rc=$?
   [ "$rc" = 2 ] || { echo "FAIL: a FIFO at $name: exit $rc: $out"; exit 1; }
-  echo "$out" | grep -q "ck-fifo/$name: not a regular file" || { echo "FAIL: $out"; exit 1; }
+  grep -q "ck-fifo/$name: not a regular file" <<<"$out" || { echo "FAIL: $out"; exit 1; }
 done
 echo "refused: another dp, another mp, another pp, another placement, a damaged file, a FIFO (each naming the field or file)"

@@ -82,7 +82,7 @@ for l in "1 1 1 4" "8 2 2 2"; do
 done
 # refused with the reason: a job whose ranks the stages do not divide
 out=$("$mw" run --config "$dir/gpt.yaml" --pp 2 2>&1) && exit 1
-echo "$out" | grep -q "ranks per data-parallel rank do not divide this job's 1 ranks" || { echo "FAIL: $out"; exit 1; }
+grep -q "ranks per data-parallel rank do not divide this job's 1 ranks" <<<"$out" || { echo "FAIL: $out"; exit 1; }
 HERE=$(cd "$(dirname "$0")" && pwd) python3 - "$dir" "${placements[@]}" <<'PY'
 import json, os, sys
 sys.path.insert(0, os.environ["HERE"])

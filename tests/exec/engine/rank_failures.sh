@@ -34,7 +34,7 @@ wait_job() {  # the job $pid's exit code into $rc, seconds since $start into $to
 stop_rank() {  # stop_rank R CONFIG: SIGSTOP world rank R of the job running CONFIG; its pid into $stopped
   stopped=
   for p in $(pgrep -x memwall); do
-    { tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1" && grep -q "$2" "/proc/$p/cmdline" &&
+    { grep -qx "OMPI_COMM_WORLD_RANK=$1" < <(tr '\0' '\n' <"/proc/$p/environ") && grep -q "$2" "/proc/$p/cmdline" &&
       stopped=$p; } 2>/dev/null || true
   done
   [ -n "$stopped" ] || { echo "FAIL: rank $1's process not found:"; cat "$dir/err.txt"; kill "$pid"; exit 1; }
@@ -61,7 +61,7 @@ out=$(timeout 120 "${mpi[@]}" -np 1 "$mw" run --config "$dir/run.yaml" --strateg
 rc=$?
 set -e
 [ "$rc" = 2 ] || { echo "FAIL: mismatched ranks exit $rc"; echo "$out"; exit 1; }
-echo "$out" | grep -q 'rank 1 runs another model, placement, training config or schedule than rank 0' ||
+grep -q 'rank 1 runs another model, placement, training config or schedule than rank 0' <<<"$out" ||
   { echo "FAIL: $out"; exit 1; }
 echo "mismatched ranks: refused before step 0 (exit 2)"
 

@@ -70,14 +70,14 @@ for planted in step-00000003/rank0000.optim32.tmp step-00000003/manifest.json.tm
   ln -s "$dir/victim.txt" "$dir/ck2/$planted"
   out=$("$mw" run --config "$cfg" --strategy zero_inf_nvme --nvme-dir "$dir/sw" --save "$dir/ck2" 2>&1 >/dev/null) &&
     fail "a link at $planted was written through"
-  echo "$out" | grep -q "$dir/ck2/$planted: is a symbolic link" || fail "for a link at $planted: $out"
+  grep -q "$dir/ck2/$planted: is a symbolic link" <<<"$out" || fail "for a link at $planted: $out"
   untouched "$planted"
 done
 rm -rf "$dir/ck2" && mkdir -p "$dir/ck2" "$dir/elsewhere"
 ln -s "$dir/elsewhere" "$dir/ck2/step-00000003"
 out=$("$mw" run --config "$cfg" --strategy zero_inf_nvme --nvme-dir "$dir/sw" --save "$dir/ck2" 2>&1 >/dev/null) &&
   fail "a linked step folder was written into"
-echo "$out" | grep -q "$dir/ck2/step-00000003: is a symbolic link" || fail "for a linked step folder: $out"
+grep -q "$dir/ck2/step-00000003: is a symbolic link" <<<"$out" || fail "for a linked step folder: $out"
 [ -z "$(ls -A "$dir/elsewhere")" ] || fail "files written through a linked step folder"
 ln -s "$dir/victim.txt" "$dir/t.json"
 expect_refusal "^memwall run: --trace: $dir/t.json: is a symbolic link" --strategy zero_inf_cpu --trace "$dir/t.json"
