@@ -16,8 +16,8 @@ struct DelayCtx {
   std::mt19937_64 rng;
   std::uniform_real_distribution<double> delay;
   std::map<Event, Clock::time_point> ready_at;  // per event: when its last record may be reported done
-  std::function<double(std::uint64_t)> delay_for;
-  std::uint64_t records = 0;
+  std::function<double(std::uint64_t)> delay_for, synchronize_delay_for;
+  std::uint64_t records = 0, synchronizes = 0;
 };
 
 DelayCtx& D(void* ctx) { return *static_cast<DelayCtx*>(ctx); }
@@ -55,6 +55,13 @@ void event_synchronize(void* ctx, Event e) {
   if (auto it = d.ready_at.find(e); it != d.ready_at.end()) std::this_thread::sleep_until(it->second);
 }
 
+void synchronize(void* ctx) {
+  DelayCtx& d = D(ctx);
+  d.real->ops().synchronize(d.real->ctx());
+  const double s_late = d.synchronize_delay_for(d.synchronizes++);
+  if (s_late > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s_late));
+}
+
 void event_destroy(void* ctx, Event e) {
   DelayCtx& d = D(ctx);
   d.ready_at.erase(e);
@@ -73,6 +80,7 @@ std::unique_ptr<Backend> delaying_backend(std::unique_ptr<Backend> inner, const 
   d->rng.seed(o.seed);
   d->delay = std::uniform_real_distribution<double>(0.0, o.max_delay_s);
   d->delay_for = o.delay_for;
+  d->synchronize_delay_for = o.synchronize_delay_for;
   const BackendOps& real = inner->ops();
   BackendCaps caps = inner->caps();
   BackendOps& ops = d->ops;
@@ -123,6 +131,7 @@ MEMWALL_FWD(sticky_error);
   ops.event_query = event_query;
   ops.event_synchronize = event_synchronize;
   ops.event_destroy = event_destroy;
+  if (o.synchronize_delay_for) ops.synchronize = synchronize;
   ops.destroy = destroy;
   d->real = std::move(inner);
   caps.name += "+delays";

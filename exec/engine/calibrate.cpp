@@ -51,6 +51,12 @@ double time_it(F&& fn, std::size_t fixed_runs = 0) {
   return *std::min_element(t.begin(), t.end());
 }
 
+// The median of a non-empty sample (the upper one of an even count's two middles).
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 struct OpTime {
   std::string name;  // the operator graph's name ("block0.fc1")
   double fwd_s = 0, bwd_s = 0;
@@ -171,8 +177,13 @@ void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, 
 // Every operator of a one-block GPT at (B, T), forward and backward, timed where it runs in
 // training: inside whole iterations of the block (forward, the checkpointed block recomputed,
 // backward), every call synchronised, so it meets the caches and the thread pools (OpenBLAS's,
-// OpenMP's) the operator before it left behind, not a loop of itself. The best over the iterations
-// (time_it says why); forward calls and recomputes together.
+// OpenMP's) the operator before it left behind, not a loop of itself. The median over the
+// iterations, forward calls and recomputes together: not the best (time_it's choice for the
+// transfers), because what disturbs an operator here (the other ranks' operators on the cores they
+// share, the machine's own jitter) disturbs it in training too, and the simulator predicts the
+// median iteration `memwall validate` measures. The best of each operator alone, summed, was an
+// iteration no run reaches: on a 2-core VM whose operators vary by 10-20 % from run to run, it made
+// validate's dp 2 rows 35 % too fast (results/validation/).
 Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision,
                                        int tiles = 1) {
   DeviceBuffers mem(b);
@@ -202,8 +213,7 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   const auto started = Clock::now();
   for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) iteration(r, timed, fwd, bwd);
   std::vector<OpTime> out;
-  auto best = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
-  for (std::size_t i = 0; i < r.calls.size(); ++i) out.push_back({r.names[i], best(fwd[i]), best(bwd[i])});
+  for (std::size_t i = 0; i < r.calls.size(); ++i) out.push_back({r.names[i], median(fwd[i]), median(bwd[i])});
   if (r.k->sticky_error)
     if (const char* e = r.k->sticky_error(r.cx)) return make_error(std::string("the backend failed: ") + e);
   return out;
@@ -518,7 +528,7 @@ Result<bool> measure_nvme(const CalibrateOptions& o, Backend&, Calibration& c, c
     const io::EngineOptions engine_defaults;  // what the engine's swap files use
     io.block_bytes = engine_defaults.block_bytes;
     io.queue_depth = engine_defaults.queue_depth;
-    // the best of two passes, as every other figure is the best of several runs
+    // the best of two passes, as every transfer is the best of several runs
     Result<io::IoBenchResult> once = io::run_io_bench(io);
     if (!once) return make_error(once.error());
     Result<io::IoBenchResult> again = io::run_io_bench(io);
@@ -593,7 +603,9 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   if (o.backend == "cuda") bo.device = MpiWorld::get().node_rank();  // one GPU per rank of a node
   Result<std::unique_ptr<Backend>> be = create_backend(o.backend, bo);
   if (!be) return make_error(be.error());
-  Backend& b = **be;
+  std::unique_ptr<Backend> owned = std::move(be).value();
+  if (o.wrap_backend) owned = o.wrap_backend(std::move(owned));
+  Backend& b = *owned;
   c.device = b.caps().device;
   // what the profile calls the GPU's memory
   if (o.backend == "cpu")
@@ -628,7 +640,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   c.load_during = *load;
   if (c.load_during.others >= adam::kBusyCores)
     c.warnings.push_back("while it measured (on average), " + adam::describe_load(c.load_during) +
-                         "; each figure is the best of several runs, but may still be low");
+                         "; its figures may be low");
   c.seconds = since(t_start);
   return c;
 }
@@ -659,7 +671,8 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
   y << "# Written by `memwall calibrate` (" << format_sig(c.seconds, 3) << " s) on this machine, backend " << c.backend
     << " (" << c.device << ")" << (c.ranks > 1 ? ", " + std::to_string(c.ranks) + " ranks" : "") << ".\n"
     << "# Measured fields say how; chosen ones say so; what could not be measured is left out.\n"
-    << "# Each time is the best of several runs, with " << threads_text(c.threads) << "; while it measured (on average), "
+    << "# Each operator's time is its median over several block iterations, each transfer's the best of several runs, with "
+    << threads_text(c.threads) << "; while it measured (on average), "
     << adam::describe_load(c.load_during) << ".\n";
   for (const std::string& w : c.warnings) y << "# warning: " << w << "\n";
   y << "name: " << yaml_scalar(name) << "\n";

@@ -18,11 +18,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "exec/adam/adam_types.hpp"
 #include "exec/adam/host_cores.hpp"
+#include "exec/backend/backend.hpp"
 #include "model/hardware_profile.hpp"
 #include "model/result.hpp"
 #include "model/units.hpp"
@@ -46,6 +48,8 @@ struct CalibrateOptions {
   // for 0.5 s first) is refused: its figures would be the share the others leave. allow_busy
   // measures anyway, with the threads that share fits, and the profile says what load it saw.
   bool allow_busy = false;
+  // Tests: wraps the backend every measurement runs on (a fault-injecting wrapper around the real one).
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 

@@ -39,7 +39,7 @@ timeout 300 "$mw" calibrate --quick --allow-busy --nvme-dir "$dir" -o "$dir/p.ya
 grep -q '^memwall calibrate: warning: measured on a busy machine (--allow-busy), with 1 host thread: other processes kept' \
   "$dir/err" || { cat "$dir/err"; fail "no warning with the load"; }
 grep -q '^# warning: measured on a busy machine' "$dir/p.yaml" || fail "the profile does not say what load it saw"
-grep -q '^# Each time is the best of several runs, with 1 host thread; while it measured' "$dir/p.yaml" ||
+grep -q "^# Each operator's time is its median over several block iterations, each transfer's the best of several runs, with 1 host thread; while it measured" "$dir/p.yaml" ||
   fail "the profile does not say how it measured"
 "$mw" simulate --profile "$dir/p.yaml" --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 256 --bsz 8 >/dev/null ||
   fail "the busy machine's profile does not load"
