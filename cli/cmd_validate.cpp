@@ -131,8 +131,11 @@ exec::EngineOptions& o = prep.options;
             const exec::IterationReport& last = trained->last;
             // the measured side: every number the median of the steady steps (all but the first)
             const std::size_t from = steady_from(trained->iteration_s.size());
-            const double measured_s =
-                median(std::vector<double>(trained->iteration_s.begin() + long(from), trained->iteration_s.end()));
+            const std::vector<double> steady(trained->iteration_s.begin() + long(from), trained->iteration_s.end());
+            const double measured_s = median(steady);
+            // how far apart the same iteration ran: an error inside that spread is the machine's, not the model's
+            const auto [fastest, slowest] = std::minmax_element(steady.begin(), steady.end());
+            const double spread_pct = measured_s > 0 ? 100 * (*slowest - *fastest) / measured_s : 0;
             if (!lead) return 0;
             // a busy machine: what was measured includes the others' share of the cores
             const adam::CpuLoad load = engine->stats().load;
@@ -190,6 +193,9 @@ exec::EngineOptions& o = prep.options;
                                         {"other_processes_cores", load.others}};
             j["iteration_s"] = {{"measured", measured_s},
                                 {"measured_last", last.iteration_s},
+                                {"measured_min", *fastest},
+                                {"measured_max", *slowest},
+                                {"measured_spread_pct", spread_pct},
                                 {"simulated", sr.iteration_s},
                                 {"error_pct", error_pct(measured_s, sr.iteration_s)}};
             std::vector<std::vector<std::string>> rows = {{"", "measured", "simulated", "error"}};
@@ -251,7 +257,9 @@ exec::EngineOptions& o = prep.options;
                       << ", tiling " << c.tiling_factor << "; " << executed.strategy << " on " << o.profile.name
                       << ", " << layout_words(c.dp, c.mp, c.pp) << " ("
                       << executed.steps.size() << " schedule steps, " << prep.rc.steps << " iterations executed)\n"
-                      << "measured: " << statistic << "; simulated: one iteration replayed\n"
+                      << "measured: " << statistic << " (they ran " << format_sig(*fastest * 1e3, 3) << "-"
+                      << format_sig(*slowest * 1e3, 3) << " ms, " << format_sig(spread_pct, 2)
+                      << " % apart); simulated: one iteration replayed\n"
                       << render_table(rows);
             if (engine->backend_caps().name == "cpu")
               std::cout << kCpuBusyCaveat;

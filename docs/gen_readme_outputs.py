@@ -17,7 +17,8 @@ moment, all in `memwall run` outputs (blocks run, run_nvme, plan_run, ranks): to
 and hidden % of the step rows, the iteration and compute times and the hidden % of the "loss"
 line, the busy ms, achieved GB/s and exposed ms of the link table, the times, tokens/s, hidden
 fraction and threads of `--json`'s step lines, the throughput line and fields (tokens/s, MFU, HFU,
-time to train: they follow the step time), validate's measured tokens/s and MFU, and the host
+time to train: they follow the step time), validate's measured tokens/s and MFU and its steady
+iterations' range, and the host
 threads line (threads fitted to the load other programs put on the machine, and that load); with them the spaces that align table
 columns (a wider number shifts a column). Losses, bytes, peaks, schedules and every number of
 analyze, schedule and simulate must match exactly.
@@ -271,6 +272,8 @@ VALIDATE_ROW = re.compile(r"^(\s+\S.*?)\s+[0-9.]+ ms\s+([0-9.]+ ms)\s+[+-][0-9.]
 JSON_TIME = re.compile(r'"(iteration_s|tokens_per_s|compute_s|hidden_fraction|threads|tokens_per_s_per_gpu|'
                        r'model_tflops_per_gpu|hardware_tflops_per_gpu|mfu|hfu|train_s)":[-0-9.e+]+')
 # validate's tokens/s and MFU rows: measured and error vary; simulated is exact
+# validate's statistic line: the steady iterations' range and spread
+VALIDATE_SPREAD = re.compile(r"\(they ran [0-9.]+-[0-9.]+ ms, [0-9.]+ % apart\)")
 VALIDATE_RATE = re.compile(r"^(\s+(?:tokens/s|MFU))\s+[0-9.]+(?: [KMBTQ%])?\s+([0-9.]+(?: [KMBTQ%])?)\s+[+-][0-9.]+ %$")
 # run's throughput line (results/METRICS.md): the rates and the time to train follow the step time
 THROUGHPUT_LINE = re.compile(r"[0-9.]+(?: [KMBTQ])? tokens/s \([0-9.]+(?: [KMBTQ])? per GPU\), MFU [0-9.]+ %, "
@@ -296,6 +299,7 @@ def normalise(name, lines):
         line = THROUGHPUT_LINE.sub(r"<tokens/s> tokens/s (<per GPU>), MFU <%>, HFU <%> of \1; \2 in <time>", line)
         if name == "validate":
             line = VALIDATE_RATE.sub(r"\1 <measured> \2 <error>", line)
+            line = VALIDATE_SPREAD.sub("(they ran <fastest>-<slowest> ms, <spread> % apart)", line)
             line = VALIDATE_ROW.sub(r"\1 <measured> \2 <error>", line)
         out.append(re.sub(r" +", " ", line))
     return out

@@ -259,11 +259,14 @@ std::string format_count_words(double n) {
   return s;
 }
 
-double median(std::vector<double> v) {
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+
+double quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  const double at = std::clamp(q, 0.0, 1.0) * double(v.size() - 1);
+  const size_t lo = size_t(at);
+  return lo + 1 < v.size() ? v[lo] + (at - double(lo)) * (v[lo + 1] - v[lo]) : v[lo];
 }
 
 }  // namespace memwall

@@ -61,5 +61,8 @@ std::string csv_field(const std::string& text);
 // The median of a sample (the mean of the middle two for an even count); 0 for none. Timings in
 // reports (run, validate, calibrate, adam-bench) use it.
 double median(std::vector<double> v);
+// The q-quantile (0 <= q <= 1) of a sample, interpolated linearly between the sorted values
+// (quantile(v, 0.5) is median(v)); 0 for none.
+double quantile(std::vector<double> v, double q);
 
 }  // namespace memwall

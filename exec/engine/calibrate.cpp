@@ -51,12 +51,6 @@ double time_it(F&& fn, std::size_t fixed_runs = 0) {
   return *std::min_element(t.begin(), t.end());
 }
 
-// The median of a non-empty sample (the upper one of an even count's two middles).
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 struct OpTime {
   std::string name;  // the operator graph's name ("block0.fc1")
   double fwd_s = 0, bwd_s = 0;
@@ -183,9 +177,11 @@ void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, 
 // share, the machine's own jitter) disturbs it in training too, and the simulator predicts the
 // median iteration `memwall validate` measures. The best of each operator alone, summed, was an
 // iteration no run reaches: on a 2-core VM whose operators vary by 10-20 % from run to run, it made
-// validate's dp 2 rows 35 % too fast (results/validation/).
+// validate's dp 2 rows 35 % too fast (results/validation/). `jitter` becomes at least the spread of
+// the timed iterations' totals (10th to 90th percentile, over the median: one preempted iteration
+// among many does not count): how far apart the same work ran.
 Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision,
-                                       int tiles = 1) {
+                                       double& jitter, int tiles = 1) {
   DeviceBuffers mem(b);
   const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, tiles);
   Result<char*> ws = mem.get(ws_bytes);
@@ -204,14 +200,20 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   r.gpt->set_segment_input(0, r.gpt->block_input(0, 0));
   iteration(r, [](std::vector<double>&, auto&& fn) { fn(); }, fwd, bwd);
   r.k->synchronize(r.cx);
+  std::vector<double> totals;  // each timed iteration's
   auto timed = [&](std::vector<double>& into, auto&& fn) {
     const auto t0 = Clock::now();
     fn();
     r.k->synchronize(r.cx);
     into.push_back(since(t0));
+    totals.back() += into.back();
   };
   const auto started = Clock::now();
-  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) iteration(r, timed, fwd, bwd);
+  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) {
+    totals.push_back(0);
+    iteration(r, timed, fwd, bwd);
+  }
+  jitter = std::max(jitter, (quantile(totals, 0.9) - quantile(totals, 0.1)) / median(totals));
   std::vector<OpTime> out;
   for (std::size_t i = 0; i < r.calls.size(); ++i) out.push_back({r.names[i], median(fwd[i]), median(bwd[i])});
   if (r.k->sticky_error)
@@ -290,7 +292,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
   for (int h : o.hiddens) {
     say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + " ...");
     const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
-    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
     if (!t) return make_error(t.error());
     const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
     const KindTotals& lin = kinds.at(memwall::OpKind::linear);
@@ -302,7 +304,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
     for (int tiles : o.gemm_tilings) {
       if (tiles < 2 || h % tiles != 0) continue;
       say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", tiling " + std::to_string(tiles) + " ...");
-      Result<std::vector<OpTime>> tt = time_block(b, cfg, o.bsz, o.seq, o.precision, tiles);
+      Result<std::vector<OpTime>> tt = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter, tiles);
       if (!tt) return make_error(tt.error());
       const std::vector<GemmPoint> tiled = gemm_points(*tt, cfg, o.bsz, o.seq, tiles);
       c.gemm.insert(c.gemm.end(), tiled.begin(), tiled.end());
@@ -311,7 +313,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
   if (std::find(o.hiddens.begin(), o.hiddens.end(), o.kernel_hidden) == o.hiddens.end()) {
     say("kernels at hidden " + std::to_string(o.kernel_hidden) + " ...");
     const GptConfig cfg{1, o.kernel_hidden, o.kernel_hidden / o.head_size, o.seq, 256};
-    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
     if (!t) return make_error(t.error());
     c.kernels = kernel_rates(by_kind(*t, cfg, o.bsz, o.seq, act_bytes));
   }
@@ -333,7 +335,7 @@ Result<bool> measure_shared_peak(const CalibrateOptions& o, Backend& b, Collecti
   say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", every rank at once ...");
   const double act_bytes = executor_sizes(GptConfig{}, TrainingConfig{}, o.precision, 1).act_bytes;
   const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
-  Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision);
+  Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
   if (!t) return make_error(t.error());
   const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
   const KindTotals& lin = kinds.at(memwall::OpKind::linear);
@@ -641,6 +643,10 @@ Result<Calibration> calibrate(const CalibrateOptions& o) {
   if (c.load_during.others >= adam::kBusyCores)
     c.warnings.push_back("while it measured (on average), " + adam::describe_load(c.load_during) +
                          "; its figures may be low");
+  if (c.jitter > kJitterWarn)
+    c.warnings.push_back("the same block's iterations ran up to " + format_sig(100 * c.jitter, 2) +
+                         " % apart while it measured (this machine's speed varies): expect iteration times that far "
+                         "from what this profile predicts; calibrate when the machine is quieter");
   c.seconds = since(t_start);
   return c;
 }
@@ -673,7 +679,9 @@ std::string calibration_yaml(const Calibration& c, const std::string& name) {
     << "# Measured fields say how; chosen ones say so; what could not be measured is left out.\n"
     << "# Each operator's time is its median over several block iterations, each transfer's the best of several runs, with "
     << threads_text(c.threads) << "; while it measured (on average), "
-    << adam::describe_load(c.load_during) << ".\n";
+    << adam::describe_load(c.load_during) << ".\n"
+    << "# The same block's iterations ran up to " << format_sig(100 * c.jitter, 2)
+    << " % apart (10th to 90th percentile of a block's iterations, over their median).\n";
   for (const std::string& w : c.warnings) y << "# warning: " << w << "\n";
   y << "name: " << yaml_scalar(name) << "\n";
   y << "description: " << c.backend << " backend of this machine, calibrated by memwall calibrate\n";

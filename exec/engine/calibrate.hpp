@@ -73,10 +73,14 @@ struct Calibration {
   std::vector<Measurement> fields;  // in profile order
   double seconds = 0;               // the calibration's own wall time
   int threads = 1;                  // host threads of the measurements (the backend's, CPU Adam's)
+  double jitter = 0;                // the largest spread of a timed block's iterations ((p90 - p10) / median)
   adam::CpuLoad load_before, load_during;  // other programs' load: the first look, and over the measurements
   std::vector<std::string> warnings;       // what makes the figures doubtful (a busy machine)
   const Measurement* find(const std::string& field) const;
 };
+
+// Above this jitter a calibration warns: its machine's speed varies more than validate's 10 % bar.
+constexpr double kJitterWarn = 0.10;
 
 Result<Calibration> calibrate(const CalibrateOptions& options);
 

@@ -156,7 +156,9 @@ def main():
                             (", untied head" if shape.get("tied_embeddings") == "false" else ""),
                    "measured_ms": round(1e3 * it["measured"], 2),
                    "simulated_ms": round(1e3 * it["simulated"], 2),
-                   "error_pct": round(it["error_pct"], 1)}
+                   "error_pct": round(it["error_pct"], 1),
+                   # how far apart the steady iterations ran (slowest - fastest over the median)
+                   "measured_spread_pct": round(it["measured_spread_pct"], 1)}
             for p in ("forward", "recompute", "backward", "optimizer"):
                 m = ph.get(p, {"measured": 0, "simulated": 0})
                 row[f"{p}_measured_ms"] = round(1e3 * m["measured"], 2)

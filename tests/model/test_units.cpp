@@ -104,5 +104,22 @@ TEST(Units, CsvFieldsQuoteOnlyWhatNeedsIt) {
   EXPECT_EQ(csv_field(""), "");
 }
 
+// quantile interpolates linearly between the sorted values, as numpy.percentile's default
+// ("linear") does: np.percentile([5, 1, 4, 2, 3], [10, 50, 90]) = [1.4, 3, 4.6],
+// np.percentile([1, 2, 3, 4], [0, 25, 50, 100]) = [1, 1.75, 2.5, 4]; median is its 0.5.
+TEST(Units, QuantilesAsNumpyInterpolatesThem) {
+  const std::vector<double> odd = {5, 1, 4, 2, 3}, even = {1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(quantile(odd, 0.1), 1.4);
+  EXPECT_DOUBLE_EQ(quantile(odd, 0.5), 3);
+  EXPECT_DOUBLE_EQ(quantile(odd, 0.9), 4.6);
+  EXPECT_DOUBLE_EQ(quantile(even, 0), 1);
+  EXPECT_DOUBLE_EQ(quantile(even, 0.25), 1.75);
+  EXPECT_DOUBLE_EQ(quantile(even, 1), 4);
+  EXPECT_DOUBLE_EQ(median(even), 2.5);
+  EXPECT_DOUBLE_EQ(median(odd), 3);
+  EXPECT_EQ(quantile({}, 0.5), 0);
+  EXPECT_EQ(quantile({7}, 0.9), 7);
+}
+
 }  // namespace
 }  // namespace memwall

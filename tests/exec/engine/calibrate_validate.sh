@@ -23,6 +23,7 @@ grep -q 'shared_peak' "$tmp/p.yaml" && fail "one process cannot measure gpu.shar
 grep -Eq '^    - \{m: 512, n: 1024, k: 256, rate: [0-9.]+ [GTM]FLOPS\}' "$tmp/p.yaml" || fail "no measured fc1 GEMM at hidden 256"
 grep -Eq '^    - \{m: 512, n: 64, k: 1024, rate: [0-9.]+ [GTM]FLOPS\}' "$tmp/p.yaml" || fail "no measured fc2 tile at tiling 4"
 grep -q 'calibrate: NVMe' "$tmp/cal.err" || fail "no progress on stderr"
+grep -Eq "^# The same block's iterations ran up to [0-9.]+ % apart" "$tmp/p.yaml" || fail "the profile does not say how steady the machine was"
 ls "$tmp" | grep -qv -e '^p.yaml$' -e '^cal' && fail "calibrate left files behind: $(ls "$tmp")"
 
 # the profile is a profile: simulate and plan read it
@@ -40,6 +41,11 @@ j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 it = j["iteration_s"]
 assert it["measured"] > 0 and it["simulated"] > 0, it
 assert abs(it["error_pct"] - 100 * (it["simulated"] - it["measured"]) / it["measured"]) < 1e-6, it
+# the steady steps' range: the step lines after the first (warm-up)
+lines = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()[:-1]]
+steady = [l["iteration_s"] for l in lines if l["type"] == "step"][1:]
+assert len(steady) == 2 and it["measured_min"] == min(steady) and it["measured_max"] == max(steady), (it, steady)
+assert abs(it["measured_spread_pct"] - 100 * (max(steady) - min(steady)) / it["measured"]) < 1e-6, it
 assert set(j["phase_s"]) >= {"forward", "backward", "optimizer"}, j["phase_s"].keys()
 assert "compute" in j["busy_s"] and "cpu_gpu" in j["busy_s"], j["busy_s"].keys()
 steps = j["most_different_steps"]

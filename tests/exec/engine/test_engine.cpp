@@ -706,6 +706,37 @@ TEST(Calibrate, AnOperatorsTimeIsItsMedianOverTheIterationsNotItsBest) {
   EXPECT_GE(late, 6) << "of " << c->gemm.size() << " GEMMs' times, " << late << " had their samples' delay";
 }
 
+// A machine whose speed varies is no machine to calibrate on (results/validation/drifting-host:
+// the same block 18 % apart from one calibration to the next): calibrate measures how far apart
+// the same block's iterations ran (10th to 90th percentile over the median), writes it into the
+// profile and warns above 10 %. Injected: one synchronize in ten (seeded) returns 10 ms late, so a
+// block iteration of n calls is n ms late give or take 3 sqrt(n) (one standard deviation): some
+// 30 % of it at n = 100, so its 10th and 90th percentiles far more than 10 % apart.
+TEST(Calibrate, SaysHowFarApartTheSameBlocksIterationsRan) {
+  CalibrateOptions o;
+  o.hiddens = {64};
+  o.kernel_hidden = 64;
+  o.gemm_tilings = {};
+  o.adam_params = 1'000'000;
+  o.allow_busy = true;
+  o.wrap_backend = [](std::unique_ptr<Backend> real) {
+    DelayOptions d;
+    auto rng = std::make_shared<std::mt19937_64>(3);
+    d.synchronize_delay_for = [rng](std::uint64_t) { return (*rng)() % 10 == 0 ? 10e-3 : 0.0; };
+    return delaying_backend(std::move(real), d);
+  };
+  Result<Calibration> c = calibrate(o);
+  ASSERT_TRUE(c.ok()) << c.error();
+  std::printf("the block's iterations ran %.0f %% apart\n", 100 * c->jitter);
+  EXPECT_GT(c->jitter, kJitterWarn) << "iterations n +- 3 sqrt(n) ms late";
+  const bool warned = std::any_of(c->warnings.begin(), c->warnings.end(), [](const std::string& w) {
+    return w.find("the same block's iterations ran up to") != std::string::npos;
+  });
+  EXPECT_TRUE(warned);
+  const std::string yaml = calibration_yaml(*c, "t");
+  EXPECT_NE(yaml.find("# The same block's iterations ran up to "), std::string::npos) << yaml.substr(0, 600);
+}
+
 // Delays injected into the real engine: every backend event and every io completion of a run
 // arrives up to 1 ms late, by a seeded random amount, so steps complete in orders an undelayed run
 // does not show. 200 seeds over every placement with its checkpoints on the GPU and in CPU memory,
