@@ -53,8 +53,9 @@ Command add_calibrate(CLI::App& app) {
       "O_DIRECT, the engine's block size and queue depth), CPU Adam, DRAM, and the all-reduce between\n"
       "ranks under mpirun. Each field carries a comment saying how it was measured; what cannot be\n"
       "measured is left out. An operator's time is its median over several block iterations (what a\n"
-      "training iteration meets), a transfer's the best of several runs. A machine other programs keep busy\n"
-      "(half a core or more) is refused, naming them. About 30 s.\n"
+      "training iteration meets), a transfer's the best of several runs; the profile says how far apart\n"
+      "the same block's iterations ran (a warning above 10 %). A machine other programs keep busy (half\n"
+      "a core or more) is refused, naming them. About 30 s.\n"
       "  memwall calibrate --nvme-dir /tmp -o my.yaml\n"
       "  memwall validate --profile my.yaml --config exec/data/run.yaml --strategy zero_inf_cpu");
   sub->add_option("--backend", f->backend, "cpu or cuda (default cpu)");
