@@ -1,8 +1,9 @@
 // A fault-injecting wrapper around a real backend (tests): every operation goes to the real one,
 // but an event it records is reported complete only some random time after the real stream
 // reached it, so a caller sees completions late and in orders the real backend alone would not
-// produce; optionally a synchronize returns late, as after a slow kernel. Delays come from a seeded generator: the same seed, the same delays. Owns the real
-// backend. Thread-safety: as the backend it wraps (one thread drives it).
+// produce; optionally a synchronize returns late, as after a slow kernel. Delays come from a seeded
+// generator: the same seed, the same delays. Owns the real backend. Thread-safety: as the backend
+// it wraps (one thread drives it).
 #pragma once
 
 #include <cstdint>

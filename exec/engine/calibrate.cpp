@@ -177,7 +177,7 @@ void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, 
 // share, the machine's own jitter) disturbs it in training too, and the simulator predicts the
 // median iteration `memwall validate` measures. The best of each operator alone, summed, was an
 // iteration no run reaches: on a 2-core VM whose operators vary by 10-20 % from run to run, it made
-// validate's dp 2 rows 35 % too fast (results/validation/). `jitter` becomes at least the spread of
+// validate's dp 2 rows 35 % too fast (results/validation/drifting-host/). `jitter` becomes at least the spread of
 // the timed iterations' totals (10th to 90th percentile, over the median: one preempted iteration
 // among many does not count): how far apart the same work ran.
 Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision,
