@@ -180,8 +180,9 @@ void iteration(BlockRig& r, Each&& each, std::vector<std::vector<double>>& fwd, 
 // validate's dp 2 rows 35 % too fast (results/validation/drifting-host/). `jitter` becomes at least the spread of
 // the timed iterations' totals (10th to 90th percentile, over the median: one preempted iteration
 // among many does not count): how far apart the same work ran.
-Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, int T, adam::DType precision,
-                                       double& jitter, int tiles = 1) {
+Result<std::vector<OpTime>> time_block(Backend& b, const CalibrateOptions& o, const GptConfig& cfg, double& jitter,
+                                       int tiles = 1) {
+  const int B = o.bsz, T = o.seq;
   DeviceBuffers mem(b);
   const std::size_t ws_bytes = GptOps::workspace_bytes(cfg, B, T, 1, 1, tiles);
   Result<char*> ws = mem.get(ws_bytes);
@@ -192,8 +193,8 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
   r.k = &b.ops();
   r.cx = b.ctx();
   r.gpt = made->get();
-  r.precision = precision;
-  r.psz = adam::dtype_bytes(precision);
+  r.precision = o.precision;
+  r.psz = adam::dtype_bytes(o.precision);
   if (Result<bool> ok = set_up(r, mem, cfg, B, T, tiles); !ok) return make_error(ok.error());
   std::vector<std::vector<double>> fwd(r.calls.size()), bwd(r.calls.size());
   // one untimed iteration first: from then on every buffer holds what it would in training
@@ -209,7 +210,8 @@ Result<std::vector<OpTime>> time_block(Backend& b, const GptConfig& cfg, int B, 
     totals.back() += into.back();
   };
   const auto started = Clock::now();
-  for (int it = 0; it < 3 || (since(started) < 0.4 && it < 50); ++it) {
+  const int at_least = std::max(3, o.block_iterations);
+  for (int it = 0; it < at_least || (since(started) < 0.4 && it < 50); ++it) {
     totals.push_back(0);
     iteration(r, timed, fwd, bwd);
   }
@@ -292,7 +294,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
   for (int h : o.hiddens) {
     say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + " ...");
     const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
-    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
+    Result<std::vector<OpTime>> t = time_block(b, o, cfg, c.jitter);
     if (!t) return make_error(t.error());
     const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
     const KindTotals& lin = kinds.at(memwall::OpKind::linear);
@@ -304,7 +306,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
     for (int tiles : o.gemm_tilings) {
       if (tiles < 2 || h % tiles != 0) continue;
       say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", tiling " + std::to_string(tiles) + " ...");
-      Result<std::vector<OpTime>> tt = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter, tiles);
+      Result<std::vector<OpTime>> tt = time_block(b, o, cfg, c.jitter, tiles);
       if (!tt) return make_error(tt.error());
       const std::vector<GemmPoint> tiled = gemm_points(*tt, cfg, o.bsz, o.seq, tiles);
       c.gemm.insert(c.gemm.end(), tiled.begin(), tiled.end());
@@ -313,7 +315,7 @@ Result<bool> measure_gemm(const CalibrateOptions& o, Backend& b, Calibration& c,
   if (std::find(o.hiddens.begin(), o.hiddens.end(), o.kernel_hidden) == o.hiddens.end()) {
     say("kernels at hidden " + std::to_string(o.kernel_hidden) + " ...");
     const GptConfig cfg{1, o.kernel_hidden, o.kernel_hidden / o.head_size, o.seq, 256};
-    Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
+    Result<std::vector<OpTime>> t = time_block(b, o, cfg, c.jitter);
     if (!t) return make_error(t.error());
     c.kernels = kernel_rates(by_kind(*t, cfg, o.bsz, o.seq, act_bytes));
   }
@@ -335,7 +337,7 @@ Result<bool> measure_shared_peak(const CalibrateOptions& o, Backend& b, Collecti
   say("GEMM: the linear layers of a block at hidden " + std::to_string(h) + ", every rank at once ...");
   const double act_bytes = executor_sizes(GptConfig{}, TrainingConfig{}, o.precision, 1).act_bytes;
   const GptConfig cfg{1, h, h / o.head_size, o.seq, 256};
-  Result<std::vector<OpTime>> t = time_block(b, cfg, o.bsz, o.seq, o.precision, c.jitter);
+  Result<std::vector<OpTime>> t = time_block(b, o, cfg, c.jitter);
   if (!t) return make_error(t.error());
   const std::map<memwall::OpKind, KindTotals> kinds = by_kind(*t, cfg, o.bsz, o.seq, act_bytes);
   const KindTotals& lin = kinds.at(memwall::OpKind::linear);

@@ -43,6 +43,9 @@ struct CalibrateOptions {
   double pinned_budget_bytes = 512.0 * (1 << 20);  // written as cpu.pinned_budget (chosen)
   std::uint64_t nvme_bytes = std::uint64_t{1} << 30;  // io-bench file size
   std::size_t adam_params = 16'000'000;
+  // Timed iterations of each block: at least this many (and 3), more while the block has run under
+  // 0.4 s, up to 50. More samples tell the spread of a jittery machine's iterations more surely.
+  int block_iterations = 3;
   std::function<void(const std::string&)> progress;
   // A machine other programs keep busy (half a core or more, exec/adam/host_cores.hpp, looked at
   // for 0.5 s first) is refused: its figures would be the share the others leave. allow_busy

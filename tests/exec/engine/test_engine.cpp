@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -709,26 +710,41 @@ TEST(Calibrate, AnOperatorsTimeIsItsMedianOverTheIterationsNotItsBest) {
 // A machine whose speed varies is no machine to calibrate on (results/validation/drifting-host:
 // the same block 18 % apart from one calibration to the next): calibrate measures how far apart
 // the same block's iterations ran (10th to 90th percentile over the median), writes it into the
-// profile and warns above 10 %. Injected: one synchronize in ten (seeded) returns 10 ms late, so a
-// block iteration of n calls is n ms late give or take 3 sqrt(n) (one standard deviation): some
-// 30 % of it at n = 100, so its 10th and 90th percentiles far more than 10 % apart.
+// profile and warns above 10 %. Injected: one synchronize in ten (seeded) returns nine times the
+// call's own time late (that operator ran at a tenth of its speed), so the delay scales with the
+// machine, not with a constant a slow build (ASan, TSan, a busy core) dwarfs: with a fixed 10 ms
+// delay an ASan run's base time swamped it and three iterations came out 8 % apart. An iteration
+// of n calls is then 1.9 times its own time on average, give or take 9 x 0.3 / sqrt(n) of it (n
+// about 40: 43 %), so over 20 iterations its 10th and 90th percentiles lie far more than 10 % apart.
 TEST(Calibrate, SaysHowFarApartTheSameBlocksIterationsRan) {
   CalibrateOptions o;
   o.hiddens = {64};
   o.kernel_hidden = 64;
   o.gemm_tilings = {};
   o.adam_params = 1'000'000;
+  o.block_iterations = 20;
   o.allow_busy = true;
   o.wrap_backend = [](std::unique_ptr<Backend> real) {
     DelayOptions d;
-    auto rng = std::make_shared<std::mt19937_64>(3);
-    d.synchronize_delay_for = [rng](std::uint64_t) { return (*rng)() % 10 == 0 ? 10e-3 : 0.0; };
+    struct Slow {
+      std::mt19937_64 rng{3};
+      std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+    };
+    auto slow = std::make_shared<Slow>();
+    d.synchronize_delay_for = [slow](std::uint64_t) {
+      const auto now = std::chrono::steady_clock::now();
+      const double own = std::chrono::duration<double>(now - slow->last).count();  // since the last return
+      const double late = slow->rng() % 10 == 0 ? 9 * own : 0.0;
+      slow->last = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(late));
+      return late;
+    };
     return delaying_backend(std::move(real), d);
   };
   Result<Calibration> c = calibrate(o);
   ASSERT_TRUE(c.ok()) << c.error();
   std::printf("the block's iterations ran %.0f %% apart\n", 100 * c->jitter);
-  EXPECT_GT(c->jitter, kJitterWarn) << "iterations n +- 3 sqrt(n) ms late";
+  EXPECT_GT(c->jitter, kJitterWarn) << "iterations 1.9 +- 0.4 times their own time";
   const bool warned = std::any_of(c->warnings.begin(), c->warnings.end(), [](const std::string& w) {
     return w.find("the same block's iterations ran up to") != std::string::npos;
   });
