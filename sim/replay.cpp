@@ -37,7 +37,7 @@ struct Proto {
 class Dag {
  public:
   int add(const Proto& p) {
-    nodes_.push_back({p, {}, 0, -1, -1});
+    nodes_.push_back({p, {}, 0, -1, -1, nullptr});
     return int(nodes_.size()) - 1;
   }
   void edge(int from, int to) {
@@ -52,14 +52,12 @@ class Dag {
         std::chrono::duration<double>(interval_s));
     auto next = std::chrono::steady_clock::now() + every;
     sg4::Activity::on_completion_cb([this, progress, next, every](const sg4::Activity& a) mutable {
-      auto it = live_.find(&a);
-      if (it == live_.end()) return;
-      Node& n = nodes_[size_t(it->second)];
+      Node* const mine = a.get_data<Node>();  // launch() tagged each of this Dag's activities with its node
+      if (mine < nodes_.data() || mine >= nodes_.data() + nodes_.size()) return;
+      Node& n = *mine;
       n.start_s = a.get_start_time();
       n.end_s = a.get_finish_time();
-      finished_.push_back(std::move(held_[it->second]));
-      held_.erase(it->second);
-      live_.erase(it);
+      finished_.push_back(std::move(n.running));
       ++done_;
       if (progress && done_ % 256 == 0 && std::chrono::steady_clock::now() >= next) {
         progress(done_, nodes_.size(), n.end_s);
@@ -79,6 +77,7 @@ class Dag {
   double start_s(int i) const { return nodes_[size_t(i)].start_s; }
   double end_s(int i) const { return nodes_[size_t(i)].end_s; }
   size_t size() const { return nodes_.size(); }
+  void reserve(size_t nodes) { nodes_.reserve(nodes); }
 
  private:
   struct Node {
@@ -86,6 +85,7 @@ class Dag {
     std::vector<int> succ;
     int pending;
     double start_s, end_s;
+    sg4::ActivityPtr running;  // held from its start until it completes
   };
   void launch(int i) {
     if (finished_.size() > 4096) finished_.erase(finished_.begin(), finished_.end() - 64);
@@ -101,13 +101,12 @@ class Dag {
       c->set_payload_size(uint64_t(std::max(1.0, std::round(p.amount))));
       a = c;
     }
-    live_[a.get()] = i;
-    held_[i] = a;
+    // nodes_ no longer grows once run() starts, so a node's address names it
+    a->set_data(&nodes_[size_t(i)]);
+    nodes_[size_t(i)].running = a;
     a->start();
   }
   std::vector<Node> nodes_;
-  std::unordered_map<const sg4::Activity*, int> live_;
-  std::unordered_map<int, sg4::ActivityPtr> held_;
   std::vector<sg4::ActivityPtr> finished_;  // released in batches, never inside their own completion
   size_t done_ = 0;
 };
@@ -335,6 +334,12 @@ class Replayer {
   }
 
   bool run(sg4::Engine& engine) { return dag_.run(engine, o_.progress, o_.progress_interval_s); }
+  // Room for the replayed GPUs' `steps` schedule steps: their activities (1.1-1.7 per step, the
+  // joins and a collective's flows included) and records, made once rather than grown.
+  void reserve(std::size_t steps) {
+    dag_.reserve(steps + steps * 7 / 10);
+    steps_.reserve(steps);
+  }
 
   // After a run that left steps waiting: each replayed GPU's first step that never finished, and
   // whether it started (a cycle across ranks leaves each waiting for another's).
@@ -742,6 +747,11 @@ Result<bool> replay(const std::vector<const Schedule*>& schedules, const Hardwar
   configure_engine(engine);
   Platform pf = build_platform(engine, profile, shape.platform, rep.peak_flops_per_s);
   Replayer rp(profile, pf, options, lay, shape.symmetric);
+  std::vector<Gpu> gpus;
+  std::size_t steps = 0;
+  auto schedule_of = [&](const Gpu& g) -> const Schedule& {
+    return *schedules[std::min(size_t(lay.pp > 1 ? g.s : g.d), schedules.size() - 1)];
+  };
   for (int r = 0; r < shape.replayed; ++r) {
     Gpu g;
     g.index = shape.symmetric ? r * shape.per_stage : r;  // the stage's first GPU: dp rank 0, slice 0
@@ -752,8 +762,11 @@ Result<bool> replay(const std::vector<const Schedule*>& schedules, const Hardwar
     g.host = pf.gpu_at(g.node, shape.symmetric ? r % shape.stages_per_node : r % profile.gpus_per_node);
     g.compute = pf.cores.empty() ? g.host : pf.cores[size_t(g.node)];
     g.name = "gpu" + std::to_string(g.index);
-    rp.add_gpu(*schedules[std::min(size_t(lay.pp > 1 ? g.s : g.d), schedules.size() - 1)], g);
+    steps += schedule_of(g).steps.size();
+    gpus.push_back(std::move(g));
   }
+  rp.reserve(steps);
+  for (const Gpu& g : gpus) rp.add_gpu(schedule_of(g), g);
   if (Result<bool> ok = rp.finish_collectives(); !ok) return make_error(ok.error());
   if (!rp.run(engine))
     return make_error("some steps never became ready (the ranks wait on each other): " + rp.stuck());
