@@ -10,6 +10,9 @@
 # memory), and with gradient clipping (the norm over slices and dp ranks). Every rank's bytes per link class equal its own schedule's (the mp all-reduces and
 # checkpoint all-gathers included), and the job has dp x mp ranks.
 set -euo pipefail
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
+# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive
 mw=$1
 shift
 placements=("$@")
