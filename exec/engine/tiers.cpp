@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <string>
 
 #include "exec/engine/engine.hpp"
 #include "model/units.hpp"
@@ -311,45 +313,86 @@ void Tiers::upload(State s, std::size_t byte_off, const void* src, std::size_t b
   }
 }
 
+// Each element is made once: a unit's values over the span both states need of it (its shard,
+// or all of it where either keeps it whole), then the master's part and the 16-bit part cut from
+// them (made for each state apart, initialisation took 60 % of a short NVMe run's time).
 Result<bool> Tiers::initialise(adam::CpuAdam& adam) {
   const std::size_t n_opt = elems_of(State::optim32);
-  if (tier(State::optim32) == Tier::nvme) {  // a chunk's record: [master | m | v] over its pieces
+  const bool opt_nvme = tier(State::optim32) == Tier::nvme, opt_part = sharded(State::optim32);
+  const bool p_part = sharded(State::param16) || tier(State::param16) == Tier::nvme;
+  // optimizer states on NVMe: a chunk's record is [master | m | v] over its pieces, written once
+  // its units have filled every piece (units come in the chunks' order: one record is open at a time)
+  struct Slot {
+    std::size_t chunk, at;
+    const PieceLayout* piece;
+  };
+  std::vector<std::vector<Slot>> slots(units_.size());
+  std::vector<std::unique_ptr<AlignedBuffer>> records(chunks_.size()), spare;
+  std::vector<std::size_t> missing(chunks_.size(), 0);
+  std::size_t record_bytes = 0;
+  for (const ChunkLayout& ch : chunks_) record_bytes = std::max(record_bytes, 12 * ch.count);
+  // a written record's memory makes the next one (a new allocation for each faulted its pages in
+  // again: 3.4x the page faults of the whole run)
+  auto open_record = [&](std::size_t c) {
+    if (spare.empty()) {
+      records[c] = std::make_unique<AlignedBuffer>(record_bytes);
+    } else {
+      records[c] = std::move(spare.back());
+      spare.pop_back();
+      std::memset(records[c]->p, 0, align_to(std::max<std::size_t>(12 * chunks_[c].count, 1), kPage));
+    }
+  };
+  auto write_record = [&](std::size_t c) -> Result<bool> {
+    if (!records[c]) open_record(c);
+    Result<bool> r = wait(swap_optim_->write(c, records[c]->p));
+    spare.push_back(std::move(records[c]));
+    return r;
+  };
+  if (opt_nvme)
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
-      const ChunkLayout& ch = chunks_[c];
-      AlignedBuffer buf(12 * ch.count);
-      float* m = reinterpret_cast<float*>(buf.p);
       std::size_t at = 0;
-      for (const PieceLayout& pc : ch.pieces) {
-        const UnitLayout& u = units_[pc.unit];
-        init_values(u, (sharded(State::optim32) ? u.from : 0) + pc.from, pc.count, m + at);
+      for (const PieceLayout& pc : chunks_[c].pieces) {
+        slots[pc.unit].push_back({c, at, &pc});
         at += pc.count;
       }
-      if (Result<bool> r = wait(swap_optim_->write(c, buf.p)); !r) return r;
+      missing[c] = at;
+      if (at == 0)
+        if (Result<bool> r = write_record(c); !r) return r;
     }
-  } else {
-    std::vector<float> master(n_opt), zeros(n_opt, 0.0f);
-    for (const UnitLayout& u : units_)
-      init_values(u, sharded(State::optim32) ? u.from : 0, opt_len(u), master.data() + opt_at(u));
-    upload(State::optim32, 0, master.data(), n_opt * 4);
-    upload(State::optim32, n_opt * 4, zeros.data(), n_opt * 4);
-    upload(State::optim32, 2 * n_opt * 4, zeros.data(), n_opt * 4);
-  }
-  // 16-bit parameters, laid out as param16 is (shards or whole units)
-  const bool p_sharded = sharded(State::param16);
+  std::vector<float> master(opt_nvme ? 0 : n_opt);
   for (std::size_t i = 0; i < units_.size(); ++i) {
     const UnitLayout& u = units_[i];
-    const bool part = p_sharded || tier(State::param16) == Tier::nvme;
-    const std::size_t len = part ? u.len : u.elems;
-    if (len == 0) continue;
-    std::vector<float> v(len);
-    init_values(u, part ? u.from : 0, len, v.data());
-    AlignedBuffer p16(len * psz_);
-    if (Result<bool> r = round_params(adam, v.data(), p16.p, len); !r) return r;
+    const std::size_t o_from = opt_part ? u.from : 0, o_len = opt_len(u);
+    const std::size_t p_from = p_part ? u.from : 0, p_len = p_part ? u.len : u.elems;
+    const std::size_t from = std::min(o_from, p_from), to = std::max(o_from + o_len, p_from + p_len);
+    if (to <= from) continue;
+    std::vector<float> v(to - from);
+    init_values(u, from, v.size(), v.data());
+    if (!opt_nvme) std::memcpy(master.data() + opt_at(u), v.data() + (o_from - from), o_len * 4);
+    for (const Slot& sl : slots[i]) {
+      if (!records[sl.chunk]) open_record(sl.chunk);
+      std::memcpy(reinterpret_cast<float*>(records[sl.chunk]->p) + sl.at, v.data() + (o_from + sl.piece->from - from),
+                  sl.piece->count * 4);
+      if ((missing[sl.chunk] -= sl.piece->count) == 0)
+        if (Result<bool> r = write_record(sl.chunk); !r) return r;
+    }
+    if (p_len == 0) continue;
+    // 16-bit parameters, laid out as param16 is (shards or whole units)
+    AlignedBuffer p16(p_len * psz_);
+    if (Result<bool> r = round_params(adam, v.data() + (p_from - from), p16.p, p_len); !r) return r;
     if (tier(State::param16) == Tier::nvme) {
       if (Result<bool> r = wait(swap_param_->write(i, p16.p)); !r) return r;
     } else {
-      upload(State::param16, (p_sharded ? u.part_at : u.whole_at) * psz_, p16.p, len * psz_);
+      upload(State::param16, (sharded(State::param16) ? u.part_at : u.whole_at) * psz_, p16.p, p_len * psz_);
     }
+  }
+  for (std::size_t c = 0; c < chunks_.size(); ++c)
+    if (missing[c] != 0) return make_error("optimizer chunk " + std::to_string(c) + ": its pieces do not match its units");
+  if (!opt_nvme) {
+    const std::vector<float> zeros(n_opt, 0.0f);
+    upload(State::optim32, 0, master.data(), n_opt * 4);
+    upload(State::optim32, n_opt * 4, zeros.data(), n_opt * 4);
+    upload(State::optim32, 2 * n_opt * 4, zeros.data(), n_opt * 4);
   }
   if (tier(State::grad16) != Tier::nvme) {
     std::vector<char> z(elems_of(State::grad16) * psz_, 0);
