@@ -1,6 +1,10 @@
 // memwall: the command. Parses flags, dispatches to one subcommand and turns every exception into
 // one line on stderr: bad input (a flag, a file) exits 2, anything else is "internal error" and
 // exits 1. Nothing else lives here.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +19,47 @@
 #include "model/suggest.hpp"
 
 namespace {
+
+// Two settings a library reads once, when the program starts, so memwall starts itself again with
+// them in its environment (its path from /proc/self/exe, the same arguments, the same process) when
+// they are missing; a user's own setting of either is kept. Call it first in main, before any
+// thread or MPI exists. It returns when there was nothing to set, or when the exec failed (the
+// program then runs with the libraries' defaults).
+//  - OMP_WAIT_POLICY=passive (`passive_openmp`): unset, OpenMP (GCC's libgomp, which OpenBLAS's
+//    OpenMP build shares) lets a thread with nothing to do spin (some 300000 pause loops) before it
+//    sleeps, taking the core that another process, or this one's next serial piece, needs.
+//  - glibc.malloc.hugetlb=1 in GLIBC_TUNABLES: malloc asks for transparent huge pages
+//    (madvise(MADV_HUGEPAGE)) where the kernel gives them only on request (Debian's default,
+//    transparent_hugepage=madvise). A schedule of millions of steps, and the replay's activities,
+//    are millions of small allocations: in 4 KiB pages `reproduce --figure fig5b` spent a third of
+//    its time in the kernel, faulting pages in; in 2 MiB pages it takes 0.6x the time, with the
+//    same values bit for bit.
+// MEMWALL_STARTED_AGAIN marks the second start: glibc 2.36's loader cuts GLIBC_TUNABLES after the
+// first tunable in the environment the program sees (applying them all), so without it a user's
+// "glibc.malloc.check=0" would read as missing the huge pages at every start, forever.
+void start_with_settings(char** argv, bool passive_openmp) {
+  if (std::getenv("MEMWALL_STARTED_AGAIN") != nullptr) return;
+  bool changed = false;
+  if (passive_openmp && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    changed = true;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.hugetlb") == nullptr) {
+    const std::string v = tunables != nullptr && *tunables != '\0' ? std::string(tunables) + ":glibc.malloc.hugetlb=1"
+                                                                   : std::string("glibc.malloc.hugetlb=1");
+    if (setenv("GLIBC_TUNABLES", v.c_str(), 1) != 0) return;
+    changed = true;
+  }
+  if (!changed || setenv("MEMWALL_STARTED_AGAIN", "1", 1) != 0) return;
+  // the program's own path, not /proc/self/exe: the process takes its name (ps, top) from it
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0 || std::size_t(n) >= sizeof path - 1) return;
+  path[n] = '\0';
+  execv(path, argv);
+  // still here: the exec failed; the libraries keep the defaults they read at load
+}
 
 // One line, whatever the message holds (library messages may quote input with newlines in it).
 CLI::App* chosen(CLI::App& app) {
@@ -57,12 +102,16 @@ std::string unexpected(CLI::App& app, const CLI::ExtrasError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Only the commands that compute on the cpu backend load OpenMP's threads into work: the others
-  // (plan, analyze, simulate, ...) start once, not twice (issue 28 item 7: a whole `plan` process).
+  // Only the commands that compute on the cpu backend load OpenMP's threads into work, and only
+  // they and `reproduce` run long enough for huge pages to repay a second start (some 0.08 s: the
+  // linking of memwall's libraries); the others (plan, analyze, simulate, ...) start once (issue 28
+  // item 7: `plan` as a whole process in 0.2 s).
   if (argc > 1) {
     const std::string_view command = argv[1];
     if (command == "run" || command == "validate" || command == "calibrate")
-      memwall::exec::wait_passively_in_openmp(argv);  // may start this program again, with it set
+      start_with_settings(argv, true);  // may start this program again, with them set
+    else if (command == "reproduce")
+      start_with_settings(argv, false);
   }
   using namespace memwall::cli;
   using memwall::one_line;

@@ -95,16 +95,4 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
   return make_error("expected a backend: cpu or cuda, got \"" + name + "\"");
 }
 
-void wait_passively_in_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  // the program's own path, not /proc/self/exe: the process takes its name (ps, top) from it
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n <= 0 || std::size_t(n) >= sizeof path - 1) return;
-  path[n] = '\0';
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  execv(path, argv);
-  // still here: the exec failed; OpenMP keeps the default it read at load
-}
-
 }  // namespace memwall::exec

@@ -265,16 +265,6 @@ std::string cuda_libraries_error();
 // (names, memory, compute capability) or why it has none, and whether cuBLAS loads (it loads it).
 std::string backends_report();
 
-// OpenMP (GCC's libgomp, which OpenBLAS's OpenMP build shares) reads OMP_WAIT_POLICY once, when it
-// is loaded; unset, a thread with nothing to do spins (some 300000 pause loops) before it sleeps,
-// taking the core that another process, or this one's next serial piece, needs. Passive waiting
-// must be in the environment before the program starts, so this sets OMP_WAIT_POLICY=passive and
-// executes the program again (its path from /proc/self/exe, same arguments, same process) when it is unset; a
-// user's own setting is kept. Call it first in main, before any thread or MPI exists (memwall does
-// for run, validate and calibrate, the commands that compute on the cpu backend). Returns when
-// there was nothing to do, or when the exec failed (the program then runs with OpenMP's default).
-void wait_passively_in_openmp(char** argv);
-
 // Typed helpers over the table.
 template <typename T>
 Result<T*> alloc_array(Backend& b, std::size_t n) {

@@ -9,9 +9,10 @@
 #   - a checkpoint is refused by a run with another dp, mp, pp or placement, naming the field, and a
 #     damaged file is refused by its checksum, a FIFO in place of a file as not a regular file.
 set -euo pipefail
-# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
-# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
-export OMP_WAIT_POLICY=passive
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive and glibc.malloc.hugetlb=1
+# (cli/main.cpp, start_with_settings) when they are not set; set here, each of the many ranks below
+# starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 mw=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

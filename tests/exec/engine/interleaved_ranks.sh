@@ -8,9 +8,10 @@
 # x dp 2 (8 ranks), with zero3 and zero_inf_nvme: the same losses within 1e-5 relative, and every
 # rank's bytes per link class equal to its own stage's schedule (v times the stage messages).
 set -euo pipefail
-# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
-# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
-export OMP_WAIT_POLICY=passive
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive and glibc.malloc.hugetlb=1
+# (cli/main.cpp, start_with_settings) when they are not set; set here, each of the many ranks below
+# starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 mw=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -6,9 +6,10 @@
 # Then the same over ranks: dp 4, a Llama block at dp 2, mp 2 x dp 2 (tensor slicing), and a three_d
 # plan of mp 2 x pp 2 x dp 2 (8 ranks).
 set -euo pipefail
-# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
-# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
-export OMP_WAIT_POLICY=passive
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive and glibc.malloc.hugetlb=1
+# (cli/main.cpp, start_with_settings) when they are not set; set here, each of the many ranks below
+# starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 mw=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

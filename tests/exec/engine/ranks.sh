@@ -9,9 +9,10 @@
 # --clip N: gradients clipped at global norm N (grad_clip), each step's norm also equal to dp 1's
 # within 1e-5 (each rank sums its partition, the sums are exchanged over dp), and some steps clipped.
 set -euo pipefail
-# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
-# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
-export OMP_WAIT_POLICY=passive
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive and glibc.malloc.hugetlb=1
+# (cli/main.cpp, start_with_settings) when they are not set; set here, each of the many ranks below
+# starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 mw=$1
 shift
 clip=0

@@ -12,9 +12,10 @@
 # per link class equal its own schedule's (the mp all-reduces and checkpoint all-gathers included),
 # and the job has dp x mp ranks.
 set -euo pipefail
-# memwall run starts itself again to set OMP_WAIT_POLICY=passive (exec/backend/backend.hpp) when it
-# is not set; set here, each of the many ranks below starts once (an 8-rank run: 0.81x the time).
-export OMP_WAIT_POLICY=passive
+# memwall run starts itself again to set OMP_WAIT_POLICY=passive and glibc.malloc.hugetlb=1
+# (cli/main.cpp, start_with_settings) when they are not set; set here, each of the many ranks below
+# starts once (an 8-rank run: 0.81x the time).
+export OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 mw=$1
 shift
 placements=("$@")
