@@ -53,7 +53,10 @@ class Dag {
     auto next = std::chrono::steady_clock::now() + every;
     sg4::Activity::on_completion_cb([this, progress, next, every](const sg4::Activity& a) mutable {
       Node* const mine = a.get_data<Node>();  // launch() tagged each of this Dag's activities with its node
-      if (mine < nodes_.data() || mine >= nodes_.data() + nodes_.size()) return;
+      // std::less: a total order over all pointers, where `<` between an activity's data from
+      // another Dag (or none) and this one's nodes is unspecified
+      const std::less<const Node*> before;
+      if (before(mine, nodes_.data()) || !before(mine, nodes_.data() + nodes_.size())) return;
       Node& n = *mine;
       n.start_s = a.get_start_time();
       n.end_s = a.get_finish_time();
